@@ -1,0 +1,40 @@
+# The one entry point: `make test`, `make lint`, `make bundle CUDA=11.8`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+CUDA ?= 11.8
+PY ?= 3.10
+OUT ?= bundles
+STAMP := $(VENV)/.installed
+
+.PHONY: all venv test test-fast lint typecheck bundle e2e-real bench clean
+
+all: test
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	PIP_CONFIG_FILE=/dev/null $(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow"
+
+lint: $(STAMP)
+	$(BIN)/ruff check verl_bundle tests bench
+	$(BIN)/ruff format --check verl_bundle tests bench
+	$(BIN)/mypy
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+# Build a bundle from the real indexes (needs the internet): make bundle CUDA=11.8 PY=3.10
+bundle: $(STAMP)
+	$(BIN)/verl-bundle build --cuda $(CUDA) --python $(PY) --output $(OUT)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist

@@ -1,0 +1,157 @@
+"""A tiny, real copy of the verl CUDA 11.8 stack: wheels and sdists shaped like the real ones,
+served from local indexes that stand for the PyTorch cu118 index, the default index (PyPI) and
+the GitHub release hosts of flash-attn and vllm."""
+
+from __future__ import annotations
+
+import ensurepip
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from pkgindex import build_sdist, build_wheel
+
+CP = "cp310"
+MANY = "manylinux_2_17_x86_64.manylinux2014_x86_64"
+UPLOADED = "2024-06-01T00:00:00Z"
+TOO_NEW = "2026-02-01T00:00:00Z"
+
+TORCH_INIT = '''
+__version__ = "2.1.2+cu118"
+from torch import version, cuda, _C
+'''
+TORCH_VERSION = 'cuda = "11.8"\n__version__ = "2.1.2+cu118"\n'
+TORCH_CUDA = "def is_available():\n    return False\n\ndef device_count():\n    return 0\n"
+TORCH_C = "_GLIBCXX_USE_CXX11_ABI = False\n"
+
+# vllm's dependencies as the cu118 profile's static metadata lists them; each gets a tiny wheel.
+SIMPLE_DEPS = [
+    "ninja",
+    "psutil",
+    "sentencepiece",
+    "numpy",
+    "fastapi",
+    "uvicorn",
+    "aioprometheus",
+    "einops",
+    "filelock",
+    "typing-extensions",
+    "wheel",
+]
+
+
+@dataclass(frozen=True)
+class StackDirs:
+    pytorch: Path  # stands for https://download.pytorch.org/whl/cu118 (HTML, no upload times)
+    pypi: Path  # stands for the default index (JSON with upload times)
+    files: Path  # stands for the GitHub release hosts (v{version}/{file})
+
+
+def bundled_wheel(prefix: str) -> Path:
+    """pip and setuptools wheels that ship with this Python (real, installable offline)."""
+    found = sorted((Path(ensurepip.__file__).parent / "_bundled").glob(f"{prefix}-*.whl"))
+    if not found:
+        raise RuntimeError(f"no bundled {prefix} wheel in ensurepip")
+    return found[-1]
+
+
+def build_stack(root: Path) -> StackDirs:
+    dirs = StackDirs(root / "pytorch", root / "pypi", root / "files")
+    pt, pypi, files = dirs.pytorch, dirs.pypi, dirs.files
+
+    # The PyTorch index: the +cu118 builds, linux_x86_64 tag as the real files have.
+    build_wheel(
+        pt,
+        "torch",
+        "2.1.2+cu118",
+        tag=f"{CP}-{CP}-linux_x86_64",
+        requires=["triton==2.1.0", "filelock", "typing-extensions"],
+        modules={
+            "torch": TORCH_INIT,
+            "torch/version": TORCH_VERSION,
+            "torch/cuda": TORCH_CUDA,
+            "torch/_C": TORCH_C,
+        },
+    )
+    build_wheel(pt, "triton", "2.1.0", tag=f"{CP}-{CP}-{MANY}", requires=["filelock"])
+    build_wheel(pt, "xformers", "0.0.23.post1+cu118", tag=f"{CP}-{CP}-{MANY}", requires=["torch==2.1.2"])
+
+    # The default index: a *higher* torch (and an equal one without +cu118) that must never be
+    # chosen for a cu118 profile, plus everything else.
+    build_wheel(pypi, "torch", "2.3.0", tag=f"{CP}-{CP}-manylinux1_x86_64", requires=["triton==2.3.0"])
+    build_wheel(pypi, "torch", "2.1.2", tag=f"{CP}-{CP}-manylinux1_x86_64", requires=["triton==2.1.0"])
+    build_wheel(pypi, "triton", "2.3.0", tag=f"{CP}-{CP}-{MANY}")
+    build_wheel(pypi, "xformers", "0.0.23.post1", tag=f"{CP}-{CP}-{MANY}", requires=["torch==2.1.2"])
+    for name in SIMPLE_DEPS:
+        build_wheel(pypi, name, "1.0.0")
+    build_wheel(pypi, "packaging", "24.0")
+    build_wheel(pypi, "pydantic", "2.5.0")
+    build_wheel(pypi, "ray", "2.10.0", tag=f"{CP}-{CP}-{MANY}")
+    build_wheel(pypi, "pynvml", "11.5.0")
+    build_wheel(pypi, "cupy-cuda11x", "12.1.0", tag=f"{CP}-{CP}-{MANY}")
+    build_wheel(pypi, "cupy-cuda12x", "12.1.0", tag=f"{CP}-{CP}-{MANY}")
+    build_wheel(pypi, "tensordict", "0.5.0", tag=f"{CP}-{CP}-{MANY}")
+    build_wheel(pypi, "tensordict", "0.6.0", tag=f"{CP}-{CP}-{MANY}")
+    # Several wheels of one package, of different tags: the cp310 manylinux_2_17 one is the
+    # best for the target; 2_28 is too new for it, cp311 is another Python.
+    for tag in (
+        f"{CP}-{CP}-{MANY}",
+        f"{CP}-{CP}-manylinux_2_28_x86_64",
+        f"cp311-cp311-{MANY}",
+        "py3-none-any",
+    ):
+        build_wheel(pypi, "transformers", "4.40.0", tag=tag)
+    build_wheel(pypi, "transformers", "5.0.0")  # uploaded after the cut-off
+    # Pure-Python, sdist-only (like antlr4-python3-runtime and pylatexenc): built on the host.
+    build_sdist(pypi, "pylatexenc", "2.10")
+    build_sdist(pypi, "antlr4-python3-runtime", "4.9.3", modules={"antlr4": "VERSION = '4.9.3'\n"})
+    # flash-attn on the default index is an sdist whose build imports torch, like its setup.py.
+    build_sdist(
+        pypi,
+        "flash-attn",
+        "2.5.8",
+        requires=["torch", "einops", "packaging", "ninja"],
+        modules={"flash_attn": "__version__ = '2.5.8'\n"},
+        extra_import="import torch  # flash-attn's setup.py needs torch to build",
+        wheel_tag=f"{CP}-{CP}-linux_x86_64",
+    )
+    build_wheel(
+        pypi,
+        "vllm",
+        "0.3.1",
+        tag=f"{CP}-{CP}-manylinux1_x86_64",
+        requires=["torch==2.1.2", "xformers==0.0.23.post1", "cupy-cuda12x==12.1.0"],
+    )
+    build_wheel(
+        pypi,
+        "verl",
+        "0.2.0.post2",
+        requires=[
+            "tensordict<0.6",
+            "ray>=2.10",
+            "transformers",
+            "pylatexenc",
+            "antlr4-python3-runtime==4.9.3",
+            "numpy",
+        ],
+    )
+    for prefix in ("pip", "setuptools"):
+        shutil.copy(bundled_wheel(prefix), pypi)
+
+    # The release hosts: the prebuilt flash-attn wheel and vllm's +cu118 wheel.
+    build_wheel(
+        files / "v2.5.8",
+        "flash_attn",
+        "2.5.8+cu118torch2.1cxx11abiFALSE",
+        tag=f"{CP}-{CP}-linux_x86_64",
+        requires=["torch", "einops", "packaging", "ninja"],
+        modules={"flash_attn": "__version__ = '2.5.8'\n"},
+    )
+    build_wheel(
+        files / "v0.3.1",
+        "vllm",
+        "0.3.1+cu118",
+        tag=f"{CP}-{CP}-manylinux1_x86_64",
+        requires=["torch==2.1.2", "xformers==0.0.23.post1", "cupy-cuda11x==12.1.0"],
+    )
+    return dirs

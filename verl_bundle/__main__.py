@@ -1,0 +1,3 @@
+from verl_bundle.cli import main
+
+main()

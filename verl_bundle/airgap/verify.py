@@ -1,0 +1,245 @@
+"""Checking a bundle (a directory or the tarball itself) against SHA256SUMS and the manifest.
+
+Both lists hold every artifact's hash, so a change can be pinned on the file that changed: a
+file that matches the manifest but not SHA256SUMS means SHA256SUMS itself was altered.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tarfile
+from dataclasses import dataclass, field
+from typing import IO, Dict, List, Optional, Tuple
+
+from verl_bundle.airgap.layout import MANIFEST, SUMS, find_root
+
+CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class Problem:
+    path: str
+    what: str
+
+    def line(self) -> str:
+        return "%s: %s" % (self.path, self.what)
+
+
+@dataclass
+class Report:
+    subject: str
+    checked: int = 0
+    problems: List[Problem] = field(default_factory=list)
+    extra: List[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def parse_sums(text: str) -> Dict[str, str]:
+    """`sha256sum` lines: '<64 hex>  <path>' (or ' *<path>' in binary mode)."""
+    sums: Dict[str, str] = {}
+    for line in text.splitlines():
+        m = re.match(r"^([0-9a-fA-F]{64}) [ *](.+)$", line)
+        if m:
+            sums[m.group(2)] = m.group(1).lower()
+    return sums
+
+
+def manifest_hashes(manifest_text: str) -> Optional[Dict[str, str]]:
+    try:
+        data = json.loads(manifest_text)
+        out = {}
+        for entry in list(data.get("files", [])) + list(data.get("generated", [])):
+            out[str(entry["path"])] = str(entry["sha256"])
+        return out
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def _judge(
+    report: Report,
+    actual: Dict[str, str],
+    sums_text: Optional[str],
+    manifest_text: Optional[str],
+) -> None:
+    if sums_text is None:
+        report.problems.append(Problem(SUMS, "missing: nothing can be checked without it"))
+        return
+    sums = parse_sums(sums_text)
+    if not sums:
+        report.problems.append(Problem(SUMS, "altered: it lists no file"))
+        return
+    listed: Dict[str, str] = {}
+    if manifest_text is None:
+        report.problems.append(Problem(MANIFEST, "missing"))
+    else:
+        parsed = manifest_hashes(manifest_text)
+        if parsed is None:
+            report.problems.append(Problem(MANIFEST, "altered: not a readable manifest"))
+        else:
+            listed = parsed
+    blamed_sums = False
+    for path in sorted(set(sums) | set(listed)):
+        got = actual.get(path)
+        report.checked += 1
+        if got is None:
+            report.problems.append(Problem(path, "missing"))
+            continue
+        s, m = sums.get(path), listed.get(path)
+        if (s is None or got == s) and (m is None or got == m):
+            if s is None:
+                report.problems.append(Problem(path, "not listed in %s" % SUMS))
+            continue
+        if m is not None and got == m and s != got:
+            if not blamed_sums:
+                report.problems.append(
+                    Problem(SUMS, "altered: its entry for %s does not match the file" % path)
+                )
+                blamed_sums = True
+        elif s is not None and got == s:
+            # The file matches SHA256SUMS but not its manifest entry: the manifest is at fault,
+            # and when its own hash is wrong that is already reported under its name.
+            if actual.get(MANIFEST) == sums.get(MANIFEST):
+                report.problems.append(
+                    Problem(MANIFEST, "its entry for %s disagrees with %s" % (path, SUMS))
+                )
+        else:
+            report.problems.append(
+                Problem(path, "altered: sha256 %s, expected %s" % (got, s or m))
+            )
+    report.extra = sorted(p for p in actual if p not in sums and p not in listed and p != SUMS)
+
+
+def _sha256_file(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while True:
+            chunk = fh.read(CHUNK)
+            if not chunk:
+                break
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def verify_dir(path: str) -> Report:
+    root = find_root(path)
+    report = Report(root)
+    actual: Dict[str, str] = {}
+    texts: Dict[str, str] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in sorted(dirnames + filenames):
+            full = os.path.join(dirpath, name)
+            rel = os.path.relpath(full, root).replace(os.sep, "/")
+            if os.path.islink(full):
+                report.problems.append(Problem(rel, "is a symbolic link; a bundle holds none"))
+                continue
+            if name in filenames and os.path.isfile(full):
+                if rel.startswith("__pycache__/") or "/__pycache__/" in rel:
+                    continue
+                actual[rel] = _sha256_file(full)
+                if rel in (SUMS, MANIFEST):
+                    with open(full, encoding="utf-8", errors="replace") as fh:
+                        texts[rel] = fh.read()
+    _judge(report, actual, texts.get(SUMS), texts.get(MANIFEST))
+    return report
+
+
+class _HashingReader:
+    """Reads a file while hashing every byte, so the whole tarball is hashed in the same pass."""
+
+    def __init__(self, fh: IO[bytes]) -> None:
+        self.fh = fh
+        self.hash = hashlib.sha256()
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.fh.read(size)
+        self.hash.update(data)
+        return data
+
+    def drain(self) -> None:
+        while self.read(CHUNK):
+            pass
+
+
+def unsafe_member(member: tarfile.TarInfo, top: Optional[str]) -> Optional[str]:
+    """Why a member must not be extracted, or None when it is a plain file or directory."""
+    name = member.name
+    if name.startswith("/") or re.match(r"^[A-Za-z]:", name):
+        return "absolute path"
+    parts = name.split("/")
+    if ".." in parts:
+        return "path with '..'"
+    if top is not None and parts[0] != top:
+        return "outside the bundle's top directory %s/" % top
+    if not (member.isfile() or member.isdir()):
+        return "not a plain file or directory (links and devices are refused)"
+    return None
+
+
+def verify_tar(path: str) -> Report:
+    report = Report(path)
+    actual: Dict[str, str] = {}
+    texts: Dict[str, str] = {}
+    top: Optional[str] = None
+    sidecar = path + ".sha256"
+    with open(path, "rb") as raw:
+        reader = _HashingReader(raw)
+        try:
+            with tarfile.open(fileobj=reader, mode="r|*") as tf:  # type: ignore[call-overload]
+                for member in tf:
+                    if top is None:
+                        top = member.name.split("/")[0]
+                    why = unsafe_member(member, top)
+                    if why:
+                        report.problems.append(Problem(member.name, "unsafe tar member: " + why))
+                        continue
+                    if not member.isfile():
+                        continue
+                    rel = member.name[len(top) + 1 :]
+                    fh = tf.extractfile(member)
+                    assert fh is not None
+                    h = hashlib.sha256()
+                    keep = rel in (SUMS, MANIFEST)
+                    kept = []
+                    while True:
+                        chunk = fh.read(CHUNK)
+                        if not chunk:
+                            break
+                        h.update(chunk)
+                        if keep:
+                            kept.append(chunk)
+                    actual[rel] = h.hexdigest()
+                    if keep:
+                        texts[rel] = b"".join(kept).decode("utf-8", errors="replace")
+        except (tarfile.TarError, EOFError, OSError) as exc:
+            report.problems.append(
+                Problem(os.path.basename(path), "damaged tar (%s); copy it again" % exc)
+            )
+            return report
+        reader.drain()
+    if os.path.isfile(sidecar):
+        with open(sidecar, encoding="utf-8", errors="replace") as fh:
+            expected = (fh.read().split() or [""])[0].lower()
+        if expected != reader.hash.hexdigest():
+            report.problems.append(
+                Problem(os.path.basename(path), "does not match %s" % os.path.basename(sidecar))
+            )
+    _judge(report, actual, texts.get(SUMS), texts.get(MANIFEST))
+    return report
+
+
+def verify(path: str) -> Report:
+    return verify_dir(path) if os.path.isdir(path) else verify_tar(path)
+
+
+def split_tar_name(path: str) -> Tuple[str, str]:
+    base = os.path.basename(path)
+    for suffix in (".tar.zst", ".tar.gz", ".tgz", ".tar"):
+        if base.endswith(suffix):
+            return base[: -len(suffix)], suffix
+    return base, ""

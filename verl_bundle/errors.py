@@ -1,0 +1,50 @@
+"""The one exception family a user sees: each message says what failed, where, and what to do."""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+class BundleError(Exception):
+    """Base for every error the CLI reports as one line (no traceback)."""
+
+    exit_code = EXIT_FAILED
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class UsageError(BundleError):
+    """The command line or an input file is wrong; nothing was attempted."""
+
+    exit_code = EXIT_USAGE
+
+
+class ProfileError(UsageError):
+    """A profile file is not valid: names the file, the key and what is expected."""
+
+
+class LockError(UsageError):
+    """A lock file is not valid or does not belong to the profile/target asked for."""
+
+
+class ResolutionError(BundleError):
+    """The resolver could not produce a lock for the profile on this target."""
+
+
+class FetchError(BundleError):
+    """A file could not be downloaded or did not match its recorded hash."""
+
+
+class HostBuildError(BundleError):
+    """A pure-Python sdist could not be turned into a wheel on the online host."""
+
+
+class AssembleError(BundleError):
+    """The bundle could not be written."""

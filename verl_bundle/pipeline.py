@@ -1,0 +1,118 @@
+"""The online side, end to end: profile -> resolve (lock) -> fetch -> assemble.
+
+Each function takes plain values and returns a frozen result; nothing here prints except through
+the reporter, so the CLI (or a test) decides how results are shown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from verl_bundle.assemble import Bundle, Compression, assemble, bundle_name
+from verl_bundle.errors import LockError
+from verl_bundle.fetch import Cache, Fetcher
+from verl_bundle.lock import Lock, read_lock, write_lock
+from verl_bundle.net import Http
+from verl_bundle.profile import Profile
+from verl_bundle.progress import Reporter
+from verl_bundle.resolve import lock_profile
+from verl_bundle.target import Target
+from verl_bundle.wheelhouse import Wheelhouse, prepare
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the user asked for, already parsed: the profile with mirrors applied, the target."""
+
+    profile: Profile
+    target: Target
+    mirrors: Mapping[str, str]
+    cache_dir: Path
+    jobs: int = 8
+
+
+@dataclass(frozen=True)
+class LockResult:
+    lock: Lock
+    path: Path
+    notes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    bundle: Bundle
+    lock: Lock
+    lock_source: str  # "resolved" or the lock file used
+    wheelhouse: Wheelhouse
+    notes: tuple[str, ...]
+
+
+def _fetcher(req: Request, reporter: Reporter) -> Fetcher:
+    urls = [loc.url for loc in req.profile.locations.values() if loc.url]
+    return Fetcher(Cache(req.cache_dir), Http.for_urls(urls), reporter, jobs=req.jobs)
+
+
+def make_lock(req: Request, output: Path | None, reporter: Reporter) -> LockResult:
+    fetcher = _fetcher(req, reporter)
+    lock = lock_profile(req.profile, req.target, fetcher, reporter)
+    path = output or Path(f"pylock.{bundle_name(lock)}.toml")
+    write_lock(lock, path)
+    return LockResult(lock, path, req.profile.notes)
+
+
+def load_matching_lock(req: Request, path: Path, python_given: bool) -> tuple[Lock, list[str]]:
+    """Read a lock and check it belongs to this profile and target."""
+    lock = read_lock(path)
+    notes: list[str] = []
+    if lock.profile != req.profile.name:
+        raise LockError(
+            f"{path}: this lock is for profile {lock.profile!r}, not {req.profile.name!r}; "
+            f"pass --profile {lock.profile} or make a new lock"
+        )
+    if python_given and lock.target.python != req.target.python:
+        raise LockError(
+            f"{path}: this lock is for Python {lock.target.python_version}, not "
+            f"{req.target.python_version}; drop --python or make a lock for that Python"
+        )
+    if lock.target.platform != req.target.platform:
+        raise LockError(
+            f"{path}: this lock is for {lock.target.platform}, not {req.target.platform}"
+        )
+    if lock.profile_sha256 != req.profile.sha256:
+        notes.append(
+            f"note: {req.profile.path} changed since {path} was made; building from the lock as "
+            "it is (run `verl-bundle lock` to pick up the change)"
+        )
+    return lock, notes
+
+
+def build(
+    req: Request,
+    lock_path: Path | None,
+    python_given: bool,
+    output: Path,
+    compress: Compression,
+    reporter: Reporter,
+) -> BuildResult:
+    fetcher = _fetcher(req, reporter)
+    notes = list(req.profile.notes)
+    if lock_path is None and req.profile.lock is not None and req.profile.lock.is_file():
+        candidate = read_lock(req.profile.lock)
+        if candidate.target == req.target:
+            lock_path = req.profile.lock
+    if lock_path is not None:
+        lock, more = load_matching_lock(req, lock_path, python_given)
+        notes += more
+        source = str(lock_path)
+        # The bundle is built for the lock's target (its Python, when --python was not given).
+        req = Request(req.profile, lock.target, req.mirrors, req.cache_dir, req.jobs)
+    else:
+        lock = lock_profile(req.profile, req.target, fetcher, reporter)
+        source = "resolved"
+    reporter.note(f"fetching {len(lock.packages)} files ...")
+    wheelhouse = prepare(lock, req.profile, fetcher, reporter)
+    reporter.note("writing the bundle ...")
+    bundle = assemble(req.profile, lock, wheelhouse, output, compress, reporter)
+    return BuildResult(bundle, lock, source, wheelhouse, tuple(notes))
