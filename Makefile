@@ -13,7 +13,7 @@ all: test
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	PIP_CONFIG_FILE=/dev/null $(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
 	@touch $(STAMP)
 
 venv: $(STAMP)

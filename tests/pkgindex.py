@@ -17,11 +17,8 @@ import re
 import tarfile
 import textwrap
 import threading
-import time
 import zipfile
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -66,11 +63,10 @@ def build_wheel(
     if payload_bytes:
         # Incompressible filler so that size-dependent behaviour (streaming, resume) is real.
         seed = hashlib.sha256(filename.encode()).digest()
-        blocks = []
-        counter = 0
-        while sum(len(b) for b in blocks) < payload_bytes:
-            blocks.append(hashlib.sha256(seed + counter.to_bytes(8, "big")).digest())
-            counter += 1
+        blocks = [
+            hashlib.sha256(seed + i.to_bytes(8, "big")).digest()
+            for i in range(payload_bytes // 32 + 1)
+        ]
         files[f"{dist.lower()}_payload.bin"] = b"".join(blocks)[:payload_bytes]
     files[f"{info}/METADATA"] = _metadata(name, version, requires or [], requires_python).encode()
     root_is_purelib = "true" if tag.endswith("none-any") else "false"
@@ -248,7 +244,9 @@ class Server:
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
-        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self._thread = threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
 
     @property
     def url(self) -> str:
@@ -472,20 +470,4 @@ class Server:
         return Handler
 
 
-def serve(root: Path, **kwargs: object) -> Iterator[Server]:
-    server = Server(root, **kwargs).start()  # type: ignore[arg-type]
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-def wait_until(pred: object, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if callable(pred) and pred():
-            return
-        time.sleep(0.02)
-
-
-__all__ = ["Server", "build_sdist", "build_wheel", "normalize", "serve", "Message"]
+__all__ = ["Server", "build_sdist", "build_wheel", "normalize"]

@@ -85,6 +85,7 @@ def build_stack(root: Path) -> StackDirs:
     for name in SIMPLE_DEPS:
         build_wheel(pypi, name, "1.0.0")
     build_wheel(pypi, "packaging", "24.0")
+    build_wheel(pypi, "einops", "1.1.0")  # a second version, for "one pin changed" rebuilds
     build_wheel(pypi, "pydantic", "2.5.0")
     build_wheel(pypi, "ray", "2.10.0", tag=f"{CP}-{CP}-{MANY}")
     build_wheel(pypi, "pynvml", "11.5.0")

@@ -381,12 +381,23 @@ def _compressed(raw: IO[bytes], compress: Compression) -> Iterator[IO[bytes]]:
                     "--compress zstd needs the zstd command or `pip install verl-bundle[zstd]`; "
                     "or use --compress gz"
                 )
-            proc = subprocess.Popen([exe, "-q", "-T0", "-3", "-c"], stdin=subprocess.PIPE, stdout=raw)
-            assert proc.stdin is not None
+            proc = subprocess.Popen(
+                [exe, "-q", "-T0", "-3", "-c"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+            )
+            assert proc.stdin is not None and proc.stdout is not None
+            out = proc.stdout
+
+            def pump() -> None:  # compressed bytes go through the hashing writer
+                while chunk := out.read(CHUNK):
+                    raw.write(chunk)
+
+            copier = threading.Thread(target=pump)
+            copier.start()
             try:
                 yield proc.stdin
             finally:
                 proc.stdin.close()
+                copier.join()
                 if proc.wait() != 0:
                     raise AssembleError("zstd failed while compressing the bundle")
 

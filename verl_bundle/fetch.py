@@ -10,6 +10,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -80,6 +81,28 @@ class Cache:
     def partial(self, key: str) -> Path:
         return self.root / "partial" / f"{key}.part"
 
+    def url_memo(self, url: str) -> Path:
+        return self.root / "urls" / hashlib.sha256(url.encode()).hexdigest()
+
+    def remember(self, url: str, sha256: str) -> None:
+        """Note which content a URL gave, for files whose hash nobody published."""
+        memo = self.url_memo(url)
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        tmp = memo.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(sha256)
+        os.replace(tmp, memo)
+
+    def recall(self, url: str, size: int | None) -> Path | None:
+        """The cached blob a URL gave before, if it is still there and (when the server says
+        so) still the same size."""
+        memo = self.url_memo(url)
+        if not memo.is_file():
+            return None
+        blob = self.lookup(memo.read_text().strip())
+        if blob is None or (size is not None and blob.stat().st_size != size):
+            return None
+        return blob
+
     def built(self, sdist_sha256: str) -> Path:
         return self.root / "built" / sdist_sha256
 
@@ -123,6 +146,10 @@ class Fetcher:
         self.jobs = max(1, jobs)
         self.retries = retries
         self.backoff = backoff
+        # What this fetcher transferred, for the build summary (lock-time hashing included).
+        self.downloaded_files = 0
+        self.downloaded_bytes = 0
+        self._count_lock = threading.Lock()
 
     def fetch_all(self, wants: Sequence[Want]) -> list[Cached]:
         """Fetch in parallel; the first failure cancels what has not started and is raised."""
@@ -149,6 +176,11 @@ class Fetcher:
             hit = self.cache.lookup(want.sha256)
             if hit is not None:
                 return Cached(want, hit, want.sha256, hit.stat().st_size, 0)
+        else:
+            # No published hash (a release asset): the URL gave this content before.
+            hit = self.cache.recall(want.url, want.size)
+            if hit is not None:
+                return Cached(want, hit, hit.name, hit.stat().st_size, 0)
         key = want.sha256 or "url-" + hashlib.sha256(want.url.encode()).hexdigest()
         partial = self.cache.partial(key)
         with _locked(partial):
@@ -195,6 +227,11 @@ class Fetcher:
                     "re-run `verl-bundle lock` if the file was replaced upstream"
                 )
             path = self.cache.store(partial, digest)
+            if not want.sha256:
+                self.cache.remember(want.url, digest)
+            with self._count_lock:
+                self.downloaded_files += 1
+                self.downloaded_bytes += transferred
             return Cached(want, path, digest, size, transferred)
         finally:
             self.reporter.done(handle)

@@ -111,8 +111,8 @@ def build(
     else:
         lock = lock_profile(req.profile, req.target, fetcher, reporter)
         source = "resolved"
-    reporter.note(f"fetching {len(lock.packages)} files ...")
+    reporter.status(f"fetching {len(lock.packages)} files ...")
     wheelhouse = prepare(lock, req.profile, fetcher, reporter)
-    reporter.note("writing the bundle ...")
+    reporter.status("writing the bundle ...")
     bundle = assemble(req.profile, lock, wheelhouse, output, compress, reporter)
     return BuildResult(bundle, lock, source, wheelhouse, tuple(notes))

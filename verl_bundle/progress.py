@@ -24,6 +24,7 @@ class Reporter(Protocol):
     def advance(self, handle: object, amount: int) -> None: ...
     def done(self, handle: object) -> None: ...
     def note(self, message: str) -> None: ...
+    def status(self, message: str) -> None: ...
 
 
 class Silent:
@@ -43,9 +44,13 @@ class Silent:
         pass
 
     def note(self, message: str) -> None:
+        """Something the user should know (a fallback taken, a cut-off not applied)."""
         if not self.quiet:
             with self._lock:
                 print(message, file=sys.stderr, flush=True)
+
+    def status(self, message: str) -> None:
+        """Progress ("resolving ..."): shown on a terminal only."""
 
 
 class Bars:
@@ -65,6 +70,9 @@ class Bars:
 
     def note(self, message: str) -> None:
         self.progress.console.print(message, markup=False, highlight=False)
+
+    def status(self, message: str) -> None:
+        self.progress.console.print(message, markup=False, highlight=False, style="dim")
 
 
 @contextmanager

@@ -52,7 +52,7 @@ class Candidate:
 def lock_profile(profile: Profile, target: Target, fetcher: Fetcher, reporter: Reporter) -> Lock:
     """Resolve `profile` for `target` and return the lock; raises on any conflict or failure."""
     cutoff = _cutoff(profile, fetcher, reporter)
-    reporter.note(f"resolving {profile.name} for {target.describe()} ...")
+    reporter.status(f"resolving {profile.name} for {target.describe()} ...")
     chosen = _resolve(profile, target, cutoff, (), fetcher)
     chosen = _apply_artifacts(profile, target, chosen, fetcher, reporter)
     builds = _server_builds(profile, chosen)

@@ -37,7 +37,7 @@ class Artifact:
 @dataclass(frozen=True)
 class Wheelhouse:
     artifacts: tuple[Artifact, ...]
-    downloaded_files: int
+    downloaded_files: int  # by this run, lock-time downloads included
     downloaded_bytes: int
     cached_files: int
     host_built: int
@@ -55,7 +55,7 @@ def prepare(
     for pkg in lock.packages:
         got = by_name[pkg.name]
         if pkg.kind == "host-build":
-            reporter.note(f"building {pkg.file.filename} into a wheel on this host")
+            reporter.status(f"building {pkg.file.filename} into a wheel on this host")
             wheel = build_pure_wheel(
                 pkg.name,
                 got.path,
@@ -73,9 +73,9 @@ def prepare(
             artifacts.append(Artifact(pkg, str(got.path), pkg.file.filename, got.sha256, got.size))
     return Wheelhouse(
         artifacts=tuple(artifacts),
-        downloaded_files=sum(1 for r in results if r.downloaded),
-        downloaded_bytes=sum(r.downloaded for r in results),
-        cached_files=sum(1 for r in results if not r.downloaded),
+        downloaded_files=fetcher.downloaded_files,
+        downloaded_bytes=fetcher.downloaded_bytes,
+        cached_files=sum(1 for r in results if not r.downloaded and r.want.sha256),
         host_built=built,
     )
 

@@ -10,6 +10,8 @@ import hashlib
 import json
 import os
 import re
+import subprocess
+import sys
 import tarfile
 from dataclasses import dataclass, field
 from typing import IO, Dict, List, Optional, Tuple
@@ -67,6 +69,11 @@ def _judge(
     sums_text: Optional[str],
     manifest_text: Optional[str],
 ) -> None:
+    """Compare the files found with both lists, and blame the one thing that changed.
+
+    A file that disagrees with SHA256SUMS but agrees with the manifest means SHA256SUMS was
+    altered; manifest.json itself is checked through its line in SHA256SUMS.
+    """
     if sums_text is None:
         report.problems.append(Problem(SUMS, "missing: nothing can be checked without it"))
         return
@@ -83,35 +90,29 @@ def _judge(
             report.problems.append(Problem(MANIFEST, "altered: not a readable manifest"))
         else:
             listed = parsed
-    blamed_sums = False
+    sums_blamed: List[str] = []
     for path in sorted(set(sums) | set(listed)):
-        got = actual.get(path)
         report.checked += 1
-        if got is None:
+        got, s, m = actual.get(path), sums.get(path), listed.get(path)
+        if s is not None and got == s:
+            continue  # intact; a stale manifest entry is caught through manifest.json's hash
+        if path == MANIFEST:
+            what = "missing" if got is None else "altered: sha256 does not match %s" % SUMS
+            report.problems.append(Problem(MANIFEST, what))
+        elif got is not None and m is not None and got == m:
+            sums_blamed.append(path)  # the file is what the manifest says: the list is wrong
+        elif got is None and m is None and listed:
+            sums_blamed.append(path)  # a name only SHA256SUMS knows: the list is wrong
+        elif got is None:
             report.problems.append(Problem(path, "missing"))
-            continue
-        s, m = sums.get(path), listed.get(path)
-        if (s is None or got == s) and (m is None or got == m):
-            if s is None:
-                report.problems.append(Problem(path, "not listed in %s" % SUMS))
-            continue
-        if m is not None and got == m and s != got:
-            if not blamed_sums:
-                report.problems.append(
-                    Problem(SUMS, "altered: its entry for %s does not match the file" % path)
-                )
-                blamed_sums = True
-        elif s is not None and got == s:
-            # The file matches SHA256SUMS but not its manifest entry: the manifest is at fault,
-            # and when its own hash is wrong that is already reported under its name.
-            if actual.get(MANIFEST) == sums.get(MANIFEST):
-                report.problems.append(
-                    Problem(MANIFEST, "its entry for %s disagrees with %s" % (path, SUMS))
-                )
         else:
             report.problems.append(
                 Problem(path, "altered: sha256 %s, expected %s" % (got, s or m))
             )
+    if sums_blamed:
+        report.problems.append(
+            Problem(SUMS, "altered: its entries for %s do not match the bundle" % ", ".join(sums_blamed))
+        )
     report.extra = sorted(p for p in actual if p not in sums and p not in listed and p != SUMS)
 
 
@@ -161,9 +162,14 @@ class _HashingReader:
         self.hash.update(data)
         return data
 
-    def drain(self) -> None:
-        while self.read(CHUNK):
-            pass
+    def drain(self) -> bool:
+        """Read to the end; True when anything but zero padding was left unread."""
+        leftover = False
+        while True:
+            chunk = self.read(CHUNK)
+            if not chunk:
+                return leftover
+            leftover = leftover or chunk.strip(b"\0") != b""
 
 
 def unsafe_member(member: tarfile.TarInfo, top: Optional[str]) -> Optional[str]:
@@ -181,51 +187,91 @@ def unsafe_member(member: tarfile.TarInfo, top: Optional[str]) -> Optional[str]:
     return None
 
 
+def _members(
+    stream: IO[bytes], report: Report, actual: Dict[str, str], texts: Dict[str, str]
+) -> str:
+    """Hash every member of a tar read as a stream; note unsafe members instead of using them.
+    Returns the name of the last member read."""
+    top: Optional[str] = None
+    last = ""
+    with tarfile.open(fileobj=stream, mode="r|*") as tf:
+        for member in tf:
+            last = member.name
+            if top is None:
+                top = member.name.split("/")[0]
+            why = unsafe_member(member, top)
+            if why:
+                report.problems.append(Problem(member.name, "unsafe tar member: " + why))
+                continue
+            if not member.isfile():
+                continue
+            rel = member.name[len(top) + 1 :]
+            fh = tf.extractfile(member)
+            if fh is None:
+                continue
+            h = hashlib.sha256()
+            keep = rel in (SUMS, MANIFEST)
+            kept = []
+            while True:
+                chunk = fh.read(CHUNK)
+                if not chunk:
+                    break
+                h.update(chunk)
+                if keep:
+                    kept.append(chunk)
+            actual[rel] = h.hexdigest()
+            if keep:
+                texts[rel] = b"".join(kept).decode("utf-8", errors="replace")
+    return last
+
+
 def verify_tar(path: str) -> Report:
+    """Stream the tarball once (no extraction); a .tar.zst goes through the zstd command."""
     report = Report(path)
     actual: Dict[str, str] = {}
     texts: Dict[str, str] = {}
-    top: Optional[str] = None
+    whole = hashlib.sha256()
+    try:
+        if path.endswith((".zst", ".zstd")):
+            whole_hex = _sha256_file(path)
+            proc = subprocess.Popen(["zstd", "-dcq", path], stdout=subprocess.PIPE)
+            assert proc.stdout is not None
+            try:
+                _members(proc.stdout, report, actual, texts)
+                proc.stdout.read()
+            finally:
+                proc.stdout.close()
+                if proc.wait() != 0:
+                    raise OSError("zstd could not decompress it")
+        else:
+            with open(path, "rb") as raw:
+                reader = _HashingReader(raw)
+                last = _members(reader, report, actual, texts)  # type: ignore[arg-type]
+                if reader.drain():
+                    # tarfile stops quietly at a header it cannot read: say so once, rather
+                    # than calling every later file missing.
+                    report.problems.append(
+                        Problem(
+                            os.path.basename(path),
+                            "damaged tar: unreadable after %s; copy it again" % (last or "its start"),
+                        )
+                    )
+                    return report
+                whole = reader.hash
+            whole_hex = whole.hexdigest()
+    except FileNotFoundError as exc:
+        report.problems.append(Problem(os.path.basename(path), "cannot read it (%s)" % exc))
+        return report
+    except (tarfile.TarError, EOFError, OSError) as exc:
+        report.problems.append(
+            Problem(os.path.basename(path), "damaged tar (%s); copy it again" % exc)
+        )
+        return report
     sidecar = path + ".sha256"
-    with open(path, "rb") as raw:
-        reader = _HashingReader(raw)
-        try:
-            with tarfile.open(fileobj=reader, mode="r|*") as tf:  # type: ignore[call-overload]
-                for member in tf:
-                    if top is None:
-                        top = member.name.split("/")[0]
-                    why = unsafe_member(member, top)
-                    if why:
-                        report.problems.append(Problem(member.name, "unsafe tar member: " + why))
-                        continue
-                    if not member.isfile():
-                        continue
-                    rel = member.name[len(top) + 1 :]
-                    fh = tf.extractfile(member)
-                    assert fh is not None
-                    h = hashlib.sha256()
-                    keep = rel in (SUMS, MANIFEST)
-                    kept = []
-                    while True:
-                        chunk = fh.read(CHUNK)
-                        if not chunk:
-                            break
-                        h.update(chunk)
-                        if keep:
-                            kept.append(chunk)
-                    actual[rel] = h.hexdigest()
-                    if keep:
-                        texts[rel] = b"".join(kept).decode("utf-8", errors="replace")
-        except (tarfile.TarError, EOFError, OSError) as exc:
-            report.problems.append(
-                Problem(os.path.basename(path), "damaged tar (%s); copy it again" % exc)
-            )
-            return report
-        reader.drain()
     if os.path.isfile(sidecar):
         with open(sidecar, encoding="utf-8", errors="replace") as fh:
             expected = (fh.read().split() or [""])[0].lower()
-        if expected != reader.hash.hexdigest():
+        if expected != whole_hex:
             report.problems.append(
                 Problem(os.path.basename(path), "does not match %s" % os.path.basename(sidecar))
             )
@@ -243,3 +289,20 @@ def split_tar_name(path: str) -> Tuple[str, str]:
         if base.endswith(suffix):
             return base[: -len(suffix)], suffix
     return base, ""
+
+
+def main(argv: List[str]) -> int:
+    """`verify PATH`: print each problem; exit 0 when intact, 1 otherwise, 2 on bad usage."""
+    if len(argv) != 1 or argv[0].startswith("-"):
+        print("usage: verify BUNDLE_DIR|TARBALL", file=sys.stderr)
+        return 2
+    if not os.path.exists(argv[0]):
+        print("verify: %s: no such file or directory" % argv[0], file=sys.stderr)
+        return 2
+    report = verify(argv[0])
+    for problem in report.problems:
+        print("FAILED: " + problem.line())
+    if report.ok:
+        print("OK: %d files match %s and the manifest" % (report.checked, SUMS))
+        return 0
+    return 1

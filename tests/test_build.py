@@ -1,0 +1,249 @@
+"""Building whole bundles of the cu118 profile from local indexes, and checking them."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+from cli import Result, run
+from conftest import Stack
+from test_resolve import derived_profile
+
+from verl_bundle.airgap.verify import unsafe_member
+from verl_bundle.lock import read_lock
+
+NAME = "verl-bundle-cu118-cp310-manylinux_2_17_x86_64"
+
+
+def build(
+    stack: Stack, out: Path, cache: Path, capsys: pytest.CaptureFixture[str], *extra: str
+) -> Result:
+    args = ["build", "--python", "3.10", *stack.mirrors(), "-o", str(out), "--cache-dir", str(cache)]
+    if "--profile" not in extra:
+        args += ["--cuda", "11.8"]
+    result = run([*args, *extra], capsys)
+    assert result.code == 0, result.err
+    return result
+
+
+@pytest.fixture(scope="module")
+def built(
+    stack_servers: Stack, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, Path, dict[str, object]]:
+    """One bundle for the read-only checks below, built by a real `python -m verl_bundle`
+    subprocess: (tarball, extracted dir, build JSON)."""
+    stack_servers.reset()
+    tmp = tmp_path_factory.mktemp("built")
+    args = ["build", "--cuda", "11.8", "--python", "3.10", *stack_servers.mirrors()]
+    args += ["-o", str(tmp / "out"), "--cache-dir", str(tmp / "cache"), "--json"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "verl_bundle", *args], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    tarball = Path(doc["bundle"])
+    with tarfile.open(tarball) as tf:
+        tf.extractall(tmp / "x", filter="data")
+    return tarball, tmp / "x" / NAME, doc
+
+
+def test_build_writes_the_named_tarball_and_its_sha256(
+    stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = build(stack, tmp_path / "out", tmp_path / "cache", capsys)
+    tarball = tmp_path / "out" / f"{NAME}.tar"
+    assert result.last_line == str(tarball)
+    assert tarball.is_file()
+    side = (tmp_path / "out" / f"{NAME}.tar.sha256").read_text().split()
+    assert side[1] == f"{NAME}.tar" and len(side[0]) == 64
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [f"{NAME}.tar", f"{NAME}.tar.sha256"]
+    assert "torch >= 2.4" in result.err  # the profile's note is printed
+    assert run(["verify", str(tarball)], capsys).code == 0
+
+
+def test_manifest_lists_exactly_the_lock(built: tuple[Path, Path, dict[str, object]]) -> None:
+    _, root, _ = built
+    manifest = json.loads((root / "manifest.json").read_text())
+    lock = read_lock(root / "pylock.toml")
+    by_name = {f["name"]: f for f in manifest["files"]}
+    assert sorted(by_name) == sorted(p.name for p in lock.packages)
+    for pkg in lock.packages:
+        entry = by_name[pkg.name]
+        assert entry["location"] == pkg.location and entry["phase"] == pkg.phase
+        if pkg.kind == "host-build":
+            assert entry["built_from"] == {"file": pkg.file.filename, "sha256": pkg.file.sha256}
+            assert entry["path"].endswith("-py3-none-any.whl")
+        else:
+            assert entry["sha256"] == pkg.file.sha256 and entry["size"] == pkg.file.size
+            assert entry["path"].rsplit("/", 1)[1] == pkg.file.filename
+        assert (root / entry["path"]).is_file()
+    torch = by_name["torch"]
+    assert torch["version"] == "2.1.2+cu118" and torch["location"] == "pytorch-cu118"
+    assert torch["kind"] == "wheel" and torch["path"].startswith("wheels/")
+    assert by_name["pip"]["kind"] == "bootstrap" and by_name["pip"]["path"].startswith("bootstrap/")
+    assert manifest["target"] == {
+        "python": "3.10",
+        "python_tag": "cp310",
+        "platform": "manylinux_2_17_x86_64",
+        "arch": "x86_64",
+        "glibc": "2.17",
+        "cuda": "11.8",
+    }
+    assert [p["name"] for p in manifest["phases"]] == ["torch", "wheels", "flash-attn", "verl"]
+
+
+def test_requirements_per_phase_are_hash_pinned(built: tuple[Path, Path, dict[str, object]]) -> None:
+    _, root, _ = built
+    torch_req = (root / "requirements" / "01-torch.txt").read_text().splitlines()
+    assert [line.split(" ")[0] for line in torch_req] == ["torch==2.1.2+cu118", "triton==2.1.0"]
+    for req in (root / "requirements").iterdir():
+        for line in req.read_text().splitlines():
+            assert " --hash=sha256:" in line
+    assert (root / "requirements" / "04-verl.txt").read_text().startswith("verl==0.2.0.post2 ")
+
+
+def test_sha256sums_is_sha256sum_format(built: tuple[Path, Path, dict[str, object]]) -> None:
+    _, root, _ = built
+    proc = subprocess.run(["sha256sum", "--strict", "-c", "SHA256SUMS"], cwd=root, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_tar_has_one_top_directory_and_no_unsafe_names(built: tuple[Path, Path, dict[str, object]]) -> None:
+    tarball, _, _ = built
+    with tarfile.open(tarball) as tf:
+        members = tf.getmembers()
+    assert members[0].name == NAME and members[0].isdir()
+    assert [m.name for m in members[1:3]] == [f"{NAME}/SHA256SUMS", f"{NAME}/manifest.json"]
+    for m in members:
+        assert unsafe_member(m, NAME) is None, m.name
+        assert m.uid == 0 and m.uname == ""
+    assert {m.name.split("/")[1] for m in members[1:]} >= {"wheels", "bootstrap", "install.sh", "lib"}
+
+
+def test_verify_names_the_one_file_with_a_changed_byte(
+    built: tuple[Path, Path, dict[str, object]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, root, _ = built
+    copy = tmp_path / NAME
+    shutil.copytree(root, copy)
+    assert run(["verify", str(copy)], capsys).code == 0
+    files = sorted(p for p in copy.rglob("*") if p.is_file())
+    assert len(files) > 30
+    for path in files:
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2] ^= 0x01
+        path.write_bytes(bytes(data))
+        result = run(["verify", str(copy)], capsys)
+        rel = path.relative_to(copy).as_posix()
+        assert result.code == 1, rel
+        failed = [line for line in result.out.splitlines() if line.startswith("FAILED: ")]
+        assert failed and all(line.startswith(f"FAILED: {rel}:") for line in failed), (rel, failed)
+        data[len(data) // 2] ^= 0x01
+        path.write_bytes(bytes(data))
+    assert run(["verify", str(copy)], capsys).code == 0
+
+
+def test_verify_of_a_missing_file_and_of_the_tarball(
+    built: tuple[Path, Path, dict[str, object]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tarball, root, _ = built
+    copy = tmp_path / NAME
+    shutil.copytree(root, copy)
+    (copy / "requirements" / "01-torch.txt").unlink()
+    result = run(["verify", str(copy), "--json"], capsys)
+    assert result.code == 1
+    doc = json.loads(result.out)
+    assert doc["ok"] is False
+    assert doc["problems"] == [{"path": "requirements/01-torch.txt", "problem": "missing"}]
+    # One flipped byte inside a wheel inside the tarball: verify names that member.
+    name = "torch-2.1.2+cu118-cp310-cp310-linux_x86_64.whl"
+    with tarfile.open(tarball) as tf:
+        member = tf.getmember(f"{NAME}/wheels/{name}")
+    data = bytearray(tarball.read_bytes())
+    data[member.offset_data + member.size // 2] ^= 0x01
+    bad = tmp_path / f"{NAME}.tar"
+    bad.write_bytes(bytes(data))
+    result = run(["verify", str(bad)], capsys)
+    assert result.code == 1
+    failed = [line for line in result.out.splitlines() if line.startswith("FAILED")]
+    assert failed[0].startswith(f"FAILED: wheels/{name}: altered"), failed
+    # ... and the tarball no longer matches its .sha256 file when that is beside it.
+    shutil.copy(f"{tarball}.sha256", f"{bad}.sha256")
+    result = run(["verify", str(bad)], capsys)
+    assert f"FAILED: {bad.name}: does not match {bad.name}.sha256" in result.out
+    # A byte flipped in a member's header makes the rest unreadable: one clear line.
+    data[member.offset_data - 400] ^= 0x40
+    bad.write_bytes(bytes(data))
+    result = run(["verify", str(bad)], capsys)
+    assert result.code == 1
+    assert "damaged tar" in result.out
+
+
+def test_cached_rebuild_downloads_nothing(
+    stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cache = tmp_path / "cache"
+    first = json.loads(build(stack, tmp_path / "a", cache, capsys, "--json").out)
+    assert first["downloaded"]["files"] == first["packages"]
+    lock_path = tmp_path / "a.toml"
+    assert run(["lock", "--cuda", "11.8", *stack.mirrors(), "-o", str(lock_path), "--cache-dir", str(cache)], capsys).code == 0
+    stack.reset()
+    again = json.loads(build(stack, tmp_path / "b", cache, capsys, "--json", "--lock", str(lock_path)).out)
+    assert again["downloaded"] == {"files": 0, "bytes": 0}
+    assert again["cached_files"] == again["packages"]
+    assert again["lock"] == str(lock_path)
+    assert [r for s in stack.servers() for r in s.requests] == []  # not even an index page
+    a = (tmp_path / "a" / f"{NAME}.tar").read_bytes()
+    b = (tmp_path / "b" / f"{NAME}.tar").read_bytes()
+    assert len(a) == len(b)
+
+
+def test_rebuild_with_one_pin_changed_downloads_only_that_file(
+    stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cache = tmp_path / "cache"
+    one = derived_profile(tmp_path, "requirements = [\n", 'requirements = [\n    "einops==1.0.0",\n')
+    build(stack, tmp_path / "a", cache, capsys, "--profile", str(one))
+    two = derived_profile(tmp_path, "requirements = [\n", 'requirements = [\n    "einops==1.1.0",\n')
+    stack.reset()
+    doc = json.loads(build(stack, tmp_path / "b", cache, capsys, "--profile", str(two), "--json").out)
+    assert doc["downloaded"]["files"] == 1
+    ours = [r.path for r in stack.pypi.file_requests() if r.path.endswith(".whl") and "einops" in r.path]
+    assert ours and all("einops-1.1.0" in p for p in ours)
+
+
+def test_failed_fetch_leaves_no_tarball(stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    stack.pypi.faults.corrupt.add("verl-0.2.0.post2-py3-none-any.whl")
+    out = tmp_path / "out"
+    args = ["build", "--cuda", "11.8", *stack.mirrors(), "-o", str(out), "--cache-dir", str(tmp_path / "c")]
+    result = run(args, capsys)
+    assert result.code == 1
+    line = result.err.strip().splitlines()[-1]
+    assert line.startswith("error: verl:") and "sha256 mismatch" in line and "location pypi" in line
+    assert not out.exists() or list(out.iterdir()) == []
+
+
+@pytest.mark.parametrize("compress", ["gz", "zstd"])
+def test_compressed_bundles_verify(
+    stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str], compress: str
+) -> None:
+    if compress == "zstd" and shutil.which("zstd") is None:
+        pytest.skip("the zstd command is not installed")
+    result = build(stack, tmp_path / "out", tmp_path / "cache", capsys, "--compress", compress)
+    suffix = {"gz": ".tar.gz", "zstd": ".tar.zst"}[compress]
+    assert result.last_line.endswith(suffix)
+    assert run(["verify", result.last_line], capsys).code == 0
+
+
+def test_build_json_shape(built: tuple[Path, Path, dict[str, object]]) -> None:
+    _, _, doc = built
+    assert sorted(doc) == sorted(
+        ["bundle", "sha256", "size", "files", "profile", "target", "lock", "packages", "downloaded", "cached_files", "host_built", "notes"]
+    )
+    assert doc["profile"] == "cu118" and doc["lock"] == "resolved" and doc["host_built"] == 2
+    assert isinstance(doc["size"], int) and isinstance(doc["notes"], list)

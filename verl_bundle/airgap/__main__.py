@@ -1,0 +1,47 @@
+"""`python3 -m verl_bundle.airgap COMMAND ...`: the server-side tools a bundle carries.
+
+    doctor      check this server against the bundle's needs (before installing)
+    verify      check every file of the bundle against SHA256SUMS and the manifest
+    explain     match a failed install's log to known causes and fixes
+    postinstall check the installed environment (run with the venv's python)
+    max-jobs    the MAX_JOBS a source build should use on this machine's RAM
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import List, Optional
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(__doc__.strip())
+        return 0 if args else 2
+    command, rest = args[0], args[1:]
+    if command == "doctor":
+        from verl_bundle.airgap import doctor
+
+        return doctor.main(rest)
+    if command == "verify":
+        from verl_bundle.airgap import verify
+
+        return verify.main(rest)
+    if command == "explain":
+        from verl_bundle.airgap import explain
+
+        return explain.main(rest)
+    if command == "postinstall":
+        from verl_bundle.airgap import postinstall
+
+        return postinstall.main(rest)
+    if command == "max-jobs":
+        from verl_bundle.airgap import doctor
+
+        return doctor.max_jobs_main(rest)
+    print("unknown command %r; see --help" % command, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
