@@ -1,0 +1,58 @@
+"""Running a bundle's install.sh the way a server would: extracted somewhere else, no network."""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import clean_environ
+
+
+def find_python(version: str) -> str | None:
+    found = shutil.which(f"python{version}")
+    if found:
+        return found
+    for candidate in sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{version}.*/bin/python{version}"))):
+        return candidate
+    return None
+
+
+def python310() -> str:
+    py = find_python("3.10")
+    if py is None:
+        pytest.skip("no Python 3.10 on this machine (pyenv install 3.10)")
+    return py
+
+
+def netns_prefix() -> list[str]:
+    """`unshare -n` (a new network namespace with no interfaces but a down loopback)."""
+    if shutil.which("unshare") is None:
+        pytest.skip("unshare is not installed")
+    probe = subprocess.run(["unshare", "-n", "true"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"the kernel refuses a network namespace here: {probe.stderr.strip()}")
+    return ["unshare", "-n"]
+
+
+def extract(tarball: Path, dest: Path) -> Path:
+    import tarfile
+
+    dest.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(tarball) as tf:
+        tf.extractall(dest, filter="data")
+        top = tf.getmembers()[0].name
+    return dest / top
+
+
+def run_install(
+    bundle: Path, home: Path, *args: str, offline: bool = True, env: dict[str, str] | None = None, timeout: int = 600
+) -> subprocess.CompletedProcess[str]:
+    environ = clean_environ(home)
+    environ["HOME"] = str(home)
+    environ.update(env or {})
+    cmd = [*(netns_prefix() if offline else []), str(bundle / "install.sh"), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, env=environ, cwd=home, timeout=timeout)

@@ -1,0 +1,310 @@
+"""Post-install checks, run by the installed environment's own python.
+
+What the bundle promised must be what is there: every packaged distribution at its version,
+the profile's imports working, torch the expected build (version, CUDA, C++ ABI matching the
+flash-attn wheel), and with a GPU a real CUDA call through flash-attn.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import hashlib
+import importlib
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from typing import Any, Dict, List
+
+from verl_bundle.airgap.layout import find_root, read_manifest
+
+try:  # Python 3.8+
+    from importlib import metadata as importlib_metadata
+except ImportError:  # pragma: no cover
+    importlib_metadata = None  # type: ignore[assignment]
+
+
+@dataclass(frozen=True)
+class Result:
+    id: str
+    status: str  # ok, warn, fail, skip
+    summary: str
+    fix: str = ""
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _norm_version(version: str) -> str:
+    return version.lower()
+
+
+def check_versions(manifest: Dict[str, Any]) -> List[Result]:
+    """Every distribution the bundle installs is present at the bundled version."""
+    installed: Dict[str, str] = {}
+    if importlib_metadata is not None:
+        for dist in importlib_metadata.distributions():
+            name = dist.metadata["Name"]
+            if name:
+                installed[_norm(name)] = dist.version
+    wrong = []
+    missing = []
+    for entry in manifest.get("files", []):
+        if entry.get("kind") == "bootstrap":
+            continue
+        name = _norm(entry["name"])
+        got = installed.get(name)
+        if got is None:
+            missing.append(name)
+        elif _norm_version(got) != _norm_version(entry["version"]):
+            wrong.append("%s %s (bundle: %s)" % (name, got, entry["version"]))
+    if missing or wrong:
+        return [
+            Result(
+                "versions",
+                "fail",
+                "not as bundled: "
+                + "; ".join(["missing " + m for m in missing] + ["wrong " + w for w in wrong]),
+                "run ./install.sh again; it reinstalls the phase that did not finish",
+            )
+        ]
+    count = sum(1 for e in manifest.get("files", []) if e.get("kind") != "bootstrap")
+    return [Result("versions", "ok", "%d distributions installed at the bundled versions" % count)]
+
+
+def check_files(manifest: Dict[str, Any]) -> List[Result]:
+    """Every installed file of the bundled distributions matches its RECORD hash: nothing was
+    left half-written by an interrupted install."""
+    if importlib_metadata is None:
+        return []
+    wanted = {_norm(e["name"]) for e in manifest.get("files", []) if e.get("kind") != "bootstrap"}
+    bad: List[str] = []
+    checked = 0
+    for dist in importlib_metadata.distributions():
+        name = dist.metadata["Name"]
+        if not name or _norm(name) not in wanted:
+            continue
+        for entry in dist.files or []:
+            if entry.hash is None or entry.hash.mode != "sha256":
+                continue
+            path = entry.locate()
+            checked += 1
+            try:
+                with open(str(path), "rb") as fh:
+                    digest = hashlib.sha256(fh.read()).digest()
+            except OSError:
+                bad.append("%s: %s missing" % (name, entry))
+                continue
+            encoded = base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+            if encoded != entry.hash.value:
+                bad.append("%s: %s differs from its RECORD" % (name, entry))
+    if bad:
+        return [
+            Result(
+                "files",
+                "fail",
+                "%d installed files are not as their wheels recorded: %s" % (len(bad), "; ".join(bad[:5])),
+                "run ./install.sh again; it reinstalls the phase that did not finish",
+            )
+        ]
+    return [Result("files", "ok", "%d installed files match their RECORD hashes" % checked)]
+
+
+def check_imports(modules: List[str]) -> List[Result]:
+    out = []
+    for mod in modules:
+        try:
+            imported = importlib.import_module(mod)
+        except Exception as exc:  # noqa: BLE001 - any import failure is the finding
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            out.append(
+                Result(
+                    "import:" + mod,
+                    "fail",
+                    "import %s failed: %s: %s" % (mod, type(exc).__name__, first),
+                    "run `verl-bundle explain` on this output; check the phase that installs %s"
+                    % mod,
+                )
+            )
+            continue
+        version = getattr(imported, "__version__", "")
+        out.append(Result("import:" + mod, "ok", "import %s %s" % (mod, version)))
+    return out
+
+
+def check_torch(checks: Dict[str, Any]) -> List[Result]:
+    want_version = checks.get("torch_version")
+    want_cuda = checks.get("torch_cuda")
+    wheel = checks.get("flash_attn_wheel")
+    if not (want_version or want_cuda or wheel):
+        return []
+    try:
+        torch = importlib.import_module("torch")
+    except Exception as exc:  # noqa: BLE001
+        return [Result("torch", "fail", "torch does not import: %s" % exc)]
+    out = []
+    version = str(getattr(torch, "__version__", ""))
+    cuda = str(getattr(getattr(torch, "version", None), "cuda", None))
+    if want_version and version != want_version:
+        out.append(
+            Result(
+                "torch-version",
+                "fail",
+                "torch is %s, the bundle's is %s" % (version, want_version),
+                "another torch shadows the bundled one (check `pip list`, PYTHONPATH, user site)",
+            )
+        )
+    elif want_version:
+        out.append(Result("torch-version", "ok", "torch %s" % version))
+    if want_cuda and cuda != want_cuda:
+        out.append(
+            Result(
+                "torch-cuda",
+                "fail",
+                "torch.version.cuda is %s, expected %s" % (cuda, want_cuda),
+                "install the bundle's torch (+cu build) again: ./install.sh",
+            )
+        )
+    elif want_cuda:
+        out.append(Result("torch-cuda", "ok", "torch.version.cuda %s" % cuda))
+    if wheel:
+        m = re.search(r"cxx11abi(TRUE|FALSE)", wheel, re.IGNORECASE)
+        abi = getattr(getattr(torch, "_C", None), "_GLIBCXX_USE_CXX11_ABI", None)
+        if m and abi is not None:
+            want = m.group(1).upper() == "TRUE"
+            if bool(abi) != want:
+                out.append(
+                    Result(
+                        "cxx11abi",
+                        "fail",
+                        "torch's C++ ABI (_GLIBCXX_USE_CXX11_ABI=%s) differs from %s" % (abi, wheel),
+                        "use the flash-attn wheel built for this torch's ABI (cxx11abi%s)"
+                        % ("TRUE" if abi else "FALSE"),
+                    )
+                )
+            else:
+                out.append(Result("cxx11abi", "ok", "torch C++ ABI matches %s" % wheel))
+    return out
+
+
+GPU_SMOKE = """
+import torch
+from flash_attn import flash_attn_func
+q = torch.randn(1, 16, 2, 64, device="cuda", dtype=torch.float16)
+out = flash_attn_func(q, q, q, causal=True)
+torch.cuda.synchronize()
+assert out.shape == q.shape and torch.isfinite(out).all()
+print("flash-attn ok on", torch.cuda.get_device_name(0))
+"""
+
+
+def check_gpu(require_gpu: bool, has_flash: bool) -> List[Result]:
+    try:
+        torch = importlib.import_module("torch")
+        available = bool(torch.cuda.is_available())
+    except Exception as exc:  # noqa: BLE001
+        return [Result("gpu", "fail" if require_gpu else "skip", "cannot ask torch: %s" % exc)]
+    if not available:
+        status = "fail" if require_gpu else "skip"
+        return [
+            Result(
+                "gpu",
+                status,
+                "torch.cuda.is_available() is False: no GPU checks on this machine",
+                "check the driver (nvidia-smi) and CUDA_VISIBLE_DEVICES" if require_gpu else "",
+            )
+        ]
+    out = [Result("gpu", "ok", "torch sees %d GPU(s)" % torch.cuda.device_count())]
+    if has_flash:
+        proc = subprocess.run(
+            [sys.executable, "-c", GPU_SMOKE],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            universal_newlines=True,
+            timeout=300,
+        )
+        tail = (proc.stdout or "").strip().splitlines()[-1:] or [""]
+        if proc.returncode == 0:
+            out.append(Result("flash-attn-gpu", "ok", tail[0]))
+        else:
+            out.append(
+                Result(
+                    "flash-attn-gpu",
+                    "fail",
+                    "a tiny flash-attn call failed: %s" % tail[0],
+                    "run `verl-bundle explain` on the install log",
+                )
+            )
+    return out
+
+
+def check_pip() -> List[Result]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "check"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        universal_newlines=True,
+        timeout=120,
+        env=dict(os.environ, PIP_CONFIG_FILE=os.devnull, PIP_NO_INDEX="1"),
+    )
+    if proc.returncode == 0:
+        return [Result("pip-check", "ok", "pip check: no broken requirements")]
+    lines = [ln for ln in proc.stdout.strip().splitlines() if ln.strip()]
+    if any("No module named pip" in ln for ln in lines):
+        return [Result("pip-check", "skip", "pip is not installed in this environment")]
+    return [
+        Result(
+            "pip-check",
+            "warn",
+            "pip check: %s" % "; ".join(lines[:5]),
+            "the bundle installs with --no-deps from its lock; a declared requirement the profile "
+            "replaced on purpose (e.g. cupy for CUDA 11) shows up here",
+        )
+    ]
+
+
+def run_checks(manifest: Dict[str, Any], require_gpu: bool = False) -> List[Result]:
+    checks = manifest.get("checks", {})
+    results = check_versions(manifest)
+    results += check_files(manifest)
+    results += check_imports(list(checks.get("imports", [])))
+    results += check_torch(checks)
+    results += check_pip()
+    has_flash = any(_norm(e["name"]) == "flash-attn" for e in manifest.get("files", []))
+    results += check_gpu(require_gpu, has_flash)
+    return results
+
+
+def main(argv: List[str]) -> int:
+    parser = argparse.ArgumentParser(prog="postinstall", description=__doc__)
+    parser.add_argument("--bundle", required=True, help="the extracted bundle directory")
+    parser.add_argument("--require-gpu", action="store_true")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    root = find_root(args.bundle)
+    try:
+        manifest = read_manifest(root)
+    except (OSError, ValueError) as exc:
+        print("postinstall: cannot read %s/manifest.json: %s" % (root, exc), file=sys.stderr)
+        return 2
+    results = run_checks(manifest, args.require_gpu)
+    failed = [r for r in results if r.status == "fail"]
+    if args.json:
+        doc: Dict[str, Any] = {"ok": not failed, "checks": [asdict(r) for r in results]}
+        print(json.dumps(doc, indent=2))
+    else:
+        for r in results:
+            print("%-4s %-18s %s" % (r.status, r.id, r.summary))
+            if r.fix and r.status in ("fail", "warn"):
+                print("     fix: %s" % r.fix)
+        print(
+            "post-install checks: %s"
+            % ("all passed" if not failed else "%d failed" % len(failed))
+        )
+    return 1 if failed else 0
+
+
