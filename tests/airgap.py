@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import glob
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -13,12 +11,9 @@ from conftest import clean_environ
 
 
 def find_python(version: str) -> str | None:
-    found = shutil.which(f"python{version}")
-    if found:
-        return found
-    for candidate in sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{version}.*/bin/python{version}"))):
-        return candidate
-    return None
+    from verl_bundle.rehearse import find_python as find
+
+    return find(version)
 
 
 def python310() -> str:

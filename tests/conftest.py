@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
+import tarfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +17,21 @@ from pkgindex import Server  # noqa: E402
 from stack import UPLOADED, StackDirs, build_stack  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+NAME = "verl-bundle-cu118-cp310-manylinux_2_17_x86_64"
+
+
+def clean_environ(scratch: Path) -> dict[str, str]:
+    """os.environ without this machine's pip/uv settings or proxies, for subprocesses."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PIP_", "UV_"))
+        and k.lower() not in ("https_proxy", "http_proxy", "all_proxy")
+    }
+    env["PIP_CONFIG_FILE"] = os.devnull
+    env.setdefault("UV_CACHE_DIR", str(scratch / "uv-cache"))
+    env["XDG_CACHE_HOME"] = str(scratch / "xdg-cache")
+    return env
 
 
 @pytest.fixture(autouse=True)
@@ -90,3 +108,45 @@ def stack(stack_servers: Stack) -> Iterator[Stack]:
 @pytest.fixture
 def cache_dir(tmp_path: Path) -> Path:
     return tmp_path / "cache"
+
+
+def build_bundle(stack: Stack, out: Path, cache: Path, *extra: str) -> dict[str, object]:
+    """`python -m verl_bundle build` as a real subprocess; returns its JSON result."""
+    args = [
+        "build",
+        "--python",
+        "3.10",
+        *stack.mirrors(),
+        "-o",
+        str(out),
+        "--cache-dir",
+        str(cache),
+    ]
+    if "--profile" not in extra:
+        args += ["--cuda", "11.8"]
+    env = clean_environ(out.parent)
+    proc = subprocess.run(
+        [sys.executable, "-m", "verl_bundle", *args, *extra, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    doc: dict[str, object] = json.loads(proc.stdout)
+    return doc
+
+
+@pytest.fixture(scope="session")
+def built_bundle(
+    stack_servers: Stack, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, Path, dict[str, object]]:
+    """One cu118 bundle built from the local indexes: (tarball, extracted dir, build JSON).
+    Read-only for the tests that use it; copy it before changing anything."""
+    stack_servers.reset()
+    tmp = tmp_path_factory.mktemp("built")
+    doc = build_bundle(stack_servers, tmp / "out", tmp / "cache")
+    tarball = Path(str(doc["bundle"]))
+    with tarfile.open(tarball) as tf:
+        tf.extractall(tmp / "x", filter="data")
+    return tarball, tmp / "x" / NAME, doc

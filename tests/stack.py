@@ -4,8 +4,12 @@ the GitHub release hosts of flash-attn and vllm."""
 
 from __future__ import annotations
 
+import base64
 import ensurepip
+import hashlib
 import shutil
+import subprocess
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,6 +57,42 @@ def bundled_wheel(prefix: str) -> Path:
     if not found:
         raise RuntimeError(f"no bundled {prefix} wheel in ensurepip")
     return found[-1]
+
+
+def build_uv_wheel(directory: Path) -> Path:
+    """A wheel of the real uv binary this host runs, shaped like uv's own wheels (the binary in
+    uv-X.data/scripts/), so that bundles can bring uv to the server."""
+    from uv import find_uv_bin
+
+    binary = Path(find_uv_bin())
+    version = subprocess.run(
+        [str(binary), "--version"], capture_output=True, text=True, check=True
+    ).stdout.split()[1]
+    tag = "py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64"
+    path = directory / f"uv-{version}-{tag}.whl"
+    info = f"uv-{version}.dist-info"
+    files = {
+        "uv/__init__.py": b"",
+        f"uv-{version}.data/scripts/uv": binary.read_bytes(),
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: uv\nVersion: {version}\n".encode(),
+        f"{info}/WHEEL": (
+            "Wheel-Version: 1.0\nGenerator: verl-bundle-tests\nRoot-Is-Purelib: false\n"
+            "Tag: py3-none-manylinux_2_17_x86_64\nTag: py3-none-manylinux2014_x86_64\n"
+        ).encode(),
+    }
+    record = []
+    for arc, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{arc},sha256={digest},{len(data)}")
+    record.append(f"{info}/RECORD,,")
+    files[f"{info}/RECORD"] = ("\n".join(record) + "\n").encode()
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
+        for arc, data in files.items():
+            zi = zipfile.ZipInfo(arc, date_time=(2024, 1, 1, 0, 0, 0))
+            zi.external_attr = (0o755 if "scripts" in arc else 0o644) << 16
+            zi.compress_type = zipfile.ZIP_DEFLATED
+            zf.writestr(zi, data)
+    return path
 
 
 def build_stack(root: Path) -> StackDirs:
@@ -138,6 +178,7 @@ def build_stack(root: Path) -> StackDirs:
     )
     for prefix in ("pip", "setuptools"):
         shutil.copy(bundled_wheel(prefix), pypi)
+    build_uv_wheel(pypi)
 
     # The release hosts: the prebuilt flash-attn wheel and vllm's +cu118 wheel.
     build_wheel(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from test_resolve import derived_profile
 from verl_bundle.airgap.verify import unsafe_member
 from verl_bundle.lock import read_lock
 
-NAME = "verl-bundle-cu118-cp310-manylinux_2_17_x86_64"
+from conftest import NAME
 
 
 def build(
@@ -31,25 +30,11 @@ def build(
     return result
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def built(
-    stack_servers: Stack, tmp_path_factory: pytest.TempPathFactory
+    built_bundle: tuple[Path, Path, dict[str, object]],
 ) -> tuple[Path, Path, dict[str, object]]:
-    """One bundle for the read-only checks below, built by a real `python -m verl_bundle`
-    subprocess: (tarball, extracted dir, build JSON)."""
-    stack_servers.reset()
-    tmp = tmp_path_factory.mktemp("built")
-    args = ["build", "--cuda", "11.8", "--python", "3.10", *stack_servers.mirrors()]
-    args += ["-o", str(tmp / "out"), "--cache-dir", str(tmp / "cache"), "--json"]
-    proc = subprocess.run(
-        [sys.executable, "-m", "verl_bundle", *args], capture_output=True, text=True, timeout=300
-    )
-    assert proc.returncode == 0, proc.stderr
-    doc = json.loads(proc.stdout)
-    tarball = Path(doc["bundle"])
-    with tarfile.open(tarball) as tf:
-        tf.extractall(tmp / "x", filter="data")
-    return tarball, tmp / "x" / NAME, doc
+    return built_bundle
 
 
 def test_build_writes_the_named_tarball_and_its_sha256(

@@ -103,7 +103,7 @@ def test_python_outside_the_profile_range_is_refused(capsys: pytest.CaptureFixtu
 
 def test_unknown_cuda_and_profile_names(capsys: pytest.CaptureFixture[str]) -> None:
     result = run(["build", "--cuda", "9.0"], capsys)
-    assert result.code == 2 and "no built-in profile for that CUDA version" in result.err
+    assert result.code == 2 and "no built-in profile runs on CUDA 9.0" in result.err
     result = run(["build", "--profile", "nope"], capsys)
     assert result.code == 2 and "built-in: cu118" in result.err
     result = run(["build"], capsys)

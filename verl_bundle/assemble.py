@@ -172,6 +172,19 @@ def plan(profile: Profile, lock: Lock, wheelhouse: Wheelhouse) -> tuple[str, lis
                 "source_builds": builds,
             }
         )
+    # For install.sh: each phase's build environment and MAX_JOBS policy as shell words.
+    shell_phases = [
+        {
+            **doc,
+            "env_words": " ".join(
+                shlex.quote(f"{k}={v}") for b in doc["source_builds"] for k, v in b["env"].items()
+            ),
+            "jobs_words": " ".join(
+                f"{b['max_jobs']['gib_per_job']} {b['max_jobs']['limit'] or 0}" for b in doc["source_builds"]
+            ),
+        }
+        for doc in phase_docs
+    ]
     bootstrap = [f"{layout.BOOTSTRAP}/{a.filename}" for a in by_name.values() if a.package.phase == BOOTSTRAP_PHASE]
     generated.append(_entry(layout.LOCK, dumps(lock).encode()))
     generated += _airgap_entries()
@@ -242,7 +255,7 @@ def plan(profile: Profile, lock: Lock, wheelhouse: Wheelhouse) -> tuple[str, lis
         "cuda": lock.cuda,
         "bootstrap_pip": next((b for b in bootstrap if b.split("/")[-1].startswith("pip-")), ""),
         "bootstrap_uv": next((b for b in bootstrap if b.split("/")[-1].startswith("uv-")), ""),
-        "phases": phase_docs,
+        "phases": shell_phases,
     }
     generated.insert(0, _entry(layout.INSTALL, render_install(context).encode()))
     generated.append(_entry("doctor", _doctor_script().encode()))
@@ -398,6 +411,7 @@ def _compressed(raw: IO[bytes], compress: Compression) -> Iterator[IO[bytes]]:
             finally:
                 proc.stdin.close()
                 copier.join()
+                out.close()
                 if proc.wait() != 0:
                     raise AssembleError("zstd failed while compressing the bundle")
 

@@ -14,7 +14,7 @@ from verl_bundle.airgap.verify import verify
 from verl_bundle.credentials import Redactor
 from verl_bundle.errors import EXIT_FAILED, BundleError, UsageError
 from verl_bundle.fetch import default_cache_dir
-from verl_bundle.pipeline import Request, build, make_lock
+from verl_bundle.pipeline import Request, build, check_lock, make_lock
 from verl_bundle.profile import builtin_profiles, find_profile, parse_mirror, select_profile
 from verl_bundle.progress import reporter
 
@@ -144,12 +144,32 @@ def lock(
     ] = None,
     cache_dir: CacheDir = None,
     jobs: Jobs = 8,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check",
+            help="Do not write: resolve again and say whether the lock (-o FILE, or the "
+            "profile's committed one) still matches. Exit 1 with the differences.",
+        ),
+    ] = False,
     json_out: Json = False,
 ) -> None:
-    """Resolve a profile for the server's Python and platform and write the lock (pylock.toml):
-    every package with its version and the one file chosen, with location, URL, sha256 and size.
-    Nothing else is downloaded, except direct artifacts whose hash the profile does not give."""
+    """Resolve a profile for the server's Python and platform and write the lock.
+
+    The lock (a pylock.toml) holds every package with its version and the one file chosen,
+    with location, URL, sha256 and size. Nothing else is downloaded, except direct artifacts
+    whose hash the profile does not give."""
     req = _request(cuda, profile, python, platform, mirror, cache_dir, jobs)
+    if check:
+        with reporter(quiet=json_out) as rep:
+            checked = check_lock(req, output, rep)
+        if json_out:
+            _emit(render.dumps(render.lock_check_json(checked)))
+        else:
+            _emit(render.lock_check_text(checked))
+        if not checked.current:
+            raise typer.Exit(EXIT_FAILED)
+        return
     with reporter(quiet=json_out) as rep:
         result = make_lock(req, output, rep)
     if json_out:
@@ -204,6 +224,100 @@ def verify_cmd(
     report = verify(str(path))
     _emit(render.dumps(render.verify_json(report)) if json_out else render.verify_text(report))
     if not report.ok:
+        raise typer.Exit(EXIT_FAILED)
+
+
+@app.command("rehearse")
+def rehearse_cmd(
+    tarball: Annotated[Path, typer.Argument(help="The bundle tarball made by `build`.")],
+    python: Annotated[
+        str | None,
+        typer.Option(help="The interpreter to install with (default: pythonX.Y for the bundle)."),
+    ] = None,
+    json_out: Json = False,
+) -> None:
+    """Prove here, before the bundle travels, that it installs with the network cut.
+
+    The bundle is extracted into a temporary directory and its install.sh runs under
+    `unshare -n` into a throwaway venv; each phase is reported with its time. A source build
+    this host cannot do (its nvcc is not the bundle's CUDA) is reported as not rehearsed."""
+    from verl_bundle.rehearse import rehearse
+
+    with reporter(quiet=json_out) as rep:
+        result = rehearse(tarball, python, rep)
+    if json_out:
+        _emit(render.dumps(render.rehearsal_json(result)))
+    else:
+        _emit(render.rehearsal_text(result))
+    if not result.ok:
+        raise typer.Exit(EXIT_FAILED)
+
+
+@app.command("doctor")
+def doctor_cmd(
+    bundle: Annotated[
+        Path | None,
+        typer.Option(help="Check against this extracted bundle's needs (its manifest.json)."),
+    ] = None,
+    cuda: Cuda = None,
+    profile: ProfileOpt = None,
+    python: Annotated[
+        str | None,
+        typer.Option(help="The interpreter the venv will be made from (default: this python3)."),
+    ] = None,
+    prefix: Annotated[
+        Path | None, typer.Option(help="Where the venv will go (for the disk-space check).")
+    ] = None,
+    require_gpu: Annotated[
+        bool,
+        typer.Option("--require-gpu", help="Make the driver and GPU checks failures, not warnings."),
+    ] = False,
+    json_out: Json = False,
+) -> None:
+    """Check this machine before installing: OS and glibc, Python and its headers, gcc/g++ that
+    nvcc accepts, ninja, nvcc and CUDA_HOME, CUDA libraries, the driver, GPU placement
+    (CUDA_VISIBLE_DEVICES, busy GPUs, RANK/LOCAL_RANK...), disk and memory. Each problem comes
+    with its fix. Exit 0 with no failure, 1 with any."""
+    from verl_bundle.airgap import doctor
+    from verl_bundle.needs import needs_for
+
+    try:
+        report = doctor.run_doctor(
+            needs_for(bundle, cuda, profile),
+            python=python,
+            prefix=str(prefix) if prefix else None,
+            require_gpu=require_gpu,
+        )
+    except ValueError as exc:  # a manifest that does not say what the doctor needs
+        raise UsageError(f"--bundle {bundle}: {exc}") from None
+    if json_out:
+        _emit(render.dumps(doctor.render_json(report)))
+    else:
+        _emit(doctor.render_text(report))
+    if not report.ok:
+        raise typer.Exit(EXIT_FAILED)
+
+
+@app.command("explain")
+def explain_cmd(
+    logfile: Annotated[Path, typer.Argument(help="An install or build log (`-` for stdin).")],
+    json_out: Json = False,
+) -> None:
+    """Match a failed install's output to known causes (missing Python.h, gcc that nvcc rejects,
+    CUDA mismatch, flash-attn reaching for GitHub, invalid device ordinal, NCCL timeouts, a
+    compiler killed for memory, ...) and say how to fix each. Exit 0 when a cause is known,
+    1 when not (the log's tail is shown)."""
+    from verl_bundle.airgap import explain
+
+    if str(logfile) != "-" and not logfile.is_file():
+        raise UsageError(f"{logfile}: no such file")
+    text = sys.stdin.read() if str(logfile) == "-" else explain.read_log(str(logfile))
+    findings = explain.explain_text(text)
+    if json_out:
+        _emit(render.dumps(explain.render_json(findings, text)))
+    else:
+        _emit(explain.render_text(findings, text))
+    if not findings:
         raise typer.Exit(EXIT_FAILED)
 
 

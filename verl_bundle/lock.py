@@ -208,3 +208,30 @@ def group_by_phase(lock: Lock, phase_order: Iterable[str]) -> list[tuple[str, li
         if members:
             groups.append((phase, members))
     return groups
+
+
+def diff_locks(old: Lock, new: Lock) -> list[str]:
+    """What changed from `old` to `new`, one line per package (empty when they agree)."""
+    lines = []
+    before = {p.name: p for p in old.packages}
+    after = {p.name: p for p in new.packages}
+    for name in sorted(set(before) | set(after)):
+        a, b = before.get(name), after.get(name)
+        if a is None and b is not None:
+            lines.append(f"+ {name} {b.version} ({b.file.filename}) is new")
+        elif b is None and a is not None:
+            lines.append(f"- {name} {a.version} is no longer in the stack")
+        elif a is not None and b is not None:
+            if a.version != b.version:
+                lines.append(f"~ {name} {a.version} -> {b.version}")
+            elif a.file.filename != b.file.filename:
+                lines.append(f"~ {name} {a.version}: file {a.file.filename} -> {b.file.filename}")
+            elif a.file.sha256 != b.file.sha256:
+                lines.append(f"! {name} {a.version}: {a.file.filename} has a new sha256 upstream")
+            elif (a.kind, a.phase, a.location) != (b.kind, b.phase, b.location):
+                lines.append(
+                    f"~ {name}: {a.kind}/{a.phase}/{a.location} -> {b.kind}/{b.phase}/{b.location}"
+                )
+    if old.target != new.target:
+        lines.insert(0, f"~ target {old.target.describe()} -> {new.target.describe()}")
+    return lines

@@ -13,7 +13,7 @@ from pathlib import Path
 from verl_bundle.assemble import Bundle, Compression, assemble, bundle_name
 from verl_bundle.errors import LockError
 from verl_bundle.fetch import Cache, Fetcher
-from verl_bundle.lock import Lock, read_lock, write_lock
+from verl_bundle.lock import Lock, diff_locks, read_lock, write_lock
 from verl_bundle.net import Http
 from verl_bundle.profile import Profile
 from verl_bundle.progress import Reporter
@@ -60,6 +60,29 @@ def make_lock(req: Request, output: Path | None, reporter: Reporter) -> LockResu
     path = output or Path(f"pylock.{bundle_name(lock)}.toml")
     write_lock(lock, path)
     return LockResult(lock, path, req.profile.notes)
+
+
+@dataclass(frozen=True)
+class LockCheck:
+    path: Path
+    differences: tuple[str, ...]
+    profile_changed: bool
+
+    @property
+    def current(self) -> bool:
+        return not self.differences
+
+
+def check_lock(req: Request, path: Path | None, reporter: Reporter) -> LockCheck:
+    """Resolve the profile again and compare with a lock (the profile's committed one by default)."""
+    path = path or req.profile.lock
+    if path is None:
+        raise LockError(
+            f"profile {req.profile.name} has no committed lock; give the lock to check with -o FILE"
+        )
+    old = read_lock(path)
+    fresh = lock_profile(req.profile, old.target, _fetcher(req, reporter), reporter)
+    return LockCheck(path, tuple(diff_locks(old, fresh)), old.profile_sha256 != req.profile.sha256)
 
 
 def load_matching_lock(req: Request, path: Path, python_given: bool) -> tuple[Lock, list[str]]:

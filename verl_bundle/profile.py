@@ -616,20 +616,33 @@ def find_profile(spec: str) -> Profile:
 
 
 def profile_for_cuda(cuda: str) -> Profile:
-    """The built-in profile for `--cuda X.Y`: the one named cuXY when several match."""
-    if not re.fullmatch(r"\d+\.\d+", cuda.strip()):
+    """The built-in profile for `--cuda X.Y`.
+
+    An exact CUDA match wins (the one named cuXY when several match). Otherwise the profile
+    with the same major and the highest minor not above X.Y: CUDA's minor-version
+    compatibility lets an X.Y driver run any X.(<=Y) build, so --cuda 12.2 picks cu121."""
+    m = re.fullmatch(r"(\d+)\.(\d+)", cuda.strip())
+    if not m:
         raise UsageError(f"--cuda {cuda!r}: write the CUDA version as X.Y, e.g. 11.8")
-    matches = [p for p in builtin_profiles() if p.cuda == cuda.strip()]
-    if not matches:
-        known = ", ".join(sorted({p.cuda for p in builtin_profiles()}))
-        raise UsageError(f"--cuda {cuda}: no built-in profile for that CUDA version (known: {known})")
-    if len(matches) == 1:
-        return matches[0]
-    preferred = "cu" + cuda.replace(".", "")
-    for p in matches:
-        if p.name == preferred:
-            return p
-    return sorted(matches, key=lambda p: p.name)[0]
+    want = (int(m.group(1)), int(m.group(2)))
+    profiles = builtin_profiles()
+
+    def version(p: Profile) -> tuple[int, int]:
+        major, minor = p.cuda.split(".")[:2]
+        return int(major), int(minor)
+
+    exact = [p for p in profiles if version(p) == want]
+    if exact:
+        preferred = f"cu{want[0]}{want[1]}"
+        return next((p for p in exact if p.name == preferred), sorted(exact, key=lambda p: p.name)[0])
+    fits = [p for p in profiles if version(p)[0] == want[0] and version(p)[1] < want[1]]
+    if fits:
+        return max(fits, key=lambda p: (version(p), p.name == f"cu{version(p)[0]}{version(p)[1]}"))
+    known = ", ".join(f"{p.cuda} ({p.name})" for p in sorted(profiles, key=version))
+    raise UsageError(
+        f"--cuda {cuda}: no built-in profile runs on CUDA {cuda} (known: {known}); "
+        "pass --profile with your own file"
+    )
 
 
 def select_profile(cuda: str | None, profile: str | None) -> Profile:

@@ -7,8 +7,9 @@ from typing import Any
 
 from verl_bundle.airgap.verify import Report
 from verl_bundle.lock import Lock
-from verl_bundle.pipeline import BuildResult, LockResult
+from verl_bundle.pipeline import BuildResult, LockCheck, LockResult
 from verl_bundle.profile import Profile
+from verl_bundle.rehearse import Rehearsal
 
 
 def human_size(n: int) -> str:
@@ -129,6 +130,7 @@ def profile_summary(p: Profile) -> dict[str, Any]:
         "platform": p.platform,
         "description": p.description,
         "path": str(p.path),
+        "sources": profile_sources(p),
     }
 
 
@@ -139,5 +141,96 @@ def profiles_text(profiles: list[Profile]) -> str:
     return "\n".join(lines)
 
 
+def profile_sources(p: Profile) -> dict[str, Any]:
+    """Where a profile's files come from, and whether it needs more than the default index."""
+    used: dict[str, list[str]] = {}
+    for pkg, loc in sorted(p.bindings.items()):
+        used.setdefault(loc, []).append(pkg)
+    for art in p.artifacts:
+        suffix = " (else its sdist)" if art.fallback == "resolved" else " (required)"
+        used.setdefault(art.location, []).append(art.package + suffix)
+    indexes = [n for n in used if p.location(n).kind == "index" and n != "pypi"]
+    assets = [n for n in used if p.location(n).kind == "files"]
+    return {
+        "locations": {
+            name: {"url": p.location(name).url, "packages": pkgs} for name, pkgs in sorted(used.items())
+        },
+        "needs_extra_index": bool(indexes),
+        "needs_release_assets": any(a.fallback == "error" for a in p.artifacts),
+        "uses_release_assets": bool(assets),
+        "lock": str(p.lock) if p.lock else None,
+    }
+
+
 def profile_show(p: Profile) -> str:
-    return p.path.read_text(encoding="utf-8").rstrip("\n")
+    src = profile_sources(p)
+    lines = [
+        f"{p.name}: {p.description}",
+        f"  CUDA {p.cuda}; Python {p.python} by default"
+        + (f" (supports {p.python_versions})" if p.python_versions else "")
+        + f"; platform {p.platform}",
+        "  files come from the default index (pypi, or its --mirror)"
+        + (", and:" if src["locations"] else " only"),
+    ]
+    for name, info in src["locations"].items():
+        lines.append(f"    {name:<20} {info['url'] or 'the default index'}  ({', '.join(info['packages'])})")
+    if src["needs_extra_index"]:
+        lines.append("  needs the PyTorch index (or a --mirror of it): its CUDA builds come only from there")
+    if src["needs_release_assets"]:
+        lines.append("  needs release assets (or a --mirror of the release host): a required file is only there")
+    elif src["uses_release_assets"]:
+        lines.append("  uses release assets when reachable; without them it falls back as noted")
+    lines.append(f"  committed lock: {src['lock'] or 'none (builds resolve)'}")
+    lines.append(f"  file: {p.path}")
+    lines.append("")
+    lines.append(p.path.read_text(encoding="utf-8").rstrip("\n"))
+    return "\n".join(lines)
+
+
+def lock_check_json(check: LockCheck) -> dict[str, Any]:
+    return {
+        "lock": str(check.path),
+        "current": check.current,
+        "profile_changed": check.profile_changed,
+        "differences": list(check.differences),
+    }
+
+
+def lock_check_text(check: LockCheck) -> str:
+    if check.current:
+        extra = " (the profile file changed, but resolves the same)" if check.profile_changed else ""
+        return f"{check.path}: current; the profile resolves to exactly this lock today{extra}"
+    lines = [f"{check.path}: out of date; resolving the profile today gives:"]
+    lines += [f"  {d}" for d in check.differences]
+    lines.append("run `verl-bundle lock` with the same options to update it")
+    return "\n".join(lines)
+
+
+def rehearsal_json(r: Rehearsal) -> dict[str, Any]:
+    return {
+        "ok": r.ok,
+        "bundle": str(r.bundle),
+        "python": r.python,
+        "network": r.network,
+        "steps": [
+            {"name": s.name, "status": s.status, "seconds": round(s.seconds, 2), "detail": s.detail}
+            for s in r.steps
+        ],
+        "log_tail": list(r.log_tail),
+    }
+
+
+def rehearsal_text(r: Rehearsal) -> str:
+    lines = [f"rehearsal of {r.bundle.name} with {r.python or '?'}, network cut ({r.network})"]
+    width = max((len(s.name) for s in r.steps), default=10)
+    for s in r.steps:
+        timing = f"{s.seconds:7.1f} s" if s.status in ("pass", "fail") else " " * 9
+        lines.append(f"  {s.status:<13} {s.name:<{width}} {timing}  {s.detail}".rstrip())
+    not_done = sum(1 for s in r.steps if s.status == "not rehearsed")
+    if r.ok:
+        extra = f" ({not_done} phase(s) not rehearsed: see above)" if not_done else ""
+        lines.append(f"rehearsal passed{extra}")
+    else:
+        lines.append("rehearsal FAILED; the last lines of install.sh:")
+        lines += [f"    {t}" for t in r.log_tail]
+    return "\n".join(lines)

@@ -1,0 +1,413 @@
+"""install.sh on the air-gapped side: extracted elsewhere (a path with spaces), run with the
+network cut (`unshare -n`), into a fresh venv of a Python other than the host's default."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from airgap import extract, find_python, netns_prefix, python310, run_install
+from conftest import NAME, Stack, build_bundle, clean_environ
+
+pytestmark = pytest.mark.slow
+
+FLASH_WHEEL = "flash_attn-2.5.8+cu118torch2.1cxx11abiFALSE-cp310-cp310-linux_x86_64.whl"
+
+
+@pytest.fixture
+def bundle(built_bundle: tuple[Path, Path, dict[str, object]], tmp_path: Path) -> Path:
+    """A fresh extraction of the cu118 test bundle under a directory with a space in its name."""
+    return extract(built_bundle[0], tmp_path / "from the usb stick")
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    h = tmp_path / "home"
+    h.mkdir()
+    return h
+
+
+def venv_python(prefix: Path, code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*netns_prefix(), str(prefix / "bin" / "python"), "-c", code],
+        capture_output=True,
+        text=True,
+        env=clean_environ(prefix.parent),
+        timeout=120,
+    )
+
+
+def output(proc: subprocess.CompletedProcess[str]) -> str:
+    return proc.stdout + proc.stderr
+
+
+def test_airgapped_install_into_a_fresh_python310_venv(
+    bundle: Path, home: Path, tmp_path: Path
+) -> None:
+    prefix = tmp_path / "my venv"
+    proc = run_install(bundle, home, "--prefix", str(prefix), "--python", python310(), "--yes")
+    assert proc.returncode == 0, output(proc)
+    out = proc.stdout
+    assert "[1/7] checking every file against SHA256SUMS" in out
+    assert "[3/7] doctor" in out
+    for phase in ("torch", "wheels", "flash-attn", "verl"):
+        assert f"phase {phase}" in out
+    assert (
+        out.index("phase torch")
+        < out.index("phase wheels")
+        < out.index("phase flash-attn")
+        < out.index("phase verl")
+    )
+    assert "post-install checks: all passed" in out
+    assert "source " in out and "my\\ venv/bin/activate" in out
+    check = venv_python(
+        prefix,
+        "import sys, torch, triton, flash_attn, vllm, verl, transformers; "
+        "print(sys.version_info[:2], torch.__version__, torch.version.cuda, vllm.__version__)",
+    )
+    assert check.returncode == 0, output(check)
+    assert check.stdout.strip() == "(3, 10) 2.1.2+cu118 11.8 0.3.1+cu118"
+    pip = venv_python(prefix, "import pip; print(pip.__version__)")
+    assert pip.stdout.strip() == next(bundle.glob("bootstrap/pip-*.whl")).name.split("-")[1]
+    assert "phase torch (uv)" in out  # the bundled uv runs here, so wheel phases use it
+    log = (prefix / ".verl-bundle" / "install.log").read_text()
+    assert "phase verl" in log and "post-install checks: all passed" in log
+
+
+def test_a_flipped_byte_is_refused_before_anything_is_installed(
+    bundle: Path, home: Path, tmp_path: Path
+) -> None:
+    wheel = next(bundle.glob("wheels/transformers-*.whl"))
+    data = bytearray(wheel.read_bytes())
+    data[100] ^= 0x01
+    wheel.write_bytes(bytes(data))
+    prefix = tmp_path / "venv"
+    proc = run_install(bundle, home, "--prefix", str(prefix), "--python", python310(), "--yes")
+    assert proc.returncode == 3, output(proc)
+    assert f"wheels/{wheel.name}" in proc.stderr
+    assert "nothing was installed" in proc.stderr
+    assert not prefix.exists()
+
+
+def test_dry_run_prints_the_plan_and_changes_nothing(
+    bundle: Path, home: Path, tmp_path: Path
+) -> None:
+    prefix = tmp_path / "venv"
+    before = sorted(p.relative_to(bundle) for p in bundle.rglob("*"))
+    proc = run_install(bundle, home, "--prefix", str(prefix), "--dry-run")
+    assert proc.returncode == 0, output(proc)
+    assert "dry run: nothing is changed" in proc.stdout
+    assert "torch==2.1.2+cu118" in proc.stdout and "verl==0.2.0.post2" in proc.stdout
+    assert "pip install --no-index --no-deps --require-hashes" in proc.stdout
+    assert not prefix.exists()
+    assert sorted(p.relative_to(bundle) for p in bundle.rglob("*")) == before
+
+
+def test_help_documents_options_and_exit_codes(bundle: Path, home: Path) -> None:
+    proc = run_install(bundle, home, "--help", offline=False)
+    assert proc.returncode == 0
+    for word in (
+        "--prefix",
+        "--python",
+        "--into-env",
+        "--dry-run",
+        "--skip-doctor",
+        "--yes",
+        "--log",
+        "Exit codes",
+        "130",
+    ):
+        assert word in proc.stdout
+    bad = run_install(bundle, home, "--frobnicate", offline=False)
+    assert bad.returncode == 2 and "unknown option" in bad.stderr
+
+
+def test_wrong_python_gets_a_sentence_not_a_traceback(
+    bundle: Path, home: Path, tmp_path: Path
+) -> None:
+    for version in ("3.11", "2.7"):
+        py = find_python(version)
+        if py is None:
+            continue
+        proc = run_install(bundle, home, "--prefix", str(tmp_path / "v"), "--python", py, "--yes")
+        assert proc.returncode == 4, output(proc)
+        assert (
+            f"is Python {version}, but this bundle's wheels are built for Python 3.10"
+            in proc.stderr
+        )
+        assert "SyntaxError" not in output(proc) and "Traceback" not in output(proc)
+        assert not (tmp_path / "v").exists()
+
+
+def test_site_pip_configuration_cannot_redirect_the_install(
+    bundle: Path, home: Path, tmp_path: Path
+) -> None:
+    conf = home / ".config" / "pip" / "pip.conf"
+    conf.parent.mkdir(parents=True)
+    conf.write_text(
+        "[global]\nindex-url = http://127.0.0.1:9/simple\ntimeout = 600\nretries = 50\n"
+    )
+    hostile = {
+        "PIP_INDEX_URL": "http://127.0.0.1:9/simple",
+        "PIP_EXTRA_INDEX_URL": "http://127.0.0.1:9/extra",
+        "PIP_FIND_LINKS": "/nonexistent",
+        "PIP_CONFIG_FILE": str(conf),
+        "UV_INDEX_URL": "http://127.0.0.1:9/simple",
+    }
+    prefix = tmp_path / "venv"
+    started = time.monotonic()
+    proc = run_install(
+        bundle, home, "--prefix", str(prefix), "--python", python310(), "--yes", env=hostile
+    )
+    assert proc.returncode == 0, output(proc)
+    assert "127.0.0.1:9" not in output(proc)
+    assert time.monotonic() - started < 300  # no 600 s timeout was honoured
+    assert "post-install checks: all passed" in proc.stdout
+
+
+def test_install_into_an_existing_environment_keeps_its_pip(
+    bundle: Path, home: Path, tmp_path: Path
+) -> None:
+    env_dir = tmp_path / "conda like env"
+    subprocess.run([python310(), "-m", "venv", str(env_dir)], check=True, capture_output=True)
+    pip_before = venv_python(env_dir, "import pip; print(pip.__version__)").stdout
+    proc = run_install(bundle, home, "--into-env", str(env_dir), "--yes")
+    assert proc.returncode == 0, output(proc)
+    assert (
+        venv_python(env_dir, "import torch, verl; print(torch.__version__)").stdout.strip()
+        == "2.1.2+cu118"
+    )
+    assert venv_python(env_dir, "import pip; print(pip.__version__)").stdout == pip_before
+    both = run_install(bundle, home, "--into-env", str(env_dir), "--prefix", str(tmp_path / "x"))
+    assert both.returncode == 2
+
+
+def _kill_when(proc: subprocess.Popen[str], ready: object, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if callable(ready) and ready():
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return
+        if proc.poll() is not None:
+            return
+        time.sleep(0.001)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def test_install_killed_inside_a_phase_completes_when_run_again(
+    bundle: Path, home: Path, tmp_path: Path
+) -> None:
+    py = python310()
+    for _attempt in range(5):
+        prefix = tmp_path / f"venv{_attempt}"
+        state = prefix / ".verl-bundle"
+        site = prefix / "lib" / "python3.10" / "site-packages"
+        env = clean_environ(home)
+        env["HOME"] = str(home)
+        proc = subprocess.Popen(
+            [
+                *netns_prefix(),
+                str(bundle / "install.sh"),
+                "--prefix",
+                str(prefix),
+                "--python",
+                py,
+                "--yes",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=env,
+            start_new_session=True,
+        )
+
+        def mid_phase() -> bool:
+            # Some of the phase's packages are in, the phase is not finished.
+            return (state / "started-wheels").exists() and any(site.glob("xformers-*.dist-info"))
+
+        _kill_when(proc, mid_phase)
+        if (state / "started-wheels").exists() and not (state / "done-wheels").exists():
+            break
+    else:
+        pytest.fail("could not stop install.sh inside the wheels phase in 5 tries")
+    assert (state / "done-torch").exists()
+    again = run_install(bundle, home, "--prefix", str(prefix), "--python", py, "--yes")
+    assert again.returncode == 0, output(again)
+    assert "phase torch: already installed" in again.stdout
+    assert "phase wheels was interrupted before" in again.stdout
+    # The same end state as an uninterrupted install: every distribution at its bundled
+    # version, every installed file as its wheel recorded it.
+    assert "ok   versions" in again.stdout and "ok   files" in again.stdout
+    assert "post-install checks: all passed" in again.stdout
+
+
+def test_ctrl_c_stops_with_a_resume_hint(bundle: Path, home: Path, tmp_path: Path) -> None:
+    prefix = tmp_path / "venv"
+    env = clean_environ(home)
+    env["HOME"] = str(home)
+    proc = subprocess.Popen(
+        [str(bundle / "install.sh"), "--prefix", str(prefix), "--python", python310(), "--yes"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 120
+    while not (prefix / ".verl-bundle" / "started-torch").exists() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    if proc.returncode == 0:
+        pytest.skip("the install finished before the interrupt arrived")
+    assert proc.returncode == 130, out + err
+    assert "Run ./install.sh again" in out + err
+
+
+@pytest.fixture(scope="module")
+def source_build_bundle(stack_servers: Stack, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The cu118 bundle when the prebuilt flash-attn wheel cannot be had: flash-attn ships as
+    its sdist and is built on the server."""
+    stack_servers.reset()
+    stack_servers.files.faults.missing.add(FLASH_WHEEL)
+    try:
+        tmp = tmp_path_factory.mktemp("srcbuild")
+        doc = build_bundle(stack_servers, tmp / "out", tmp / "cache")
+    finally:
+        stack_servers.reset()
+    return Path(str(doc["bundle"]))
+
+
+def test_source_build_phase_builds_after_torch_with_no_network(
+    source_build_bundle: Path, home: Path, tmp_path: Path
+) -> None:
+    bundle = extract(source_build_bundle, tmp_path / "b")
+    assert (bundle / "sources" / "flash_attn-2.5.8.tar.gz").is_file()
+    prefix = tmp_path / "venv"
+    # This host's nvcc is not CUDA 11.8, so the doctor would stop a real source build; the
+    # fake flash-attn builds without nvcc, which is what this test is about.
+    proc = run_install(
+        bundle, home, "--prefix", str(prefix), "--python", python310(), "--yes", "--skip-doctor"
+    )
+    assert proc.returncode == 0, output(proc)
+    assert "phase flash-attn: building on this server (MAX_JOBS=" in proc.stdout
+    assert "FLASH_ATTENTION_FORCE_BUILD=TRUE" in proc.stdout
+    check = venv_python(prefix, "import flash_attn; print(flash_attn.__version__)")
+    assert check.stdout.strip() == "2.5.8"
+
+
+def test_doctor_failure_installs_nothing(
+    source_build_bundle: Path, home: Path, tmp_path: Path
+) -> None:
+    bundle = extract(source_build_bundle, tmp_path / "b")
+    fake = tmp_path / "fakebin"
+    fake.mkdir()
+    nvcc = fake / "nvcc"
+    nvcc.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 12.4, V12.4.131'\n")
+    nvcc.chmod(0o755)
+    prefix = tmp_path / "venv"
+    env = {"PATH": f"{fake}:{os.environ['PATH']}", "CUDA_HOME": str(tmp_path / "nowhere")}
+    proc = run_install(
+        bundle, home, "--prefix", str(prefix), "--python", python310(), "--yes", env=env
+    )
+    assert proc.returncode == 4, output(proc)
+    assert "doctor found problems" in proc.stderr
+    assert "nvcc" in proc.stdout
+    assert not prefix.exists()
+
+
+def test_bundle_runs_from_any_directory(bundle: Path, home: Path, tmp_path: Path) -> None:
+    moved = tmp_path / "elsewhere" / NAME
+    shutil.move(str(bundle), str(moved))
+    proc = run_install(moved, home, "--dry-run")
+    assert proc.returncode == 0 and str(moved) in proc.stdout
+
+
+def test_rehearse_passes_for_a_good_bundle(
+    built_bundle: tuple[Path, Path, dict[str, object]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cli import run
+
+    python310()
+    netns_prefix()
+    result = run(["rehearse", str(built_bundle[0]), "--json"], capsys)
+    assert result.code == 0, result.out + result.err
+    import json
+
+    doc = json.loads(result.out)
+    steps = {s["name"]: s for s in doc["steps"]}
+    for name in ("check tarball", "verify", "venv", "phase torch", "phase wheels", "phase flash-attn", "phase verl", "post-install checks", "done"):
+        assert steps[name]["status"] == "pass", (name, doc)
+        assert isinstance(steps[name]["seconds"], float)
+    assert doc["network"].startswith("unshare -")
+
+
+def test_rehearse_fails_for_a_bundle_that_does_not_install(
+    built_bundle: tuple[Path, Path, dict[str, object]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bundle whose files are intact but whose stack does not import: the rehearsal must
+    catch it before the bundle travels."""
+    import hashlib
+    import json
+    import tarfile
+
+    from cli import run
+
+    python310()
+    root = extract(built_bundle[0], tmp_path / "x")
+    # Replace verl's wheel by one that installs but cannot be imported, and re-sign the bundle
+    # consistently (as a broken upstream release would be): the checksums pass, the import fails.
+    from pkgindex import build_wheel
+
+    old = next(root.glob("wheels/verl-*.whl"))
+    old.unlink()
+    new = build_wheel(root / "wheels", "verl", "0.2.0.post2", modules={"verl": "import does_not_exist\n"})
+    digest = hashlib.sha256(new.read_bytes()).hexdigest()
+    manifest = json.loads((root / "manifest.json").read_text())
+    for entry in manifest["files"]:
+        if entry["name"] == "verl":
+            entry["sha256"], entry["size"] = digest, new.stat().st_size
+    req = root / "requirements" / "04-verl.txt"
+    req.write_text(f"verl==0.2.0.post2 --hash=sha256:{digest}\n")
+    for entry in manifest["generated"]:
+        if entry["path"] == "requirements/04-verl.txt":
+            entry["sha256"] = hashlib.sha256(req.read_bytes()).hexdigest()
+            entry["size"] = req.stat().st_size
+    (root / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    sums = [
+        f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {p.relative_to(root).as_posix()}"
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.name != "SHA256SUMS"
+    ]
+    (root / "SHA256SUMS").write_text("\n".join(sums) + "\n")
+    broken = tmp_path / "broken.tar"
+    with tarfile.open(broken, "w") as tf:
+        tf.add(root, arcname=root.name)
+    result = run(["rehearse", str(broken)], capsys)
+    assert result.code == 1, result.out
+    assert "rehearsal FAILED" in result.out
+    assert "import verl failed" in result.out
+    failed = [line for line in result.out.splitlines() if line.strip().startswith("fail ")]
+    assert failed and "post-install checks" in failed[0]
+
+
+def test_rehearse_refuses_a_damaged_tarball(
+    built_bundle: tuple[Path, Path, dict[str, object]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cli import run
+
+    netns_prefix()
+    data = bytearray(built_bundle[0].read_bytes())
+    data[len(data) // 2] ^= 0x01
+    bad = tmp_path / built_bundle[0].name
+    bad.write_bytes(bytes(data))
+    result = run(["rehearse", str(bad)], capsys)
+    assert result.code == 1
+    assert "fail" in result.out and "check tarball" in result.out

@@ -1,0 +1,208 @@
+"""Rehearsal: prove on the online host that a bundle installs with the network cut.
+
+The tarball is verified and extracted into a temporary directory, its own install.sh runs under
+`unshare -n` into a throwaway venv, and each step is timed. A source build this host cannot do
+(its nvcc is not the bundle's CUDA) is left out and reported as not rehearsed, with the reason.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from verl_bundle.airgap import doctor
+from verl_bundle.airgap.layout import read_manifest
+from verl_bundle.airgap.verify import verify_tar
+from verl_bundle.errors import BundleError, UsageError
+from verl_bundle.progress import Reporter
+
+# install.sh announces each step as "==> [N/7] what"; phases as "==> [5/7] phase NAME...".
+_STEP = re.compile(r"^==> \[(\d)/7\] (.*)$")
+_STEP_NAMES = {
+    "1": "verify",
+    "2": "python",
+    "3": "doctor",
+    "4": "venv",
+    "6": "post-install checks",
+    "7": "done",
+}
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    status: str  # pass, fail, skipped, not rehearsed
+    seconds: float
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Rehearsal:
+    bundle: Path
+    python: str
+    network: str
+    steps: tuple[Step, ...]
+    log_tail: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(s.status in ("pass", "skipped", "not rehearsed") for s in self.steps) and any(
+            s.name == "done" and s.status == "pass" for s in self.steps
+        )
+
+
+def network_cut() -> list[str]:
+    """The command prefix that runs a program with no network, or a clear error."""
+    if shutil.which("unshare") is None:
+        raise BundleError(
+            "rehearse needs `unshare` (util-linux) to cut the network; install util-linux"
+        )
+    reasons = []
+    for prefix in (["unshare", "-n"], ["unshare", "-rn"]):
+        probe = subprocess.run([*prefix, "true"], capture_output=True, text=True, check=False)
+        if probe.returncode == 0:
+            return prefix
+        reasons.append(f"{' '.join(prefix)}: {probe.stderr.strip() or probe.returncode}")
+    raise BundleError(
+        "the kernel refuses a network namespace here ("
+        + "; ".join(reasons)
+        + "); run as root, or allow unprivileged user namespaces "
+        "(sysctl kernel.unprivileged_userns_clone=1), or rehearse on another host"
+    )
+
+
+def find_python(version: str) -> str | None:
+    """An interpreter of this version: pythonX.Y on PATH, else a pyenv install (a pyenv shim
+    on PATH may point at another version, so each candidate is asked)."""
+    candidates = [shutil.which(f"python{version}")]
+    pattern = os.path.expanduser(f"~/.pyenv/versions/{version}.*/bin/python{version}")
+    candidates += sorted(glob.glob(pattern), reverse=True)
+    for candidate in candidates:
+        if candidate and _python_version(candidate) == version:
+            return candidate
+    return None
+
+
+def _python_version(python: str) -> str:
+    proc = subprocess.run(
+        [python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    return proc.stdout.strip() if proc.returncode == 0 else "unknown"
+
+
+def _unbuildable(manifest: dict[str, Any]) -> dict[str, str]:
+    """Phases with a CUDA source build this host's toolchain cannot do -> the reason."""
+    phases = [p for p in manifest.get("phases", []) if p.get("source_builds")]
+    if not phases:
+        return {}
+    report = doctor.run_doctor(manifest)
+    blocking = [c for c in report.checks if c.id in ("nvcc", "gcc", "ninja") and c.status == "fail"]
+    if not blocking:
+        return {}
+    reason = "; ".join(f"{c.id}: {c.summary}" for c in blocking)
+    return {p["name"]: f"this host cannot build it ({reason})" for p in phases}
+
+
+def _follow(
+    stream: Any, steps: list[Step], skipped: dict[str, str], reporter: Reporter
+) -> tuple[list[str], tuple[str, float] | None]:
+    """Read install.sh's output as it comes, turning its step markers into timed steps."""
+    lines: list[str] = []
+    current: tuple[str, float] | None = None
+    for raw in stream:
+        line = raw.rstrip("\n")
+        lines.append(line)
+        m = _STEP.match(line)
+        if not m:
+            continue
+        now = time.monotonic()
+        if current is not None:
+            steps.append(Step(current[0], "pass", now - current[1]))
+            current = None
+        number, what = m.group(1), m.group(2)
+        if number == "5":
+            name = "phase " + what.split()[1].rstrip(":")
+            if name.split(" ", 1)[1] in skipped:
+                steps.append(Step(name, "not rehearsed", 0.0, skipped[name.split(" ", 1)[1]]))
+                continue
+        else:
+            name = _STEP_NAMES.get(number, what)
+        if "skipped" in what:
+            steps.append(Step(name, "skipped", 0.0, what))
+            continue
+        current = (name, now)
+        reporter.status(f"  {name} ...")
+    return lines, current
+
+
+def rehearse(tarball: Path, python: str | None, reporter: Reporter) -> Rehearsal:
+    if not tarball.is_file():
+        raise UsageError(f"{tarball}: no such file; give the bundle's .tar")
+    prefix = network_cut()
+    steps: list[Step] = []
+    started = time.monotonic()
+    reporter.status(f"verifying {tarball.name} ...")
+    report = verify_tar(str(tarball))
+    if not report.ok:
+        detail = "; ".join(p.line() for p in report.problems[:5])
+        steps.append(Step("check tarball", "fail", time.monotonic() - started, detail))
+        return Rehearsal(tarball, python or "", " ".join(prefix), tuple(steps), ())
+    steps.append(Step("check tarball", "pass", time.monotonic() - started))
+    with tempfile.TemporaryDirectory(prefix="verl-bundle-rehearse-") as tmp:
+        work = Path(tmp)
+        t0 = time.monotonic()
+        with tarfile.open(tarball) as tf:
+            first = tf.next()
+            if first is None:
+                raise BundleError(f"{tarball}: the tarball is empty")
+            tf.extractall(work / "bundle", filter="data")
+        root = work / "bundle" / first.name.split("/")[0]
+        steps.append(Step("extract", "pass", time.monotonic() - t0))
+        manifest = read_manifest(str(root))
+        want = manifest["target"]["python"]
+        py = python or find_python(want)
+        if py is None:
+            raise UsageError(
+                f"no Python {want} on this host to rehearse with; install it or pass --python PATH"
+            )
+        if _python_version(py) != want:
+            raise UsageError(f"--python {py} is not Python {want}, which the bundle is for")
+        skipped = _unbuildable(manifest)
+        args = [str(root / "install.sh"), "--prefix", str(work / "venv"), "--python", py]
+        args += ["--yes", "--skip-doctor"]
+        for phase in skipped:
+            args += ["--skip-phase", phase]
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
+        env["HOME"] = str(work)  # nothing of this user's is read or written
+        reporter.status(f"installing with the network cut ({' '.join(prefix)}) ...")
+        with subprocess.Popen(
+            [*prefix, *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            cwd=work,
+        ) as proc:
+            assert proc.stdout is not None
+            lines, current = _follow(proc.stdout, steps, skipped, reporter)
+        code = proc.wait()
+        if current is not None:
+            status = "pass" if code == 0 else "fail"
+            detail = "" if code == 0 else f"install.sh exited {code}"
+            steps.append(Step(current[0], status, time.monotonic() - current[1], detail))
+        elif code != 0:
+            steps.append(Step("install.sh", "fail", 0.0, f"exited {code} before its first step"))
+    return Rehearsal(tarball, py, " ".join(prefix), tuple(steps), tuple(lines[-25:]))
