@@ -44,10 +44,17 @@ def extract(tarball: Path, dest: Path) -> Path:
 
 
 def run_install(
-    bundle: Path, home: Path, *args: str, offline: bool = True, env: dict[str, str] | None = None, timeout: int = 600
+    bundle: Path,
+    home: Path,
+    *args: str,
+    offline: bool = True,
+    env: dict[str, str] | None = None,
+    timeout: int = 600,
 ) -> subprocess.CompletedProcess[str]:
     environ = clean_environ(home)
     environ["HOME"] = str(home)
     environ.update(env or {})
     cmd = [*(netns_prefix() if offline else []), str(bundle / "install.sh"), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, env=environ, cwd=home, timeout=timeout)
+    return subprocess.run(
+        cmd, capture_output=True, text=True, env=environ, cwd=home, timeout=timeout
+    )

@@ -13,8 +13,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from pkgindex import Server  # noqa: E402
-from stack import UPLOADED, StackDirs, build_stack  # noqa: E402
+from pkgindex import Server
+from stack import UPLOADED, StackDirs, build_stack
 
 ROOT = Path(__file__).resolve().parents[1]
 NAME = "verl-bundle-cu118-cp310-manylinux_2_17_x86_64"

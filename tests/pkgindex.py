@@ -9,6 +9,7 @@ asked to), serves files with Range support, and can inject the failures a real n
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import html
 import io
@@ -91,13 +92,15 @@ def build_wheel(
 
 def _expand_tag(tag: str) -> list[str]:
     py, abi, plat = tag.split("-")
-    return [f"{p}-{a}-{pl}" for p in py.split(".") for a in abi.split(".") for pl in plat.split(".")]
+    return [
+        f"{p}-{a}-{pl}" for p in py.split(".") for a in abi.split(".") for pl in plat.split(".")
+    ]
 
 
 # An in-tree PEP 517 backend: builds a pure wheel from the sdist's own files with no
 # build requirements, so that uv and pip can build it offline. `extra_import` lets an sdist
 # behave like flash-attn's setup.py, which imports torch before it can do anything.
-_BACKEND = '''
+_BACKEND = """
 import base64, hashlib, os, zipfile
 NAME = {name!r}
 VERSION = {version!r}
@@ -152,7 +155,7 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
 
 def build_sdist(sdist_directory, config_settings=None):
     raise RuntimeError("not needed")
-'''
+"""
 
 
 def build_sdist(
@@ -328,7 +331,7 @@ class Server:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
-            def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+            def log_message(self, format: str, *args: object) -> None:
                 pass
 
             def _send(self, code: int, body: bytes, ctype: str = "text/html") -> None:
@@ -339,10 +342,10 @@ class Server:
                 if self.command != "HEAD":
                     self.wfile.write(body)
 
-            def do_HEAD(self) -> None:  # noqa: N802
+            def do_HEAD(self) -> None:
                 self.do_GET()
 
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0]
                 with server._lock:
                     server.requests.append(
@@ -460,10 +463,8 @@ class Server:
                     self.wfile.flush()
                     # Drop the connection mid-body, as a flaky proxy does.
                     self.close_connection = True
-                    try:
+                    with contextlib.suppress(OSError):
                         self.connection.shutdown(2)
-                    except OSError:
-                        pass
                     return
                 self.wfile.write(data)
 

@@ -20,10 +20,10 @@ MANY = "manylinux_2_17_x86_64.manylinux2014_x86_64"
 UPLOADED = "2024-06-01T00:00:00Z"
 TOO_NEW = "2026-02-01T00:00:00Z"
 
-TORCH_INIT = '''
+TORCH_INIT = """
 __version__ = "2.1.2+cu118"
 from torch import version, cuda, _C
-'''
+"""
 TORCH_VERSION = 'cuda = "11.8"\n__version__ = "2.1.2+cu118"\n'
 TORCH_CUDA = "def is_available():\n    return False\n\ndef device_count():\n    return 0\n"
 TORCH_C = "_GLIBCXX_USE_CXX11_ABI = False\n"
@@ -76,9 +76,9 @@ def build_uv_wheel(directory: Path) -> Path:
         f"uv-{version}.data/scripts/uv": binary.read_bytes(),
         f"{info}/METADATA": f"Metadata-Version: 2.1\nName: uv\nVersion: {version}\n".encode(),
         f"{info}/WHEEL": (
-            "Wheel-Version: 1.0\nGenerator: verl-bundle-tests\nRoot-Is-Purelib: false\n"
-            "Tag: py3-none-manylinux_2_17_x86_64\nTag: py3-none-manylinux2014_x86_64\n"
-        ).encode(),
+            b"Wheel-Version: 1.0\nGenerator: verl-bundle-tests\nRoot-Is-Purelib: false\n"
+            b"Tag: py3-none-manylinux_2_17_x86_64\nTag: py3-none-manylinux2014_x86_64\n"
+        ),
     }
     record = []
     for arc, data in files.items():
@@ -114,14 +114,22 @@ def build_stack(root: Path) -> StackDirs:
         },
     )
     build_wheel(pt, "triton", "2.1.0", tag=f"{CP}-{CP}-{MANY}", requires=["filelock"])
-    build_wheel(pt, "xformers", "0.0.23.post1+cu118", tag=f"{CP}-{CP}-{MANY}", requires=["torch==2.1.2"])
+    build_wheel(
+        pt, "xformers", "0.0.23.post1+cu118", tag=f"{CP}-{CP}-{MANY}", requires=["torch==2.1.2"]
+    )
 
     # The default index: a *higher* torch (and an equal one without +cu118) that must never be
     # chosen for a cu118 profile, plus everything else.
-    build_wheel(pypi, "torch", "2.3.0", tag=f"{CP}-{CP}-manylinux1_x86_64", requires=["triton==2.3.0"])
-    build_wheel(pypi, "torch", "2.1.2", tag=f"{CP}-{CP}-manylinux1_x86_64", requires=["triton==2.1.0"])
+    build_wheel(
+        pypi, "torch", "2.3.0", tag=f"{CP}-{CP}-manylinux1_x86_64", requires=["triton==2.3.0"]
+    )
+    build_wheel(
+        pypi, "torch", "2.1.2", tag=f"{CP}-{CP}-manylinux1_x86_64", requires=["triton==2.1.0"]
+    )
     build_wheel(pypi, "triton", "2.3.0", tag=f"{CP}-{CP}-{MANY}")
-    build_wheel(pypi, "xformers", "0.0.23.post1", tag=f"{CP}-{CP}-{MANY}", requires=["torch==2.1.2"])
+    build_wheel(
+        pypi, "xformers", "0.0.23.post1", tag=f"{CP}-{CP}-{MANY}", requires=["torch==2.1.2"]
+    )
     for name in SIMPLE_DEPS:
         build_wheel(pypi, name, "1.0.0")
     build_wheel(pypi, "packaging", "24.0")

@@ -10,19 +10,26 @@ from pathlib import Path
 
 import pytest
 from cli import Result, run
-from conftest import Stack
+from conftest import NAME, Stack
 from test_resolve import derived_profile
 
 from verl_bundle.airgap.verify import unsafe_member
 from verl_bundle.lock import read_lock
 
-from conftest import NAME
-
 
 def build(
     stack: Stack, out: Path, cache: Path, capsys: pytest.CaptureFixture[str], *extra: str
 ) -> Result:
-    args = ["build", "--python", "3.10", *stack.mirrors(), "-o", str(out), "--cache-dir", str(cache)]
+    args = [
+        "build",
+        "--python",
+        "3.10",
+        *stack.mirrors(),
+        "-o",
+        str(out),
+        "--cache-dir",
+        str(cache),
+    ]
     if "--profile" not in extra:
         args += ["--cuda", "11.8"]
     result = run([*args, *extra], capsys)
@@ -46,7 +53,10 @@ def test_build_writes_the_named_tarball_and_its_sha256(
     assert tarball.is_file()
     side = (tmp_path / "out" / f"{NAME}.tar.sha256").read_text().split()
     assert side[1] == f"{NAME}.tar" and len(side[0]) == 64
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [f"{NAME}.tar", f"{NAME}.tar.sha256"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        f"{NAME}.tar",
+        f"{NAME}.tar.sha256",
+    ]
     assert "torch >= 2.4" in result.err  # the profile's note is printed
     assert run(["verify", str(tarball)], capsys).code == 0
 
@@ -82,7 +92,9 @@ def test_manifest_lists_exactly_the_lock(built: tuple[Path, Path, dict[str, obje
     assert [p["name"] for p in manifest["phases"]] == ["torch", "wheels", "flash-attn", "verl"]
 
 
-def test_requirements_per_phase_are_hash_pinned(built: tuple[Path, Path, dict[str, object]]) -> None:
+def test_requirements_per_phase_are_hash_pinned(
+    built: tuple[Path, Path, dict[str, object]],
+) -> None:
     _, root, _ = built
     torch_req = (root / "requirements" / "01-torch.txt").read_text().splitlines()
     assert [line.split(" ")[0] for line in torch_req] == ["torch==2.1.2+cu118", "triton==2.1.0"]
@@ -94,11 +106,15 @@ def test_requirements_per_phase_are_hash_pinned(built: tuple[Path, Path, dict[st
 
 def test_sha256sums_is_sha256sum_format(built: tuple[Path, Path, dict[str, object]]) -> None:
     _, root, _ = built
-    proc = subprocess.run(["sha256sum", "--strict", "-c", "SHA256SUMS"], cwd=root, capture_output=True, text=True)
+    proc = subprocess.run(
+        ["sha256sum", "--strict", "-c", "SHA256SUMS"], cwd=root, capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-def test_tar_has_one_top_directory_and_no_unsafe_names(built: tuple[Path, Path, dict[str, object]]) -> None:
+def test_tar_has_one_top_directory_and_no_unsafe_names(
+    built: tuple[Path, Path, dict[str, object]],
+) -> None:
     tarball, _, _ = built
     with tarfile.open(tarball) as tf:
         members = tf.getmembers()
@@ -107,7 +123,12 @@ def test_tar_has_one_top_directory_and_no_unsafe_names(built: tuple[Path, Path, 
     for m in members:
         assert unsafe_member(m, NAME) is None, m.name
         assert m.uid == 0 and m.uname == ""
-    assert {m.name.split("/")[1] for m in members[1:]} >= {"wheels", "bootstrap", "install.sh", "lib"}
+    assert {m.name.split("/")[1] for m in members[1:]} >= {
+        "wheels",
+        "bootstrap",
+        "install.sh",
+        "lib",
+    }
 
 
 def test_verify_names_the_one_file_with_a_changed_byte(
@@ -176,9 +197,26 @@ def test_cached_rebuild_downloads_nothing(
     first = json.loads(build(stack, tmp_path / "a", cache, capsys, "--json").out)
     assert first["downloaded"]["files"] == first["packages"]
     lock_path = tmp_path / "a.toml"
-    assert run(["lock", "--cuda", "11.8", *stack.mirrors(), "-o", str(lock_path), "--cache-dir", str(cache)], capsys).code == 0
+    assert (
+        run(
+            [
+                "lock",
+                "--cuda",
+                "11.8",
+                *stack.mirrors(),
+                "-o",
+                str(lock_path),
+                "--cache-dir",
+                str(cache),
+            ],
+            capsys,
+        ).code
+        == 0
+    )
     stack.reset()
-    again = json.loads(build(stack, tmp_path / "b", cache, capsys, "--json", "--lock", str(lock_path)).out)
+    again = json.loads(
+        build(stack, tmp_path / "b", cache, capsys, "--json", "--lock", str(lock_path)).out
+    )
     assert again["downloaded"] == {"files": 0, "bytes": 0}
     assert again["cached_files"] == again["packages"]
     assert again["lock"] == str(lock_path)
@@ -192,20 +230,39 @@ def test_rebuild_with_one_pin_changed_downloads_only_that_file(
     stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cache = tmp_path / "cache"
-    one = derived_profile(tmp_path, "requirements = [\n", 'requirements = [\n    "einops==1.0.0",\n')
+    one = derived_profile(
+        tmp_path, "requirements = [\n", 'requirements = [\n    "einops==1.0.0",\n'
+    )
     build(stack, tmp_path / "a", cache, capsys, "--profile", str(one))
-    two = derived_profile(tmp_path, "requirements = [\n", 'requirements = [\n    "einops==1.1.0",\n')
+    two = derived_profile(
+        tmp_path, "requirements = [\n", 'requirements = [\n    "einops==1.1.0",\n'
+    )
     stack.reset()
-    doc = json.loads(build(stack, tmp_path / "b", cache, capsys, "--profile", str(two), "--json").out)
+    doc = json.loads(
+        build(stack, tmp_path / "b", cache, capsys, "--profile", str(two), "--json").out
+    )
     assert doc["downloaded"]["files"] == 1
-    ours = [r.path for r in stack.pypi.file_requests() if r.path.endswith(".whl") and "einops" in r.path]
+    ours = [
+        r.path for r in stack.pypi.file_requests() if r.path.endswith(".whl") and "einops" in r.path
+    ]
     assert ours and all("einops-1.1.0" in p for p in ours)
 
 
-def test_failed_fetch_leaves_no_tarball(stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_failed_fetch_leaves_no_tarball(
+    stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     stack.pypi.faults.corrupt.add("verl-0.2.0.post2-py3-none-any.whl")
     out = tmp_path / "out"
-    args = ["build", "--cuda", "11.8", *stack.mirrors(), "-o", str(out), "--cache-dir", str(tmp_path / "c")]
+    args = [
+        "build",
+        "--cuda",
+        "11.8",
+        *stack.mirrors(),
+        "-o",
+        str(out),
+        "--cache-dir",
+        str(tmp_path / "c"),
+    ]
     result = run(args, capsys)
     assert result.code == 1
     line = result.err.strip().splitlines()[-1]
@@ -228,7 +285,20 @@ def test_compressed_bundles_verify(
 def test_build_json_shape(built: tuple[Path, Path, dict[str, object]]) -> None:
     _, _, doc = built
     assert sorted(doc) == sorted(
-        ["bundle", "sha256", "size", "files", "profile", "target", "lock", "packages", "downloaded", "cached_files", "host_built", "notes"]
+        [
+            "bundle",
+            "sha256",
+            "size",
+            "files",
+            "profile",
+            "target",
+            "lock",
+            "packages",
+            "downloaded",
+            "cached_files",
+            "host_built",
+            "notes",
+        ]
     )
     assert doc["profile"] == "cu118" and doc["lock"] == "resolved" and doc["host_built"] == 2
     assert isinstance(doc["size"], int) and isinstance(doc["notes"], list)

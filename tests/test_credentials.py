@@ -4,7 +4,9 @@ from verl_bundle.credentials import Redactor, redact_url, split_credentials
 
 
 def test_redact_url_masks_password_and_lone_token() -> None:
-    assert redact_url("https://bob:s3cret@nexus.corp/simple") == "https://bob:****@nexus.corp/simple"
+    assert (
+        redact_url("https://bob:s3cret@nexus.corp/simple") == "https://bob:****@nexus.corp/simple"
+    )
     assert redact_url("https://tok123@nexus.corp/simple") == "https://****@nexus.corp/simple"
     assert redact_url("https://nexus.corp/simple") == "https://nexus.corp/simple"
 

@@ -2,7 +2,6 @@
 
 # The logs below are test data in the shape the tools print them: long lines, and pip's and
 # uv's box-drawing and multiplication signs.
-# ruff: noqa: E501, RUF001
 
 from __future__ import annotations
 

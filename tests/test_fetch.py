@@ -32,7 +32,9 @@ def server(files: Path) -> Iterator[Server]:
 def want(server: Server, files: Path, name: str, *, sha: str | None = "auto") -> Want:
     path = next(files.glob(f"{name}-*.whl"))
     digest = hashlib.sha256(path.read_bytes()).hexdigest() if sha == "auto" else sha
-    return Want(name, path.name, f"{server.url}/files/{path.name}", "test-loc", digest, path.stat().st_size)
+    return Want(
+        name, path.name, f"{server.url}/files/{path.name}", "test-loc", digest, path.stat().st_size
+    )
 
 
 def fetcher(tmp_path: Path, **kw: object) -> Fetcher:
@@ -43,7 +45,8 @@ def test_download_lands_in_the_cache_by_hash(tmp_path: Path, server: Server, fil
     w = want(server, files, "big")
     got = fetcher(tmp_path).fetch(w)
     assert got.sha256 == w.sha256
-    assert got.path == tmp_path / "cache" / "sha256" / w.sha256[:2] / w.sha256  # type: ignore[index]
+    assert w.sha256 is not None
+    assert got.path == tmp_path / "cache" / "sha256" / w.sha256[:2] / w.sha256
     assert got.downloaded == BIG + got.size - BIG
     assert not list((tmp_path / "cache" / "partial").glob("*.part"))
 
@@ -70,7 +73,9 @@ def test_dropped_connection_resumes_with_a_range_request(
     assert ranges[1] == f"bytes={BIG // 3}-", ranges
 
 
-def test_partial_file_from_an_earlier_run_is_resumed(tmp_path: Path, server: Server, files: Path) -> None:
+def test_partial_file_from_an_earlier_run_is_resumed(
+    tmp_path: Path, server: Server, files: Path
+) -> None:
     w = want(server, files, "big")
     f = fetcher(tmp_path)
     data = (files / w.filename).read_bytes()
@@ -91,7 +96,9 @@ def test_5xx_is_retried(tmp_path: Path, server: Server, files: Path) -> None:
     assert len(server.file_requests()) == 3
 
 
-def test_hash_mismatch_is_one_line_and_leaves_nothing(tmp_path: Path, server: Server, files: Path) -> None:
+def test_hash_mismatch_is_one_line_and_leaves_nothing(
+    tmp_path: Path, server: Server, files: Path
+) -> None:
     w = want(server, files, "small")
     server.faults.corrupt.add(w.filename)
     f = fetcher(tmp_path)
@@ -108,12 +115,20 @@ def test_hash_mismatch_is_one_line_and_leaves_nothing(tmp_path: Path, server: Se
 def test_404_names_package_url_and_location(tmp_path: Path, server: Server, files: Path) -> None:
     w = want(server, files, "small")
     server.faults.missing.add(w.filename)
-    with pytest.raises(FetchError, match=r"small: .*small-1.0-py3-none-any.whl \(location test-loc\): 404"):
+    with pytest.raises(
+        FetchError, match=r"small: .*small-1.0-py3-none-any.whl \(location test-loc\): 404"
+    ):
         fetcher(tmp_path).fetch(w)
 
 
 def test_unreachable_location_gives_up_with_one_line(tmp_path: Path) -> None:
-    w = Want("small", "small-1.0-py3-none-any.whl", "http://127.0.0.1:9/small-1.0-py3-none-any.whl", "mirror", "0" * 64)
+    w = Want(
+        "small",
+        "small-1.0-py3-none-any.whl",
+        "http://127.0.0.1:9/small-1.0-py3-none-any.whl",
+        "mirror",
+        "0" * 64,
+    )
     with pytest.raises(FetchError) as exc:
         fetcher(tmp_path, retries=1).fetch(w)
     assert "cannot connect" in str(exc.value) and "location mirror" in str(exc.value)
@@ -132,7 +147,9 @@ def test_credentials_are_sent_but_never_shown(tmp_path: Path, files: Path) -> No
         assert s.file_requests()[-1].authorization is not None
         s.faults.missing.add(path.name)
         with pytest.raises(FetchError) as exc:
-            Fetcher(Cache(tmp_path / "d"), Http(), backoff=0.01).fetch(Want("small", path.name, url, "m"))
+            Fetcher(Cache(tmp_path / "d"), Http(), backoff=0.01).fetch(
+                Want("small", path.name, url, "m")
+            )
         assert "s3cret" not in str(exc.value)
     finally:
         s.stop()

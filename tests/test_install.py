@@ -228,7 +228,7 @@ def test_install_killed_inside_a_phase_completes_when_run_again(
             start_new_session=True,
         )
 
-        def mid_phase() -> bool:
+        def mid_phase(state: Path = state, site: Path = site) -> bool:
             # Some of the phase's packages are in, the phase is not finished.
             return (state / "started-wheels").exists() and any(site.glob("xformers-*.dist-info"))
 
@@ -343,14 +343,26 @@ def test_rehearse_passes_for_a_good_bundle(
 
     doc = json.loads(result.out)
     steps = {s["name"]: s for s in doc["steps"]}
-    for name in ("check tarball", "verify", "venv", "phase torch", "phase wheels", "phase flash-attn", "phase verl", "post-install checks", "done"):
+    for name in (
+        "check tarball",
+        "verify",
+        "venv",
+        "phase torch",
+        "phase wheels",
+        "phase flash-attn",
+        "phase verl",
+        "post-install checks",
+        "done",
+    ):
         assert steps[name]["status"] == "pass", (name, doc)
         assert isinstance(steps[name]["seconds"], float)
     assert doc["network"].startswith("unshare -")
 
 
 def test_rehearse_fails_for_a_bundle_that_does_not_install(
-    built_bundle: tuple[Path, Path, dict[str, object]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    built_bundle: tuple[Path, Path, dict[str, object]],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """A bundle whose files are intact but whose stack does not import: the rehearsal must
     catch it before the bundle travels."""
@@ -368,7 +380,9 @@ def test_rehearse_fails_for_a_bundle_that_does_not_install(
 
     old = next(root.glob("wheels/verl-*.whl"))
     old.unlink()
-    new = build_wheel(root / "wheels", "verl", "0.2.0.post2", modules={"verl": "import does_not_exist\n"})
+    new = build_wheel(
+        root / "wheels", "verl", "0.2.0.post2", modules={"verl": "import does_not_exist\n"}
+    )
     digest = hashlib.sha256(new.read_bytes()).hexdigest()
     manifest = json.loads((root / "manifest.json").read_text())
     for entry in manifest["files"]:
@@ -399,7 +413,9 @@ def test_rehearse_fails_for_a_bundle_that_does_not_install(
 
 
 def test_rehearse_refuses_a_damaged_tarball(
-    built_bundle: tuple[Path, Path, dict[str, object]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    built_bundle: tuple[Path, Path, dict[str, object]],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     from cli import run
 

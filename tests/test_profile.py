@@ -74,18 +74,30 @@ def test_mirror_replaces_a_location_by_name() -> None:
         ("name = 'x'\ncuda = \n", "not valid TOML"),
         (MINIMAL + "requirement = ['x']\n", "unknown key 'requirement'"),
         (MINIMAL.replace('"torch==2.1.2"', '"torch==="'), "key 'requirements[0]'"),
-        (MINIMAL + "[bindings]\ntorch = 'pytorch'\n", "key 'bindings.torch': location 'pytorch' is not defined"),
-        (MINIMAL + "[[artifacts]]\npackage='a'\nlocation='nowhere'\nfile='x'\n", "key 'artifacts[0].location'"),
+        (
+            MINIMAL + "[bindings]\ntorch = 'pytorch'\n",
+            "key 'bindings.torch': location 'pytorch' is not defined",
+        ),
+        (
+            MINIMAL + "[[artifacts]]\npackage='a'\nlocation='nowhere'\nfile='x'\n",
+            "key 'artifacts[0].location'",
+        ),
         (MINIMAL.replace('cuda = "11.8"', 'cuda = "eleven"'), "key 'cuda'"),
         (MINIMAL + "[[phases]]\nname='a'\npackages=['torch']\n", "key 'phases'"),
-        (MINIMAL + "[[source-builds]]\npackage='flash-attn'\nbuild-requires=['torch']\n[[phases]]\nname='all'\npackages=['*']\n", "must be installed in an earlier phase"),
+        (
+            MINIMAL
+            + "[[source-builds]]\npackage='flash-attn'\nbuild-requires=['torch']\n[[phases]]\nname='all'\npackages=['*']\n",
+            "must be installed in an earlier phase",
+        ),
     ],
 )
 def test_bad_profile_is_one_line_naming_file_and_key(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, expected: str
 ) -> None:
     path = write(tmp_path, text)
-    with pytest.raises(ProfileError, match=expected.replace("[", r"\[").replace("]", r"\]").replace(".", r"\.")):
+    with pytest.raises(
+        ProfileError, match=expected.replace("[", r"\[").replace("]", r"\]").replace(".", r"\.")
+    ):
         load_profile(path)
     result = run(["lock", "--profile", str(path)], capsys)
     assert result.code == 2
@@ -110,8 +122,12 @@ def test_unknown_cuda_and_profile_names(capsys: pytest.CaptureFixture[str]) -> N
     assert result.code == 2 and "--cuda X.Y" in result.err
 
 
-def test_mirror_for_an_unknown_location_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
-    result = run(["lock", "--cuda", "11.8", "--mirror", "pytorch=http://127.0.0.1:1/simple"], capsys)
+def test_mirror_for_an_unknown_location_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    result = run(
+        ["lock", "--cuda", "11.8", "--mirror", "pytorch=http://127.0.0.1:1/simple"], capsys
+    )
     assert result.code == 2
     assert "has no location 'pytorch'" in result.err
     result = run(["lock", "--cuda", "11.8", "--mirror", "pypi"], capsys)

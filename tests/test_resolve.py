@@ -23,9 +23,20 @@ def derived_profile(tmp_path: Path, old: str, new: str) -> Path:
     return path
 
 
-def lock(stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[Path, str]:
+def lock(
+    stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str], *extra: str
+) -> tuple[Path, str]:
     out = tmp_path / "pylock.toml"
-    args = ["lock", "--python", "3.10", *stack.mirrors(), "-o", str(out), "--cache-dir", str(tmp_path / "c")]
+    args = [
+        "lock",
+        "--python",
+        "3.10",
+        *stack.mirrors(),
+        "-o",
+        str(out),
+        "--cache-dir",
+        str(tmp_path / "c"),
+    ]
     if "--profile" not in extra:
         args += ["--cuda", "11.8"]
     result = run([*args, *extra], capsys)
@@ -34,8 +45,12 @@ def lock(stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str], *extr
     return out, result.err
 
 
-def test_lock_is_for_the_target_not_this_host(stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert sys.version_info[:2] != (3, 10), "this test shows cross-target resolution on a non-3.10 host"
+def test_lock_is_for_the_target_not_this_host(
+    stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert sys.version_info[:2] != (3, 10), (
+        "this test shows cross-target resolution on a non-3.10 host"
+    )
     path, _ = lock(stack, tmp_path, capsys)
     lk = read_lock(path)
     assert lk.target == Target((3, 10), "manylinux_2_17_x86_64")
@@ -45,7 +60,10 @@ def test_lock_is_for_the_target_not_this_host(stack: Stack, tmp_path: Path, caps
     # Of four transformers wheels (cp310 2_17, cp310 2_28, cp311, pure) the best for cp310/2_17.
     tf = lk.package("transformers")
     assert tf is not None
-    assert tf.file.filename == "transformers-4.40.0-cp310-cp310-manylinux_2_17_x86_64.manylinux2014_x86_64.whl"
+    assert (
+        tf.file.filename
+        == "transformers-4.40.0-cp310-cp310-manylinux_2_17_x86_64.manylinux2014_x86_64.whl"
+    )
 
 
 def test_one_file_per_package_with_hash_size_and_location(
@@ -71,7 +89,11 @@ def test_torch_comes_only_from_the_pytorch_index(
 ) -> None:
     """The default index serves torch 2.3.0 and a plain 2.1.2; neither may be chosen."""
     lk = read_lock(lock(stack, tmp_path, capsys)[0])
-    for name, version in (("torch", "2.1.2+cu118"), ("triton", "2.1.0"), ("xformers", "0.0.23.post1+cu118")):
+    for name, version in (
+        ("torch", "2.1.2+cu118"),
+        ("triton", "2.1.0"),
+        ("xformers", "0.0.23.post1+cu118"),
+    ):
         pkg = lk.package(name)
         assert pkg is not None
         assert pkg.version == version
@@ -87,7 +109,10 @@ def test_direct_artifacts_replace_what_the_resolver_picked(
     flash = lk.package("flash-attn")
     vllm = lk.package("vllm")
     assert flash is not None and vllm is not None
-    assert flash.file.filename == "flash_attn-2.5.8+cu118torch2.1cxx11abiFALSE-cp310-cp310-linux_x86_64.whl"
+    assert (
+        flash.file.filename
+        == "flash_attn-2.5.8+cu118torch2.1cxx11abiFALSE-cp310-cp310-linux_x86_64.whl"
+    )
     assert flash.location == "flash-attn-releases" and flash.kind == "wheel"
     assert vllm.file.filename == "vllm-0.3.1+cu118-cp310-cp310-manylinux1_x86_64.whl"
     # vllm's metadata comes from the profile: cupy for CUDA 11, not the CUDA 12 one PyPI's lists.
@@ -97,13 +122,17 @@ def test_direct_artifacts_replace_what_the_resolver_picked(
     assert not [p for p in lk.packages if p.kind == "sdist" or p.role == "build-dep"]
 
 
-def test_pure_sdists_are_marked_for_a_host_build(stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_pure_sdists_are_marked_for_a_host_build(
+    stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     lk = read_lock(lock(stack, tmp_path, capsys)[0])
     host = sorted(p.name for p in lk.packages if p.kind == "host-build")
     assert host == ["antlr4-python3-runtime", "pylatexenc"]
 
 
-def test_upload_cutoff_applies_to_the_default_index(stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_upload_cutoff_applies_to_the_default_index(
+    stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     lk = read_lock(lock(stack, tmp_path, capsys)[0])
     assert lk.exclude_newer == "2025-03-01T00:00:00Z"
     assert lk.package("transformers").version == "4.40.0"  # type: ignore[union-attr]  # 5.0.0 is newer
@@ -116,7 +145,19 @@ def test_cutoff_is_not_applied_where_the_index_gives_no_upload_times(
     try:
         mirrors = [m.replace(stack.pypi.index_url, html_only.index_url) for m in stack.mirrors()]
         out = tmp_path / "l.toml"
-        result = run(["lock", "--cuda", "11.8", *mirrors, "-o", str(out), "--cache-dir", str(tmp_path / "c")], capsys)
+        result = run(
+            [
+                "lock",
+                "--cuda",
+                "11.8",
+                *mirrors,
+                "-o",
+                str(out),
+                "--cache-dir",
+                str(tmp_path / "c"),
+            ],
+            capsys,
+        )
         assert result.code == 0, result.err
         assert "gives no upload times" in result.err
         assert read_lock(out).exclude_newer is None
@@ -127,7 +168,9 @@ def test_cutoff_is_not_applied_where_the_index_gives_no_upload_times(
 def test_missing_prebuilt_wheel_falls_back_to_the_sdist_and_its_build_deps(
     stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    stack.files.faults.missing.add("flash_attn-2.5.8+cu118torch2.1cxx11abiFALSE-cp310-cp310-linux_x86_64.whl")
+    stack.files.faults.missing.add(
+        "flash_attn-2.5.8+cu118torch2.1cxx11abiFALSE-cp310-cp310-linux_x86_64.whl"
+    )
     path, err = lock(stack, tmp_path, capsys)
     assert "flash-attn" in err and "not available" in err
     lk = read_lock(path)
@@ -141,18 +184,26 @@ def test_missing_prebuilt_wheel_falls_back_to_the_sdist_and_its_build_deps(
     assert torch is not None and torch.location == "pytorch-cu118"
 
 
-def test_missing_vllm_cu118_wheel_is_an_error(stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_missing_vllm_cu118_wheel_is_an_error(
+    stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     stack.files.faults.missing.add("vllm-0.3.1+cu118-cp310-cp310-manylinux1_x86_64.whl")
-    result = run(["lock", "--cuda", "11.8", *stack.mirrors(), "-o", str(tmp_path / "l.toml")], capsys)
+    result = run(
+        ["lock", "--cuda", "11.8", *stack.mirrors(), "-o", str(tmp_path / "l.toml")], capsys
+    )
     assert result.code == 1
     line = result.err.strip().splitlines()[-1]
     assert line.startswith("error: vllm:") and "location vllm-releases" in line and "404" in line
     assert not (tmp_path / "l.toml").exists()
 
 
-def test_unresolvable_profile_names_the_conflict(stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_unresolvable_profile_names_the_conflict(
+    stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = derived_profile(tmp_path, '"triton==2.1.0"', '"triton==2.2.0"')
-    result = run(["lock", "--profile", str(path), *stack.mirrors(), "-o", str(tmp_path / "l.toml")], capsys)
+    result = run(
+        ["lock", "--profile", str(path), *stack.mirrors(), "-o", str(tmp_path / "l.toml")], capsys
+    )
     assert result.code == 1
     err = result.err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: profile derived")
@@ -160,9 +211,17 @@ def test_unresolvable_profile_names_the_conflict(stack: Stack, tmp_path: Path, c
     assert "verl-bundle-profile" not in err[0]
 
 
-def test_unreachable_mirror_is_one_line(stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unreachable_mirror_is_one_line(
+    stack: Stack,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("UV_HTTP_RETRIES", "0")
-    mirrors = [m if not m.startswith("pypi=") else "pypi=http://127.0.0.1:9/simple" for m in stack.mirrors()]
+    mirrors = [
+        m if not m.startswith("pypi=") else "pypi=http://127.0.0.1:9/simple"
+        for m in stack.mirrors()
+    ]
     result = run(["lock", "--cuda", "11.8", *mirrors, "-o", str(tmp_path / "l.toml")], capsys)
     assert result.code == 1
     lines = result.err.strip().splitlines()
@@ -174,14 +233,33 @@ def test_unreachable_mirror_is_one_line(stack: Stack, tmp_path: Path, capsys: py
 def test_mirror_credentials_never_reach_output_or_lock(
     stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    guarded = Server(stack.dirs.pypi, json_api=True, upload_time="2024-06-01T00:00:00Z", credentials=("bob", "s3cret-token")).start()
+    guarded = Server(
+        stack.dirs.pypi,
+        json_api=True,
+        upload_time="2024-06-01T00:00:00Z",
+        credentials=("bob", "s3cret-token"),
+    ).start()
     try:
         mirrors = [
-            m.replace(stack.pypi.index_url, f"http://bob:s3cret-token@127.0.0.1:{guarded.port}/simple")
+            m.replace(
+                stack.pypi.index_url, f"http://bob:s3cret-token@127.0.0.1:{guarded.port}/simple"
+            )
             for m in stack.mirrors()
         ]
         out = tmp_path / "l.toml"
-        result = run(["lock", "--cuda", "11.8", *mirrors, "-o", str(out), "--cache-dir", str(tmp_path / "c")], capsys)
+        result = run(
+            [
+                "lock",
+                "--cuda",
+                "11.8",
+                *mirrors,
+                "-o",
+                str(out),
+                "--cache-dir",
+                str(tmp_path / "c"),
+            ],
+            capsys,
+        )
         assert result.code == 0, result.err
         assert "s3cret-token" not in result.out + result.err
         text = out.read_text()

@@ -56,7 +56,7 @@ def test_uv_platform_names() -> None:
 
 
 def test_bad_python_and_platform_are_usage_errors() -> None:
-    with pytest.raises(UsageError, match="X.Y"):
+    with pytest.raises(UsageError, match=r"X\.Y"):
         parse_python("310")
     with pytest.raises(UsageError, match="manylinux"):
         normalize_platform("win_amd64")

@@ -98,7 +98,13 @@ def _requirements(
     order = [p.name for p in profile.phases]
     out = []
     for i, (phase, members) in enumerate(group_by_phase(lock, order), start=1):
-        out.append((phase, f"{layout.REQUIREMENTS}/{i:02d}-{phase}.txt", [by_name[m.name] for m in members]))
+        out.append(
+            (
+                phase,
+                f"{layout.REQUIREMENTS}/{i:02d}-{phase}.txt",
+                [by_name[m.name] for m in members],
+            )
+        )
     return out
 
 
@@ -117,11 +123,12 @@ def _file_version(a: Artifact) -> str:
 
 
 def render_install(context: dict[str, Any]) -> str:
+    # A shell script, not HTML: values are quoted for the shell with the `sh` filter instead.
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
-        autoescape=False,  # noqa: S701 - a shell script; values are quoted with the `sh` filter
+        autoescape=False,  # noqa: S701
     )
     env.filters["sh"] = lambda v: shlex.quote(str(v))
     return env.get_template("install.sh.j2").render(**context)
@@ -135,7 +142,9 @@ def _airgap_entries() -> list[Entry]:
     return entries
 
 
-def plan(profile: Profile, lock: Lock, wheelhouse: Wheelhouse) -> tuple[str, list[Entry], dict[str, Any]]:
+def plan(
+    profile: Profile, lock: Lock, wheelhouse: Wheelhouse
+) -> tuple[str, list[Entry], dict[str, Any]]:
     """Everything the bundle will hold, with hashes, before a byte of the tar is written."""
     name = bundle_name(lock)
     by_name = {a.package.name: a for a in wheelhouse.artifacts}
@@ -145,7 +154,7 @@ def plan(profile: Profile, lock: Lock, wheelhouse: Wheelhouse) -> tuple[str, lis
     ]
     phases = _requirements(lock, profile, by_name)
     generated: list[Entry] = []
-    phase_docs = []
+    phase_docs: list[dict[str, Any]] = []
     for phase, req_path, members in phases:
         text = "".join(_requirement_line(a) + "\n" for a in members)
         generated.append(_entry(req_path, text.encode()))
@@ -180,17 +189,28 @@ def plan(profile: Profile, lock: Lock, wheelhouse: Wheelhouse) -> tuple[str, lis
                 shlex.quote(f"{k}={v}") for b in doc["source_builds"] for k, v in b["env"].items()
             ),
             "jobs_words": " ".join(
-                f"{b['max_jobs']['gib_per_job']} {b['max_jobs']['limit'] or 0}" for b in doc["source_builds"]
+                f"{b['max_jobs']['gib_per_job']} {b['max_jobs']['limit'] or 0}"
+                for b in doc["source_builds"]
             ),
         }
         for doc in phase_docs
     ]
-    bootstrap = [f"{layout.BOOTSTRAP}/{a.filename}" for a in by_name.values() if a.package.phase == BOOTSTRAP_PHASE]
+    bootstrap = [
+        f"{layout.BOOTSTRAP}/{a.filename}"
+        for a in by_name.values()
+        if a.package.phase == BOOTSTRAP_PHASE
+    ]
     generated.append(_entry(layout.LOCK, dumps(lock).encode()))
     generated += _airgap_entries()
-    glibc = [lock.target.highest_glibc(a.filename) for a in wheelhouse.artifacts if a.filename.endswith(".whl")]
+    glibc = [
+        lock.target.highest_glibc(a.filename)
+        for a in wheelhouse.artifacts
+        if a.filename.endswith(".whl")
+    ]
     glibc_needed = max((g for g in glibc if g), default=None)
-    flash = next((a for a in wheelhouse.artifacts if a.package.name == canonicalize_name("flash-attn")), None)
+    flash = next(
+        (a for a in wheelhouse.artifacts if a.package.name == canonicalize_name("flash-attn")), None
+    )
     manifest: dict[str, Any] = {
         "format": layout.MANIFEST_FORMAT,
         "name": name,
@@ -220,7 +240,9 @@ def plan(profile: Profile, lock: Lock, wheelhouse: Wheelhouse) -> tuple[str, lis
             "imports": list(profile.checks.imports),
             "torch_version": profile.checks.torch_version,
             "torch_cuda": profile.checks.torch_cuda,
-            "flash_attn_wheel": flash.filename if flash and flash.filename.endswith(".whl") else None,
+            "flash_attn_wheel": flash.filename
+            if flash and flash.filename.endswith(".whl")
+            else None,
         },
         "bootstrap": bootstrap,
         "phases": phase_docs,
@@ -242,7 +264,11 @@ def plan(profile: Profile, lock: Lock, wheelhouse: Wheelhouse) -> tuple[str, lis
                     else {}
                 ),
             }
-            for e, a in zip(payload, sorted(wheelhouse.artifacts, key=lambda a: (_folder(a), a.filename)))
+            for e, a in zip(
+                payload,
+                sorted(wheelhouse.artifacts, key=lambda a: (_folder(a), a.filename)),
+                strict=True,
+            )
         ],
     }
     context = {
@@ -259,10 +285,14 @@ def plan(profile: Profile, lock: Lock, wheelhouse: Wheelhouse) -> tuple[str, lis
     }
     generated.insert(0, _entry(layout.INSTALL, render_install(context).encode()))
     generated.append(_entry("doctor", _doctor_script().encode()))
-    manifest["generated"] = [{"path": e.arcname, "sha256": e.sha256, "size": e.size} for e in generated]
+    manifest["generated"] = [
+        {"path": e.arcname, "sha256": e.sha256, "size": e.size} for e in generated
+    ]
     manifest_entry = _entry(layout.MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode())
     everything = [manifest_entry, *generated, *payload]
-    sums = "".join(f"{e.sha256}  {e.arcname}\n" for e in sorted(everything, key=lambda e: e.arcname))
+    sums = "".join(
+        f"{e.sha256}  {e.arcname}\n" for e in sorted(everything, key=lambda e: e.arcname)
+    )
     return name, [_entry(layout.SUMS, sums.encode()), *everything], manifest
 
 
@@ -353,7 +383,7 @@ def _write_tar(out: IO[bytes], top: str, entries: list[Entry], reporter: Reporte
                 out.write(e.data)
                 copied = len(e.data)
             else:
-                assert e.source is not None
+                assert e.source is not None  # noqa: S101 - an Entry has data or a source
                 with open(e.source, "rb") as src:
                     while chunk := src.read(CHUNK):
                         out.write(chunk)
@@ -385,7 +415,9 @@ def _compressed(raw: IO[bytes], compress: Compression) -> Iterator[IO[bytes]]:
         except ImportError:
             zstandard = None
         if zstandard is not None:
-            with zstandard.ZstdCompressor(level=3, threads=-1).stream_writer(raw, closefd=False) as z:
+            with zstandard.ZstdCompressor(level=3, threads=-1).stream_writer(
+                raw, closefd=False
+            ) as z:
                 yield z
         else:
             exe = shutil.which("zstd")
@@ -397,7 +429,7 @@ def _compressed(raw: IO[bytes], compress: Compression) -> Iterator[IO[bytes]]:
             proc = subprocess.Popen(
                 [exe, "-q", "-T0", "-3", "-c"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
             )
-            assert proc.stdin is not None and proc.stdout is not None
+            assert proc.stdin is not None and proc.stdout is not None  # noqa: S101 - PIPE sets them
             out = proc.stdout
 
             def pump() -> None:  # compressed bytes go through the hashing writer

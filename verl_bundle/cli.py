@@ -63,7 +63,9 @@ Python = Annotated[
 ]
 Platform = Annotated[
     str | None,
-    typer.Option(help="The server's wheel platform (default: the profile's, e.g. manylinux_2_17_x86_64)."),
+    typer.Option(
+        help="The server's wheel platform (default: the profile's, e.g. manylinux_2_17_x86_64)."
+    ),
 ]
 Mirror = Annotated[
     list[str] | None,
@@ -120,15 +122,23 @@ def _notes(notes: tuple[str, ...]) -> None:
         typer.echo(redact(note if note.startswith("note:") else f"note: {note}"), err=True)
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"verl-bundle {__version__}")
+        raise typer.Exit(0)
+
+
 @app.callback()
 def _main(
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")] = False,
-    version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", help="Print the version and exit.", callback=_print_version, is_eager=True
+        ),
+    ] = False,
 ) -> None:
     _state["debug"] = debug
-    if version:
-        typer.echo(f"verl-bundle {__version__}")
-        raise typer.Exit(0)
 
 
 @app.command()
@@ -140,7 +150,9 @@ def lock(
     mirror: Mirror = None,
     output: Annotated[
         Path | None,
-        typer.Option("-o", "--output", help="Where to write the lock (default: ./pylock.<bundle>.toml)."),
+        typer.Option(
+            "-o", "--output", help="Where to write the lock (default: ./pylock.<bundle>.toml)."
+        ),
     ] = None,
     cache_dir: CacheDir = None,
     jobs: Jobs = 8,
@@ -188,9 +200,13 @@ def build_cmd(
     mirror: Mirror = None,
     lock_file: Annotated[
         Path | None,
-        typer.Option("--lock", help="Build exactly this lock instead of resolving (no cut-off needed)."),
+        typer.Option(
+            "--lock", help="Build exactly this lock instead of resolving (no cut-off needed)."
+        ),
     ] = None,
-    output: Annotated[Path, typer.Option("-o", "--output", help="Directory for the tarball.")] = Path("."),
+    output: Annotated[
+        Path, typer.Option("-o", "--output", help="Directory for the tarball.")
+    ] = Path("."),
     cache_dir: CacheDir = None,
     jobs: Jobs = 8,
     compress: Annotated[
@@ -214,7 +230,9 @@ def build_cmd(
 
 @app.command("verify")
 def verify_cmd(
-    path: Annotated[Path, typer.Argument(help="A bundle tarball, or an extracted bundle directory.")],
+    path: Annotated[
+        Path, typer.Argument(help="A bundle tarball, or an extracted bundle directory.")
+    ],
     json_out: Json = False,
 ) -> None:
     """Recheck every file of a bundle against its manifest and SHA256SUMS (and the tarball
@@ -270,7 +288,9 @@ def doctor_cmd(
     ] = None,
     require_gpu: Annotated[
         bool,
-        typer.Option("--require-gpu", help="Make the driver and GPU checks failures, not warnings."),
+        typer.Option(
+            "--require-gpu", help="Make the driver and GPU checks failures, not warnings."
+        ),
     ] = False,
     json_out: Json = False,
 ) -> None:

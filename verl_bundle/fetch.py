@@ -113,7 +113,7 @@ class Cache:
         return dest
 
 
-class _Retry(Exception):
+class _RetryableError(Exception):
     """A failure worth another attempt (connection dropped, 5xx, short body)."""
 
 
@@ -162,7 +162,7 @@ class Fetcher:
             for fut in futures:
                 try:
                     results.append(fut.result())
-                except BaseException as exc:  # noqa: BLE001 - re-raised below, after cancelling
+                except BaseException as exc:
                     if error is None:
                         error = exc
                         for other in futures:
@@ -202,7 +202,7 @@ class Fetcher:
                 try:
                     transferred += self._attempt(want, partial, handle, state)
                     break
-                except _Retry as exc:
+                except _RetryableError as exc:
                     attempt += 1
                     if attempt > self.retries:
                         raise FetchError(
@@ -247,7 +247,7 @@ class Fetcher:
                 "REQUESTS_CA_BUNDLE or SSL_CERT_FILE at your organisation's CA bundle"
             ) from None
         except (requests.ConnectionError, requests.Timeout) as exc:
-            raise _Retry(f"cannot connect: {_short(exc)}") from None
+            raise _RetryableError(f"cannot connect: {_short(exc)}") from None
         with resp:
             status = resp.status_code
             if status == 416 and offset:
@@ -264,7 +264,7 @@ class Fetcher:
                     "put them in the mirror URL (https://user:token@host/...)"
                 )
             if status == 429 or status >= 500:
-                raise _Retry(f"{status} {resp.reason}")
+                raise _RetryableError(f"{status} {resp.reason}")
             if status >= 400:
                 raise FetchError(f"{want.where()}: {status} {resp.reason}")
             resumed = bool(offset) and status == 206
@@ -285,14 +285,14 @@ class Fetcher:
                         written += len(chunk)
                         self.reporter.advance(handle, len(chunk))
             except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError) as exc:
-                raise _Retry(
+                raise _RetryableError(
                     f"connection dropped after {state.size} bytes: {_short(exc)}"
                 ) from None
             expected = resp.headers.get("Content-Length")
             if expected is not None and expected.isdigit() and written < int(expected):
-                raise _Retry(f"connection dropped after {state.size} bytes")
+                raise _RetryableError(f"connection dropped after {state.size} bytes")
             if want.size is not None and state.size < want.size:
-                raise _Retry(f"short read: {state.size} of {want.size} bytes")
+                raise _RetryableError(f"short read: {state.size} of {want.size} bytes")
             return written
 
     def probe(self, url: str) -> Probe:

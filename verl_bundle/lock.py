@@ -16,8 +16,7 @@ from typing import Any, Literal
 
 from packaging.utils import canonicalize_name
 
-from verl_bundle import __version__
-from verl_bundle import tomlwrite
+from verl_bundle import __version__, tomlwrite
 from verl_bundle.errors import LockError
 from verl_bundle.target import Target, normalize_platform, parse_python
 

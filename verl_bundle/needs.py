@@ -51,7 +51,9 @@ def needs_for(bundle: Path | None, cuda: str | None, profile: str | None) -> dic
         try:
             return dict(read_manifest(root))
         except FileNotFoundError:
-            raise UsageError(f"--bundle {bundle}: no manifest.json there; is it an extracted bundle?") from None
+            raise UsageError(
+                f"--bundle {bundle}: no manifest.json there; is it an extracted bundle?"
+            ) from None
         except ValueError as exc:
             raise UsageError(f"--bundle {bundle}: {exc}") from None
     chosen = select_profile(cuda, profile)

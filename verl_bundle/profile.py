@@ -247,7 +247,7 @@ class _Table:
                     + ", ".join(sorted(allowed))
                 )
 
-    def str(self, name: str, default: str | None = None, *, required: bool = False) -> str | None:
+    def text(self, name: str, default: str | None = None, *, required: bool = False) -> str | None:
         if name not in self.data:
             if required:
                 raise self.fail(name, "is required (a string)")
@@ -257,13 +257,13 @@ class _Table:
             raise self.fail(name, f"expected a non-empty string, found {value!r}")
         return value.strip()
 
-    def strs(self, name: str) -> tuple[str, ...]:
+    def texts(self, name: str) -> tuple[str, ...]:
         value = self.data.get(name, [])
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise self.fail(name, f"expected a list of strings, found {value!r}")
         return tuple(v.strip() for v in value)
 
-    def bool(self, name: str, default: bool) -> bool:
+    def flag(self, name: str, default: bool) -> bool:
         value = self.data.get(name, default)
         if not isinstance(value, bool):
             raise self.fail(name, f"expected true or false, found {value!r}")
@@ -303,11 +303,11 @@ def _requirement(t: _Table, name: str, index: int, text: str) -> Requirement:
 
 
 def _requirements(t: _Table, name: str) -> tuple[str, ...]:
-    return tuple(str(_requirement(t, name, i, r)) for i, r in enumerate(t.strs(name)))
+    return tuple(str(_requirement(t, name, i, r)) for i, r in enumerate(t.texts(name)))
 
 
 def _specifier(t: _Table, name: str) -> str | None:
-    value = t.str(name)
+    value = t.text(name)
     if value is None:
         return None
     try:
@@ -318,7 +318,7 @@ def _specifier(t: _Table, name: str) -> str | None:
 
 
 def _version(t: _Table, name: str, *, required: bool = False) -> str | None:
-    value = t.str(name, required=required)
+    value = t.text(name, required=required)
     if value is None:
         return None
     try:
@@ -385,16 +385,16 @@ def load_profile(path: Path) -> Profile:
     top = _Table(path, data)
     top.check_keys(_TOP_KEYS)
 
-    name = top.str("name", required=True) or ""
+    name = top.text("name", required=True) or ""
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
         raise top.fail("name", f"{name!r} must be letters, digits, '.', '_' or '-'")
     cuda = _version(top, "cuda", required=True) or ""
-    python = top.str("python", "3.10") or "3.10"
+    python = top.text("python", "3.10") or "3.10"
     try:
         parse_python(python)
     except UsageError:
         raise top.fail("python", f"{python!r} is not a Python version (X.Y)") from None
-    platform = top.str("platform", "manylinux_2_17_x86_64") or ""
+    platform = top.text("platform", "manylinux_2_17_x86_64") or ""
     try:
         platform = normalize_platform(platform)
     except UsageError as exc:
@@ -405,10 +405,10 @@ def load_profile(path: Path) -> Profile:
     for loc_name in loc_table.data:
         lt = loc_table.table(loc_name)
         lt.check_keys({"type", "url"})
-        kind = lt.str("type", "index")
+        kind = lt.text("type", "index")
         if kind not in ("index", "files"):
             raise lt.fail("type", f"expected 'index' or 'files', found {kind!r}")
-        url = lt.str("url")
+        url = lt.text("url")
         if url is None and loc_name != DEFAULT_INDEX:
             raise lt.fail("url", "is required (an http(s) URL)")
         if url is not None and not re.match(r"^https?://", url):
@@ -439,7 +439,7 @@ def load_profile(path: Path) -> Profile:
     static: list[StaticMetadata] = []
     for t in top.tables("static-metadata"):
         t.check_keys({"name", "version", "requires-dist", "requires-python"})
-        pkg = t.str("name", required=True) or ""
+        pkg = t.text("name", required=True) or ""
         static.append(
             StaticMetadata(
                 name=pkg,
@@ -452,7 +452,7 @@ def load_profile(path: Path) -> Profile:
     artifacts: list[DirectArtifact] = []
     for t in top.tables("artifacts"):
         t.check_keys({"package", "location", "file", "sha256", "fallback"})
-        loc = t.str("location", required=True) or ""
+        loc = t.text("location", required=True) or ""
         if loc not in locations:
             raise t.fail(
                 "location",
@@ -460,11 +460,13 @@ def load_profile(path: Path) -> Profile:
                 + ", ".join(sorted(locations)),
             )
         if locations[loc].kind != "files":
-            raise t.fail("location", f"location {loc!r} is an index; artifacts come from a files host")
-        fallback = t.str("fallback", "resolved")
+            raise t.fail(
+                "location", f"location {loc!r} is an index; artifacts come from a files host"
+            )
+        fallback = t.text("fallback", "resolved")
         if fallback not in ("resolved", "error"):
             raise t.fail("fallback", f"expected 'resolved' or 'error', found {fallback!r}")
-        template = t.str("file", required=True) or ""
+        template = t.text("file", required=True) or ""
         try:
             template.format(version="0", python_tag="cp310")
         except (KeyError, IndexError, ValueError):
@@ -477,7 +479,7 @@ def load_profile(path: Path) -> Profile:
                 raise t.fail(f"sha256.{fname}", "expected 64 lowercase hex digits")
         artifacts.append(
             DirectArtifact(
-                package=t.str("package", required=True) or "",
+                package=t.text("package", required=True) or "",
                 location=loc,
                 file=template,
                 sha256=hashes,
@@ -494,22 +496,24 @@ def load_profile(path: Path) -> Profile:
         limit = mj.data.get("limit")
         if not isinstance(gib, (int, float)) or isinstance(gib, bool) or gib <= 0:
             raise mj.fail("gib-per-job", f"expected a positive number, found {gib!r}")
-        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
+        if limit is not None and (
+            not isinstance(limit, int) or isinstance(limit, bool) or limit < 1
+        ):
             raise mj.fail("limit", f"expected a positive integer, found {limit!r}")
         builds.append(
             SourceBuild(
-                package=t.str("package", required=True) or "",
+                package=t.text("package", required=True) or "",
                 build_requires=_requirements(t, "build-requires"),
                 env=t.str_map("env"),
                 max_jobs=MaxJobs(float(gib), limit),
-                needs_cuda=t.bool("needs-cuda", True),
+                needs_cuda=t.flag("needs-cuda", True),
             )
         )
 
     phases: list[Phase] = []
     for t in top.tables("phases"):
         t.check_keys({"name", "packages"})
-        phases.append(Phase(t.str("name", required=True) or "", t.strs("packages")))
+        phases.append(Phase(t.text("name", required=True) or "", t.texts("packages")))
     if not phases:
         phases = [Phase("wheels", ("*",))]
     _check_phases(top, phases, builds)
@@ -517,30 +521,30 @@ def load_profile(path: Path) -> Profile:
     checks_t = top.table("checks")
     checks_t.check_keys({"imports", "torch-version", "torch-cuda"})
     checks = Checks(
-        imports=checks_t.strs("imports"),
-        torch_version=checks_t.str("torch-version"),
-        torch_cuda=checks_t.str("torch-cuda"),
+        imports=checks_t.texts("imports"),
+        torch_version=checks_t.text("torch-version"),
+        torch_cuda=checks_t.text("torch-cuda"),
     )
     tool_t = top.table("toolchain")
     tool_t.check_keys({"nvcc", "gcc", "driver", "driver-compat"})
     toolchain = Toolchain(
         nvcc=_version(tool_t, "nvcc"),
         gcc=_specifier(tool_t, "gcc"),
-        driver=tool_t.str("driver"),
-        driver_compat=tool_t.str("driver-compat"),
+        driver=tool_t.text("driver"),
+        driver_compat=tool_t.text("driver-compat"),
     )
-    lock_rel = top.str("lock")
+    lock_rel = top.text("lock")
     return Profile(
         name=name,
         path=path,
         sha256=hashlib.sha256(raw).hexdigest(),
-        description=top.str("description", "") or "",
+        description=top.text("description", "") or "",
         cuda=cuda,
         python=python,
         python_versions=_specifier(top, "python-versions"),
         platform=platform,
         exclude_newer=_cutoff(top, "exclude-newer"),
-        notes=top.strs("notes"),
+        notes=top.texts("notes"),
         requirements=requirements,
         constraints=constraints,
         bootstrap=bootstrap,
@@ -634,7 +638,9 @@ def profile_for_cuda(cuda: str) -> Profile:
     exact = [p for p in profiles if version(p) == want]
     if exact:
         preferred = f"cu{want[0]}{want[1]}"
-        return next((p for p in exact if p.name == preferred), sorted(exact, key=lambda p: p.name)[0])
+        return next(
+            (p for p in exact if p.name == preferred), sorted(exact, key=lambda p: p.name)[0]
+        )
     fits = [p for p in profiles if version(p)[0] == want[0] and version(p)[1] < want[1]]
     if fits:
         return max(fits, key=lambda p: (version(p), p.name == f"cu{version(p)[0]}{version(p)[1]}"))

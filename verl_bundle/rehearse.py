@@ -196,7 +196,7 @@ def rehearse(tarball: Path, python: str | None, reporter: Reporter) -> Rehearsal
             env=env,
             cwd=work,
         ) as proc:
-            assert proc.stdout is not None
+            assert proc.stdout is not None  # noqa: S101 - stdout=PIPE sets it
             lines, current = _follow(proc.stdout, steps, skipped, reporter)
         code = proc.wait()
         if current is not None:

@@ -61,7 +61,9 @@ def lock_json(result: LockResult) -> dict[str, Any]:
 
 def lock_text(result: LockResult) -> str:
     lock = result.lock
-    kinds = {k: sum(1 for p in lock.packages if p.kind == k) for k in ("wheel", "host-build", "sdist")}
+    kinds = {
+        k: sum(1 for p in lock.packages if p.kind == k) for k in ("wheel", "host-build", "sdist")
+    }
     lines = [
         f"locked {len(lock.packages)} packages for {lock.target.describe()} (CUDA {lock.cuda}), "
         f"{human_size(lock.total_size)}: {kinds['wheel']} wheels, {kinds['host-build']} pure sdists "
@@ -153,7 +155,8 @@ def profile_sources(p: Profile) -> dict[str, Any]:
     assets = [n for n in used if p.location(n).kind == "files"]
     return {
         "locations": {
-            name: {"url": p.location(name).url, "packages": pkgs} for name, pkgs in sorted(used.items())
+            name: {"url": p.location(name).url, "packages": pkgs}
+            for name, pkgs in sorted(used.items())
         },
         "needs_extra_index": bool(indexes),
         "needs_release_assets": any(a.fallback == "error" for a in p.artifacts),
@@ -173,11 +176,17 @@ def profile_show(p: Profile) -> str:
         + (", and:" if src["locations"] else " only"),
     ]
     for name, info in src["locations"].items():
-        lines.append(f"    {name:<20} {info['url'] or 'the default index'}  ({', '.join(info['packages'])})")
+        lines.append(
+            f"    {name:<20} {info['url'] or 'the default index'}  ({', '.join(info['packages'])})"
+        )
     if src["needs_extra_index"]:
-        lines.append("  needs the PyTorch index (or a --mirror of it): its CUDA builds come only from there")
+        lines.append(
+            "  needs the PyTorch index (or a --mirror of it): its CUDA builds come only from there"
+        )
     if src["needs_release_assets"]:
-        lines.append("  needs release assets (or a --mirror of the release host): a required file is only there")
+        lines.append(
+            "  needs release assets (or a --mirror of the release host): a required file is only there"
+        )
     elif src["uses_release_assets"]:
         lines.append("  uses release assets when reachable; without them it falls back as noted")
     lines.append(f"  committed lock: {src['lock'] or 'none (builds resolve)'}")
@@ -198,7 +207,9 @@ def lock_check_json(check: LockCheck) -> dict[str, Any]:
 
 def lock_check_text(check: LockCheck) -> str:
     if check.current:
-        extra = " (the profile file changed, but resolves the same)" if check.profile_changed else ""
+        extra = (
+            " (the profile file changed, but resolves the same)" if check.profile_changed else ""
+        )
         return f"{check.path}: current; the profile resolves to exactly this lock today{extra}"
     lines = [f"{check.path}: out of date; resolving the profile today gives:"]
     lines += [f"  {d}" for d in check.differences]

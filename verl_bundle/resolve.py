@@ -109,7 +109,7 @@ def _cutoff(profile: Profile, fetcher: Fetcher, reporter: Reporter) -> str | Non
         )
         ok = resp.status_code == 200 and "json" in resp.headers.get("Content-Type", "")
         files = resp.json().get("files", []) if ok else []
-    except Exception:  # noqa: BLE001 - any failure means: cannot tell, so do not filter
+    except Exception:
         files = []
     if any("upload-time" in f for f in files):
         return profile.exclude_newer
@@ -124,9 +124,7 @@ def _cutoff(profile: Profile, fetcher: Fetcher, reporter: Reporter) -> str | Non
 # -- running uv ------------------------------------------------------------------------------
 
 
-def _project_toml(
-    profile: Profile, requirements: Iterable[str], cutoff: str | None
-) -> str:
+def _project_toml(profile: Profile, requirements: Iterable[str], cutoff: str | None) -> str:
     deps = list(dict.fromkeys(requirements))
     named = {canonicalize_name(Requirement(r).name) for r in deps}
     # A binding only reaches the packages uv is asked for directly, so every bound package is
@@ -147,7 +145,9 @@ def _project_toml(
         if profile.bindings:
             # Indexes like the PyTorch one give no upload times; the cut-off would hide every file.
             lines.append(
-                tomlwrite.assign("exclude-newer-package", {p: False for p in sorted(profile.bindings)})
+                tomlwrite.assign(
+                    "exclude-newer-package", {p: False for p in sorted(profile.bindings)}
+                )
             )
     for meta in profile.static_metadata:
         entry: dict[str, Any] = {
@@ -161,7 +161,9 @@ def _project_toml(
         lines += [tomlwrite.assign(k, v) for k, v in entry.items()]
     if profile.bindings:
         lines += ["", "[tool.uv.sources]"]
-        lines += [tomlwrite.assign(p, {"index": loc}) for p, loc in sorted(profile.bindings.items())]
+        lines += [
+            tomlwrite.assign(p, {"index": loc}) for p, loc in sorted(profile.bindings.items())
+        ]
     for name in sorted(set(profile.bindings.values())):
         loc = profile.location(name)
         lines += ["", "[[tool.uv.index]]", tomlwrite.assign("name", name)]
@@ -212,7 +214,7 @@ def _resolve(
 def _cause_lines(stderr: str) -> list[str]:
     out = []
     for raw in stderr.splitlines():
-        line = re.sub(r"^[\s×│├╰─▶]*", "", raw).strip()
+        line = re.sub(r"^[\s×│├╰─▶]*", "", raw).strip()  # noqa: RUF001 - uv's tree glyphs
         line = re.sub(r"^(error|cause|hint):\s*", "", line)
         if line and not line.startswith("warning:"):
             out.append(line)
@@ -233,12 +235,14 @@ def _explain_failure(profile: Profile, target: Target, stderr: str) -> Exception
         )
     for loc in profile.locations.values():
         shown = redact_url(loc.url) if loc.url else None
-        if shown and shown in text or (loc.url and split_credentials(loc.url)[0] in text):
+        if (shown and shown in text) or (loc.url and split_credentials(loc.url)[0] in text):
             return FetchError(
                 f"resolving {profile.name}: location {loc.describe()} failed: {text} "
                 "Was the index reachable? Check --mirror, HTTPS_PROXY and credentials."
             )
-    if re.search(r"(dns error|Connection refused|error sending request|tcp connect|timed out)", text):
+    if re.search(
+        r"(dns error|Connection refused|error sending request|tcp connect|timed out)", text
+    ):
         return FetchError(
             f"resolving {profile.name}: an index was unreachable: {text} "
             "Was the index reachable? Check --mirror, HTTPS_PROXY and credentials."
@@ -380,7 +384,11 @@ def _classify(profile: Profile, c: Candidate, builds: list[str]) -> LockedPackag
         for r in profile.source_build(b).build_requires  # type: ignore[union-attr]
     }
     role: Role = (
-        "bootstrap" if c.name in bootstrap else "build-dep" if c.name in build_deps else "requirement"
+        "bootstrap"
+        if c.name in bootstrap
+        else "build-dep"
+        if c.name in build_deps
+        else "requirement"
     )
     kind: Kind
     if c.file.is_wheel:
@@ -397,7 +405,7 @@ def _classify(profile: Profile, c: Candidate, builds: list[str]) -> LockedPackag
 def _check_sdist_name(c: Candidate) -> None:
     try:
         parse_sdist_filename(c.file.filename)
-    except Exception:  # noqa: BLE001
+    except Exception:
         raise ResolutionError(
             f"{c.name} {c.version}: {c.file.filename} is neither a wheel nor an sdist"
         ) from None

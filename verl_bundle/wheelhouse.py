@@ -14,7 +14,7 @@ from urllib.parse import urljoin, urlsplit
 
 from verl_bundle.credentials import redact_url, split_credentials
 from verl_bundle.errors import FetchError
-from verl_bundle.fetch import Cache, Cached, Fetcher, Want
+from verl_bundle.fetch import Cached, Fetcher, Want
 from verl_bundle.hostbuild import build_pure_wheel
 from verl_bundle.lock import Lock, LockedFile, LockedPackage
 from verl_bundle.net import Http
@@ -43,9 +43,7 @@ class Wheelhouse:
     host_built: int
 
 
-def prepare(
-    lock: Lock, profile: Profile, fetcher: Fetcher, reporter: Reporter
-) -> Wheelhouse:
+def prepare(lock: Lock, profile: Profile, fetcher: Fetcher, reporter: Reporter) -> Wheelhouse:
     wants = [_want(p, lock, profile, fetcher.http) for p in lock.packages]
     results: list[Cached] = fetcher.fetch_all(wants)
     by_name = {r.want.package: r for r in results}
@@ -99,7 +97,7 @@ def _relocate(pkg: LockedPackage, locked_base: str, new_base: str, kind: str, ht
     page = f"{clean_new}/{pkg.name}/"
     try:
         resp = http.get(page, headers={"Accept": "application/vnd.pypi.simple.v1+json, text/html"})
-    except Exception as exc:  # noqa: BLE001 - reported as one line below
+    except Exception as exc:
         raise FetchError(
             f"{pkg.name}: cannot read {redact_url(page)} (location {pkg.location}): {exc}; "
             "was the mirror reachable?"

@@ -1,19 +1,18 @@
 """`python3 -m verl_bundle.airgap COMMAND ...`: the server-side tools a bundle carries.
 
-    doctor      check this server against the bundle's needs (before installing)
-    verify      check every file of the bundle against SHA256SUMS and the manifest
-    explain     match a failed install's log to known causes and fixes
-    postinstall check the installed environment (run with the venv's python)
-    max-jobs    the MAX_JOBS a source build should use on this machine's RAM
+doctor      check this server against the bundle's needs (before installing)
+verify      check every file of the bundle against SHA256SUMS and the manifest
+explain     match a failed install's log to known causes and fixes
+postinstall check the installed environment (run with the venv's python)
+max-jobs    the MAX_JOBS a source build should use on this machine's RAM
 """
 
 from __future__ import annotations
 
 import sys
-from typing import List, Optional
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help"):
         print(__doc__.strip())
@@ -39,7 +38,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         from verl_bundle.airgap import doctor
 
         return doctor.max_jobs_main(rest)
-    print("unknown command %r; see --help" % command, file=sys.stderr)
+    print(f"unknown command {command!r}; see --help", file=sys.stderr)
     return 2
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict
+from typing import Any
 
 SUMS = "SHA256SUMS"
 MANIFEST = "manifest.json"
@@ -33,9 +33,9 @@ def find_root(path: str) -> str:
     return path
 
 
-def read_manifest(root: str) -> Dict[str, Any]:
+def read_manifest(root: str) -> dict[str, Any]:
     with open(os.path.join(root, MANIFEST), encoding="utf-8") as fh:
         data = json.load(fh)
     if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:
-        raise ValueError("not a verl-bundle manifest (format %r)" % data.get("format"))
+        raise ValueError("not a verl-bundle manifest (format {!r})".format(data.get("format")))
     return data

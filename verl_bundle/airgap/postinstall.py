@@ -17,7 +17,7 @@ import re
 import subprocess
 import sys
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 from verl_bundle.airgap.layout import find_root, read_manifest
 
@@ -43,9 +43,9 @@ def _norm_version(version: str) -> str:
     return version.lower()
 
 
-def check_versions(manifest: Dict[str, Any]) -> List[Result]:
+def check_versions(manifest: dict[str, Any]) -> list[Result]:
     """Every distribution the bundle installs is present at the bundled version."""
-    installed: Dict[str, str] = {}
+    installed: dict[str, str] = {}
     if importlib_metadata is not None:
         for dist in importlib_metadata.distributions():
             name = dist.metadata["Name"]
@@ -61,7 +61,7 @@ def check_versions(manifest: Dict[str, Any]) -> List[Result]:
         if got is None:
             missing.append(name)
         elif _norm_version(got) != _norm_version(entry["version"]):
-            wrong.append("%s %s (bundle: %s)" % (name, got, entry["version"]))
+            wrong.append("{} {} (bundle: {})".format(name, got, entry["version"]))
     if missing or wrong:
         return [
             Result(
@@ -73,16 +73,16 @@ def check_versions(manifest: Dict[str, Any]) -> List[Result]:
             )
         ]
     count = sum(1 for e in manifest.get("files", []) if e.get("kind") != "bootstrap")
-    return [Result("versions", "ok", "%d distributions installed at the bundled versions" % count)]
+    return [Result("versions", "ok", f"{count} distributions installed at the bundled versions")]
 
 
-def check_files(manifest: Dict[str, Any]) -> List[Result]:
+def check_files(manifest: dict[str, Any]) -> list[Result]:
     """Every installed file of the bundled distributions matches its RECORD hash: nothing was
     left half-written by an interrupted install."""
     if importlib_metadata is None:
         return []
     wanted = {_norm(e["name"]) for e in manifest.get("files", []) if e.get("kind") != "bootstrap"}
-    bad: List[str] = []
+    bad: list[str] = []
     checked = 0
     for dist in importlib_metadata.distributions():
         name = dist.metadata["Name"]
@@ -97,46 +97,46 @@ def check_files(manifest: Dict[str, Any]) -> List[Result]:
                 with open(str(path), "rb") as fh:
                     digest = hashlib.sha256(fh.read()).digest()
             except OSError:
-                bad.append("%s: %s missing" % (name, entry))
+                bad.append(f"{name}: {entry} missing")
                 continue
             encoded = base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
             if encoded != entry.hash.value:
-                bad.append("%s: %s differs from its RECORD" % (name, entry))
+                bad.append(f"{name}: {entry} differs from its RECORD")
     if bad:
         return [
             Result(
                 "files",
                 "fail",
-                "%d installed files are not as their wheels recorded: %s" % (len(bad), "; ".join(bad[:5])),
+                f"{len(bad)} installed files are not as their wheels recorded: "
+                + "; ".join(bad[:5]),
                 "run ./install.sh again; it reinstalls the phase that did not finish",
             )
         ]
-    return [Result("files", "ok", "%d installed files match their RECORD hashes" % checked)]
+    return [Result("files", "ok", f"{checked} installed files match their RECORD hashes")]
 
 
-def check_imports(modules: List[str]) -> List[Result]:
+def check_imports(modules: list[str]) -> list[Result]:
     out = []
     for mod in modules:
         try:
             imported = importlib.import_module(mod)
-        except Exception as exc:  # noqa: BLE001 - any import failure is the finding
+        except Exception as exc:
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             out.append(
                 Result(
                     "import:" + mod,
                     "fail",
-                    "import %s failed: %s: %s" % (mod, type(exc).__name__, first),
-                    "run `verl-bundle explain` on this output; check the phase that installs %s"
-                    % mod,
+                    f"import {mod} failed: {type(exc).__name__}: {first}",
+                    f"run `verl-bundle explain` on this output; check the phase that installs {mod}",
                 )
             )
             continue
         version = getattr(imported, "__version__", "")
-        out.append(Result("import:" + mod, "ok", "import %s %s" % (mod, version)))
+        out.append(Result("import:" + mod, "ok", f"import {mod} {version}"))
     return out
 
 
-def check_torch(checks: Dict[str, Any]) -> List[Result]:
+def check_torch(checks: dict[str, Any]) -> list[Result]:
     want_version = checks.get("torch_version")
     want_cuda = checks.get("torch_cuda")
     wheel = checks.get("flash_attn_wheel")
@@ -144,8 +144,8 @@ def check_torch(checks: Dict[str, Any]) -> List[Result]:
         return []
     try:
         torch = importlib.import_module("torch")
-    except Exception as exc:  # noqa: BLE001
-        return [Result("torch", "fail", "torch does not import: %s" % exc)]
+    except Exception as exc:
+        return [Result("torch", "fail", f"torch does not import: {exc}")]
     out = []
     version = str(getattr(torch, "__version__", ""))
     cuda = str(getattr(getattr(torch, "version", None), "cuda", None))
@@ -154,23 +154,23 @@ def check_torch(checks: Dict[str, Any]) -> List[Result]:
             Result(
                 "torch-version",
                 "fail",
-                "torch is %s, the bundle's is %s" % (version, want_version),
+                f"torch is {version}, the bundle's is {want_version}",
                 "another torch shadows the bundled one (check `pip list`, PYTHONPATH, user site)",
             )
         )
     elif want_version:
-        out.append(Result("torch-version", "ok", "torch %s" % version))
+        out.append(Result("torch-version", "ok", f"torch {version}"))
     if want_cuda and cuda != want_cuda:
         out.append(
             Result(
                 "torch-cuda",
                 "fail",
-                "torch.version.cuda is %s, expected %s" % (cuda, want_cuda),
+                f"torch.version.cuda is {cuda}, expected {want_cuda}",
                 "install the bundle's torch (+cu build) again: ./install.sh",
             )
         )
     elif want_cuda:
-        out.append(Result("torch-cuda", "ok", "torch.version.cuda %s" % cuda))
+        out.append(Result("torch-cuda", "ok", f"torch.version.cuda {cuda}"))
     if wheel:
         m = re.search(r"cxx11abi(TRUE|FALSE)", wheel, re.IGNORECASE)
         abi = getattr(getattr(torch, "_C", None), "_GLIBCXX_USE_CXX11_ABI", None)
@@ -181,13 +181,13 @@ def check_torch(checks: Dict[str, Any]) -> List[Result]:
                     Result(
                         "cxx11abi",
                         "fail",
-                        "torch's C++ ABI (_GLIBCXX_USE_CXX11_ABI=%s) differs from %s" % (abi, wheel),
+                        f"torch's C++ ABI (_GLIBCXX_USE_CXX11_ABI={abi}) differs from {wheel}",
                         "use the flash-attn wheel built for this torch's ABI (cxx11abi%s)"
                         % ("TRUE" if abi else "FALSE"),
                     )
                 )
             else:
-                out.append(Result("cxx11abi", "ok", "torch C++ ABI matches %s" % wheel))
+                out.append(Result("cxx11abi", "ok", f"torch C++ ABI matches {wheel}"))
     return out
 
 
@@ -202,12 +202,12 @@ print("flash-attn ok on", torch.cuda.get_device_name(0))
 """
 
 
-def check_gpu(require_gpu: bool, has_flash: bool) -> List[Result]:
+def check_gpu(require_gpu: bool, has_flash: bool) -> list[Result]:
     try:
         torch = importlib.import_module("torch")
         available = bool(torch.cuda.is_available())
-    except Exception as exc:  # noqa: BLE001
-        return [Result("gpu", "fail" if require_gpu else "skip", "cannot ask torch: %s" % exc)]
+    except Exception as exc:
+        return [Result("gpu", "fail" if require_gpu else "skip", f"cannot ask torch: {exc}")]
     if not available:
         status = "fail" if require_gpu else "skip"
         return [
@@ -218,13 +218,13 @@ def check_gpu(require_gpu: bool, has_flash: bool) -> List[Result]:
                 "check the driver (nvidia-smi) and CUDA_VISIBLE_DEVICES" if require_gpu else "",
             )
         ]
-    out = [Result("gpu", "ok", "torch sees %d GPU(s)" % torch.cuda.device_count())]
+    out = [Result("gpu", "ok", f"torch sees {torch.cuda.device_count()} GPU(s)")]
     if has_flash:
         proc = subprocess.run(
             [sys.executable, "-c", GPU_SMOKE],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            universal_newlines=True,
+            text=True,
             timeout=300,
         )
         tail = (proc.stdout or "").strip().splitlines()[-1:] or [""]
@@ -235,19 +235,19 @@ def check_gpu(require_gpu: bool, has_flash: bool) -> List[Result]:
                 Result(
                     "flash-attn-gpu",
                     "fail",
-                    "a tiny flash-attn call failed: %s" % tail[0],
+                    f"a tiny flash-attn call failed: {tail[0]}",
                     "run `verl-bundle explain` on the install log",
                 )
             )
     return out
 
 
-def check_pip() -> List[Result]:
+def check_pip() -> list[Result]:
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "check"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
-        universal_newlines=True,
+        text=True,
         timeout=120,
         env=dict(os.environ, PIP_CONFIG_FILE=os.devnull, PIP_NO_INDEX="1"),
     )
@@ -260,14 +260,14 @@ def check_pip() -> List[Result]:
         Result(
             "pip-check",
             "warn",
-            "pip check: %s" % "; ".join(lines[:5]),
+            "pip check: {}".format("; ".join(lines[:5])),
             "the bundle installs with --no-deps from its lock; a declared requirement the profile "
             "replaced on purpose (e.g. cupy for CUDA 11) shows up here",
         )
     ]
 
 
-def without_phases(manifest: Dict[str, Any], skipped: List[str]) -> Dict[str, Any]:
+def without_phases(manifest: dict[str, Any], skipped: list[str]) -> dict[str, Any]:
     """The manifest as if the skipped phases were not in the bundle (a rehearsal that could
     not do a source build): their packages and their imports are not checked."""
     if not skipped:
@@ -284,8 +284,8 @@ def without_phases(manifest: Dict[str, Any], skipped: List[str]) -> Dict[str, An
 
 
 def run_checks(
-    manifest: Dict[str, Any], require_gpu: bool = False, skipped: Optional[List[str]] = None
-) -> List[Result]:
+    manifest: dict[str, Any], require_gpu: bool = False, skipped: list[str] | None = None
+) -> list[Result]:
     manifest = without_phases(manifest, skipped or [])
     checks = manifest.get("checks", {})
     results = check_versions(manifest)
@@ -298,7 +298,7 @@ def run_checks(
     return results
 
 
-def main(argv: List[str]) -> int:
+def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="postinstall", description=__doc__)
     parser.add_argument("--bundle", required=True, help="the extracted bundle directory")
     parser.add_argument("--require-gpu", action="store_true")
@@ -309,22 +309,17 @@ def main(argv: List[str]) -> int:
     try:
         manifest = read_manifest(root)
     except (OSError, ValueError) as exc:
-        print("postinstall: cannot read %s/manifest.json: %s" % (root, exc), file=sys.stderr)
+        print(f"postinstall: cannot read {root}/manifest.json: {exc}", file=sys.stderr)
         return 2
     results = run_checks(manifest, args.require_gpu, args.skip_phase)
     failed = [r for r in results if r.status == "fail"]
     if args.json:
-        doc: Dict[str, Any] = {"ok": not failed, "checks": [asdict(r) for r in results]}
+        doc: dict[str, Any] = {"ok": not failed, "checks": [asdict(r) for r in results]}
         print(json.dumps(doc, indent=2))
     else:
         for r in results:
-            print("%-4s %-18s %s" % (r.status, r.id, r.summary))
+            print(f"{r.status:<4} {r.id:<18} {r.summary}")
             if r.fix and r.status in ("fail", "warn"):
-                print("     fix: %s" % r.fix)
-        print(
-            "post-install checks: %s"
-            % ("all passed" if not failed else "%d failed" % len(failed))
-        )
+                print(f"     fix: {r.fix}")
+        print("post-install checks: " + ("all passed" if not failed else f"{len(failed)} failed"))
     return 1 if failed else 0
-
-

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import tarfile
 from dataclasses import dataclass, field
-from typing import IO, Dict, List, Optional, Tuple
+from typing import IO
 
 from verl_bundle.airgap.layout import MANIFEST, SUMS, find_root
 
@@ -27,24 +27,24 @@ class Problem:
     what: str
 
     def line(self) -> str:
-        return "%s: %s" % (self.path, self.what)
+        return f"{self.path}: {self.what}"
 
 
 @dataclass
 class Report:
     subject: str
     checked: int = 0
-    problems: List[Problem] = field(default_factory=list)
-    extra: List[str] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    extra: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return not self.problems
 
 
-def parse_sums(text: str) -> Dict[str, str]:
+def parse_sums(text: str) -> dict[str, str]:
     """`sha256sum` lines: '<64 hex>  <path>' (or ' *<path>' in binary mode)."""
-    sums: Dict[str, str] = {}
+    sums: dict[str, str] = {}
     for line in text.splitlines():
         m = re.match(r"^([0-9a-fA-F]{64}) [ *](.+)$", line)
         if m:
@@ -52,7 +52,7 @@ def parse_sums(text: str) -> Dict[str, str]:
     return sums
 
 
-def manifest_hashes(manifest_text: str) -> Optional[Dict[str, str]]:
+def manifest_hashes(manifest_text: str) -> dict[str, str] | None:
     try:
         data = json.loads(manifest_text)
         out = {}
@@ -65,9 +65,9 @@ def manifest_hashes(manifest_text: str) -> Optional[Dict[str, str]]:
 
 def _judge(
     report: Report,
-    actual: Dict[str, str],
-    sums_text: Optional[str],
-    manifest_text: Optional[str],
+    actual: dict[str, str],
+    sums_text: str | None,
+    manifest_text: str | None,
 ) -> None:
     """Compare the files found with both lists, and blame the one thing that changed.
 
@@ -81,7 +81,7 @@ def _judge(
     if not sums:
         report.problems.append(Problem(SUMS, "altered: it lists no file"))
         return
-    listed: Dict[str, str] = {}
+    listed: dict[str, str] = {}
     if manifest_text is None:
         report.problems.append(Problem(MANIFEST, "missing"))
     else:
@@ -90,14 +90,14 @@ def _judge(
             report.problems.append(Problem(MANIFEST, "altered: not a readable manifest"))
         else:
             listed = parsed
-    sums_blamed: List[str] = []
+    sums_blamed: list[str] = []
     for path in sorted(set(sums) | set(listed)):
         report.checked += 1
         got, s, m = actual.get(path), sums.get(path), listed.get(path)
         if s is not None and got == s:
             continue  # intact; a stale manifest entry is caught through manifest.json's hash
         if path == MANIFEST:
-            what = "missing" if got is None else "altered: sha256 does not match %s" % SUMS
+            what = "missing" if got is None else f"altered: sha256 does not match {SUMS}"
             report.problems.append(Problem(MANIFEST, what))
         elif got is not None and m is not None and got == m:
             sums_blamed.append(path)  # the file is what the manifest says: the list is wrong
@@ -106,12 +106,15 @@ def _judge(
         elif got is None:
             report.problems.append(Problem(path, "missing"))
         else:
-            report.problems.append(
-                Problem(path, "altered: sha256 %s, expected %s" % (got, s or m))
-            )
+            report.problems.append(Problem(path, f"altered: sha256 {got}, expected {s or m}"))
     if sums_blamed:
         report.problems.append(
-            Problem(SUMS, "altered: its entries for %s do not match the bundle" % ", ".join(sums_blamed))
+            Problem(
+                SUMS,
+                "altered: its entries for {} do not match the bundle".format(
+                    ", ".join(sums_blamed)
+                ),
+            )
         )
     report.extra = sorted(p for p in actual if p not in sums and p not in listed and p != SUMS)
 
@@ -130,8 +133,8 @@ def _sha256_file(path: str) -> str:
 def verify_dir(path: str) -> Report:
     root = find_root(path)
     report = Report(root)
-    actual: Dict[str, str] = {}
-    texts: Dict[str, str] = {}
+    actual: dict[str, str] = {}
+    texts: dict[str, str] = {}
     for dirpath, dirnames, filenames in os.walk(root):
         for name in sorted(dirnames + filenames):
             full = os.path.join(dirpath, name)
@@ -172,7 +175,7 @@ class _HashingReader:
             leftover = leftover or chunk.strip(b"\0") != b""
 
 
-def unsafe_member(member: tarfile.TarInfo, top: Optional[str]) -> Optional[str]:
+def unsafe_member(member: tarfile.TarInfo, top: str | None) -> str | None:
     """Why a member must not be extracted, or None when it is a plain file or directory."""
     name = member.name
     if name.startswith("/") or re.match(r"^[A-Za-z]:", name):
@@ -181,18 +184,18 @@ def unsafe_member(member: tarfile.TarInfo, top: Optional[str]) -> Optional[str]:
     if ".." in parts:
         return "path with '..'"
     if top is not None and parts[0] != top:
-        return "outside the bundle's top directory %s/" % top
+        return f"outside the bundle's top directory {top}/"
     if not (member.isfile() or member.isdir()):
         return "not a plain file or directory (links and devices are refused)"
     return None
 
 
 def _members(
-    stream: IO[bytes], report: Report, actual: Dict[str, str], texts: Dict[str, str]
+    stream: IO[bytes], report: Report, actual: dict[str, str], texts: dict[str, str]
 ) -> str:
     """Hash every member of a tar read as a stream; note unsafe members instead of using them.
     Returns the name of the last member read."""
-    top: Optional[str] = None
+    top: str | None = None
     last = ""
     with tarfile.open(fileobj=stream, mode="r|*") as tf:
         for member in tf:
@@ -228,8 +231,8 @@ def _members(
 def verify_tar(path: str) -> Report:
     """Stream the tarball once (no extraction); a .tar.zst goes through the zstd command."""
     report = Report(path)
-    actual: Dict[str, str] = {}
-    texts: Dict[str, str] = {}
+    actual: dict[str, str] = {}
+    texts: dict[str, str] = {}
     whole = hashlib.sha256()
     try:
         if path.endswith((".zst", ".zstd")):
@@ -253,18 +256,19 @@ def verify_tar(path: str) -> Report:
                     report.problems.append(
                         Problem(
                             os.path.basename(path),
-                            "damaged tar: unreadable after %s; copy it again" % (last or "its start"),
+                            "damaged tar: unreadable after %s; copy it again"
+                            % (last or "its start"),
                         )
                     )
                     return report
                 whole = reader.hash
             whole_hex = whole.hexdigest()
     except FileNotFoundError as exc:
-        report.problems.append(Problem(os.path.basename(path), "cannot read it (%s)" % exc))
+        report.problems.append(Problem(os.path.basename(path), f"cannot read it ({exc})"))
         return report
     except (tarfile.TarError, EOFError, OSError) as exc:
         report.problems.append(
-            Problem(os.path.basename(path), "damaged tar (%s); copy it again" % exc)
+            Problem(os.path.basename(path), f"damaged tar ({exc}); copy it again")
         )
         return report
     sidecar = path + ".sha256"
@@ -273,7 +277,7 @@ def verify_tar(path: str) -> Report:
             expected = (fh.read().split() or [""])[0].lower()
         if expected != whole_hex:
             report.problems.append(
-                Problem(os.path.basename(path), "does not match %s" % os.path.basename(sidecar))
+                Problem(os.path.basename(path), f"does not match {os.path.basename(sidecar)}")
             )
     _judge(report, actual, texts.get(SUMS), texts.get(MANIFEST))
     return report
@@ -283,7 +287,7 @@ def verify(path: str) -> Report:
     return verify_dir(path) if os.path.isdir(path) else verify_tar(path)
 
 
-def split_tar_name(path: str) -> Tuple[str, str]:
+def split_tar_name(path: str) -> tuple[str, str]:
     base = os.path.basename(path)
     for suffix in (".tar.zst", ".tar.gz", ".tgz", ".tar"):
         if base.endswith(suffix):
@@ -291,18 +295,18 @@ def split_tar_name(path: str) -> Tuple[str, str]:
     return base, ""
 
 
-def main(argv: List[str]) -> int:
+def main(argv: list[str]) -> int:
     """`verify PATH`: print each problem; exit 0 when intact, 1 otherwise, 2 on bad usage."""
     if len(argv) != 1 or argv[0].startswith("-"):
         print("usage: verify BUNDLE_DIR|TARBALL", file=sys.stderr)
         return 2
     if not os.path.exists(argv[0]):
-        print("verify: %s: no such file or directory" % argv[0], file=sys.stderr)
+        print(f"verify: {argv[0]}: no such file or directory", file=sys.stderr)
         return 2
     report = verify(argv[0])
     for problem in report.problems:
         print("FAILED: " + problem.line())
     if report.ok:
-        print("OK: %d files match %s and the manifest" % (report.checked, SUMS))
+        print(f"OK: {report.checked} files match {SUMS} and the manifest")
         return 0
     return 1

@@ -1,0 +1,268 @@
+"""The command line as a user meets it: help that teaches, JSON shapes that scripts can rely on,
+errors as one line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cli import run
+from conftest import ROOT, Stack
+
+from verl_bundle.lock import read_lock
+
+PY38 = Path.home() / ".pyenv" / "versions" / "3.8.18" / "bin" / "python3.8"
+
+
+def test_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
+    result = run(["--help"], capsys)
+    assert result.code == 0
+    for command in ("build", "lock", "verify", "rehearse", "doctor", "explain", "profiles"):
+        assert command in result.out
+    build = run(["build", "--help"], capsys)
+    for option in (
+        "--cuda",
+        "--profile",
+        "--python",
+        "--mirror",
+        "--lock",
+        "--output",
+        "--cache-dir",
+        "--jobs",
+        "--compress",
+    ):
+        assert option in build.out
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    result = run(["--version"], capsys)
+    assert result.code == 0 and result.out.startswith("verl-bundle ")
+
+
+def test_unknown_option_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    result = run(["build", "--cuda", "11.8", "--frobnicate"], capsys)
+    assert result.code == 2
+    assert "Traceback" not in result.err
+
+
+def test_profiles_list_and_show(capsys: pytest.CaptureFixture[str]) -> None:
+    listing = run(["profiles"], capsys)
+    assert listing.code == 0 and "cu118" in listing.out
+    doc = json.loads(run(["profiles", "--json"], capsys).out)
+    cu118 = next(p for p in doc if p["name"] == "cu118")
+    assert sorted(cu118) == ["cuda", "description", "name", "path", "platform", "python", "sources"]
+    assert cu118["sources"]["needs_extra_index"] is True
+    assert cu118["sources"]["needs_release_assets"] is True
+    shown = run(["profiles", "show", "cu118"], capsys)
+    assert "needs the PyTorch index" in shown.out
+    assert (
+        "pytorch-cu118        https://download.pytorch.org/whl/cu118  (torch, triton, xformers)"
+        in shown.out
+    )
+    assert 'name = "cu118"' in shown.out
+
+
+def test_lock_json_shape(stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "l.toml"
+    result = run(["lock", "--cuda", "11.8", *stack.mirrors(), "-o", str(out), "--json"], capsys)
+    assert result.code == 0, result.err
+    doc = json.loads(result.out)
+    assert sorted(doc) == ["lock", "notes", "packages", "profile", "target"]
+    assert doc["target"] == {
+        "python": "3.10",
+        "python_tag": "cp310",
+        "platform": "manylinux_2_17_x86_64",
+        "cuda": "11.8",
+    }
+    pkg = next(p for p in doc["packages"] if p["name"] == "torch")
+    assert sorted(pkg) == [
+        "file",
+        "kind",
+        "location",
+        "name",
+        "phase",
+        "role",
+        "sha256",
+        "size",
+        "url",
+        "version",
+    ]
+    assert pkg["version"] == "2.1.2+cu118" and pkg["location"] == "pytorch-cu118"
+
+
+def test_lock_check_reports_differences(
+    stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "l.toml"
+    base = [
+        "lock",
+        "--cuda",
+        "11.8",
+        *stack.mirrors(),
+        "-o",
+        str(out),
+        "--cache-dir",
+        str(tmp_path / "c"),
+    ]
+    assert run(base, capsys).code == 0
+    current = run([*base, "--check"], capsys)
+    assert current.code == 0, current.out + current.err
+    assert "current" in current.out
+    # Pretend the lock was made when einops was older: --check shows the upgrade.
+    text = out.read_text().replace(
+        'name = "einops"\nversion = "1.1.0"', 'name = "einops"\nversion = "1.0.9"'
+    )
+    out.write_text(text)
+    assert read_lock(out).package("einops").version == "1.0.9"  # type: ignore[union-attr]
+    stale = run([*base, "--check", "--json"], capsys)
+    assert stale.code == 1
+    doc = json.loads(stale.out)
+    assert doc["current"] is False
+    assert doc["differences"] == ["~ einops 1.0.9 -> 1.1.0"]
+
+
+def test_doctor_here_against_the_cu118_bundle(
+    built_bundle: tuple[Path, Path, dict[str, object]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """This machine has a CUDA 13.0 nvcc, gcc 12, no driver and no GPU: the doctor says exactly
+    that against the cu118 bundle (which has no source build, so nothing of it is fatal)."""
+    if shutil.which("nvcc") is None or shutil.which("gcc") is None:
+        pytest.skip("this check describes a host with nvcc and gcc")
+    result = run(
+        ["doctor", "--bundle", str(built_bundle[1]), "--json", "--python", sys.executable], capsys
+    )
+    doc = json.loads(result.out)
+    assert sorted(doc) == ["checks", "host", "ok"]
+    checks = {c["id"]: c for c in doc["checks"]}
+    for c in doc["checks"]:
+        assert sorted(c) == ["detail", "fix", "id", "status", "summary"]
+        assert c["status"] in ("ok", "warn", "fail")
+    nvcc = subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout
+    if "release 13.0" in nvcc:
+        assert checks["nvcc"]["status"] == "warn"
+        assert "13.0" in checks["nvcc"]["summary"] and "11.8" in checks["nvcc"]["summary"]
+        assert checks["nvcc"]["fix"]
+    assert checks["driver"]["status"] == "warn" and checks["driver"]["fix"]
+    assert checks["gpus"]["status"] == "warn"
+    gcc_major = int(
+        subprocess.run(["gcc", "-dumpversion"], capture_output=True, text=True).stdout.split(".")[0]
+    )
+    if gcc_major > 11:
+        assert checks["gcc"]["status"] == "warn" and "11" in checks["gcc"]["fix"]
+    # --python is this 3.11 interpreter, the bundle is for 3.10: that one is a failure.
+    assert checks["python"]["status"] == "fail"
+    assert result.code == 1 and doc["ok"] is False
+
+
+def test_explain_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "phase.log"
+    log.write_text(
+        "building 'flash_attn_2_cuda' extension\n/usr/include/python3.10/x.c:1:10: fatal error: Python.h: No such file or directory\n"
+    )
+    result = run(["explain", str(log)], capsys)
+    assert result.code == 0 and "python3.10-dev" in result.out
+    unknown = tmp_path / "other.log"
+    unknown.write_text("all fine\n")
+    assert run(["explain", str(unknown)], capsys).code == 1
+    assert run(["explain", str(tmp_path / "missing.log")], capsys).code == 2
+
+
+@pytest.mark.skipif(
+    not PY38.exists(), reason="Python 3.8 (the oldest server python) is not installed"
+)
+def test_server_tools_run_on_python38(built_bundle: tuple[Path, Path, dict[str, object]]) -> None:
+    """A bundle's lib/ runs on the server's python3, which may be 3.8."""
+    root = built_bundle[1]
+    env = {"PYTHONPATH": str(root / "lib"), "PATH": "/usr/bin:/bin"}
+    verify = subprocess.run(
+        [str(PY38), "-m", "verl_bundle.airgap", "verify", str(root)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert verify.returncode == 0, verify.stderr
+    jobs = subprocess.run(
+        [str(PY38), "-m", "verl_bundle.airgap", "max-jobs", "--gib-per-job", "9", "--limit", "0"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert jobs.returncode == 0 and int(jobs.stdout) >= 1
+    doctor = subprocess.run(
+        [str(PY38), "-m", "verl_bundle.airgap", "doctor", "--bundle", str(root), "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert doctor.returncode in (0, 1) and json.loads(doctor.stdout)["checks"]
+    post = subprocess.run(
+        [str(PY38), "-m", "verl_bundle.airgap", "postinstall", "--bundle", str(root), "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert post.returncode == 1  # nothing is installed in this python: it says so, no traceback
+    assert "Traceback" not in post.stderr and json.loads(post.stdout)["ok"] is False
+
+
+def test_our_wheel_carries_profiles_and_templates(tmp_path: Path) -> None:
+    """`pip install .` (not only editable) must ship the data the tool reads at run time."""
+    import zipfile
+
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "build",
+            "--wheel",
+            "--no-isolation",
+            "--outdir",
+            str(tmp_path),
+            str(ROOT),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    wheel = next(tmp_path.glob("verl_bundle-*.whl"))
+    names = zipfile.ZipFile(wheel).namelist()
+    for profile in (ROOT / "profiles").glob("*.toml"):
+        assert f"verl_bundle/profiles/{profile.name}" in names
+    assert "verl_bundle/templates/install.sh.j2" in names
+    assert "verl_bundle/airgap/doctor.py" in names
+    # ... and, installed (not editable), the tool finds them inside the package.
+    target = tmp_path / "site"
+    inst = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--no-index",
+            "--target",
+            str(target),
+            str(wheel),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert inst.returncode == 0, inst.stderr
+    code = "import verl_bundle, verl_bundle.resources as r; print(verl_bundle.__file__); print(r.data_dir('profiles'))"
+    shown = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(target)},
+    )
+    assert shown.returncode == 0, shown.stderr
+    module, profiles = shown.stdout.split()
+    assert module.startswith(str(target)) and profiles == str(target / "verl_bundle" / "profiles")
