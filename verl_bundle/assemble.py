@@ -311,7 +311,7 @@ def _doctor_script() -> str:
         "#!/bin/sh\n"
         "# Check this server before installing: ./doctor [--json] [--require-gpu]\n"
         'here=$(cd "$(dirname "$0")" && pwd)\n'
-        'PYTHONPATH="$here/lib${PYTHONPATH:+:$PYTHONPATH}" exec "${PYTHON:-python3}" '
+        'PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$here/lib${PYTHONPATH:+:$PYTHONPATH}" exec "${PYTHON:-python3}" '
         '-m verl_bundle.airgap doctor --bundle "$here" "$@"\n'
     )
 

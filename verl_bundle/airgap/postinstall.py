@@ -284,12 +284,16 @@ def without_phases(manifest: dict[str, Any], skipped: list[str]) -> dict[str, An
 
 
 def run_checks(
-    manifest: dict[str, Any], require_gpu: bool = False, skipped: list[str] | None = None
+    manifest: dict[str, Any],
+    require_gpu: bool = False,
+    skipped: list[str] | None = None,
+    files: bool = False,
 ) -> list[Result]:
     manifest = without_phases(manifest, skipped or [])
     checks = manifest.get("checks", {})
     results = check_versions(manifest)
-    results += check_files(manifest)
+    if files:
+        results += check_files(manifest)
     results += check_imports(list(checks.get("imports", [])))
     results += check_torch(checks)
     results += check_pip()
@@ -303,6 +307,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--bundle", required=True, help="the extracted bundle directory")
     parser.add_argument("--require-gpu", action="store_true")
     parser.add_argument("--skip-phase", action="append", default=[], help="a phase left out")
+    parser.add_argument(
+        "--check-files",
+        action="store_true",
+        help="also check every installed file against its RECORD (after an interrupted install)",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     root = find_root(args.bundle)
@@ -311,7 +320,7 @@ def main(argv: list[str]) -> int:
     except (OSError, ValueError) as exc:
         print(f"postinstall: cannot read {root}/manifest.json: {exc}", file=sys.stderr)
         return 2
-    results = run_checks(manifest, args.require_gpu, args.skip_phase)
+    results = run_checks(manifest, args.require_gpu, args.skip_phase, args.check_files)
     failed = [r for r in results if r.status == "fail"]
     if args.json:
         doc: dict[str, Any] = {"ok": not failed, "checks": [asdict(r) for r in results]}
