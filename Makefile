@@ -36,5 +36,14 @@ typecheck: $(STAMP)
 bundle: $(STAMP)
 	$(BIN)/verl-bundle build --cuda $(CUDA) --python $(PY) --output $(OUT)
 
+# The real stack from the real index (about 3 GB; needs the internet): build cu121 for cp310,
+# rehearse it with Python 3.10 and no network, import torch, vllm, verl and transformers.
+e2e-real: $(STAMP)
+	$(BIN)/python bench/e2e_real.py
+
+# Side-by-side benchmarks on a local index of large synthetic wheels (no internet).
+bench: $(STAMP)
+	$(BIN)/python bench/run_all.py
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist

@@ -252,6 +252,10 @@ def rehearse_cmd(
         str | None,
         typer.Option(help="The interpreter to install with (default: pythonX.Y for the bundle)."),
     ] = None,
+    keep: Annotated[
+        Path | None,
+        typer.Option(help="Rehearse in this new directory and leave it (bundle/ and venv/) there."),
+    ] = None,
     json_out: Json = False,
 ) -> None:
     """Prove here, before the bundle travels, that it installs with the network cut.
@@ -262,7 +266,7 @@ def rehearse_cmd(
     from verl_bundle.rehearse import rehearse
 
     with reporter(quiet=json_out) as rep:
-        result = rehearse(tarball, python, rep)
+        result = rehearse(tarball, python, rep, keep)
     if json_out:
         _emit(render.dumps(render.rehearsal_json(result)))
     else:

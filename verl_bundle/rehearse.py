@@ -148,9 +148,23 @@ def _follow(
     return lines, current
 
 
-def rehearse(tarball: Path, python: str | None, reporter: Reporter) -> Rehearsal:
+def rehearse(
+    tarball: Path, python: str | None, reporter: Reporter, keep: Path | None = None
+) -> Rehearsal:
+    """Rehearse in a temporary directory, or in `keep` (which must not exist), left in place
+    with the extracted bundle (bundle/) and the venv (venv/) for inspection."""
     if not tarball.is_file():
         raise UsageError(f"{tarball}: no such file; give the bundle's .tar")
+    if keep is not None and keep.exists():
+        raise UsageError(f"--keep {keep}: already exists; give a new directory")
+    if keep is not None:
+        keep.mkdir(parents=True)
+        return _rehearse(tarball, python, reporter, keep)
+    with tempfile.TemporaryDirectory(prefix="verl-bundle-rehearse-") as tmp:
+        return _rehearse(tarball, python, reporter, Path(tmp))
+
+
+def _rehearse(tarball: Path, python: str | None, reporter: Reporter, work: Path) -> Rehearsal:
     prefix = network_cut()
     steps: list[Step] = []
     started = time.monotonic()
@@ -161,48 +175,46 @@ def rehearse(tarball: Path, python: str | None, reporter: Reporter) -> Rehearsal
         steps.append(Step("check tarball", "fail", time.monotonic() - started, detail))
         return Rehearsal(tarball, python or "", " ".join(prefix), tuple(steps), ())
     steps.append(Step("check tarball", "pass", time.monotonic() - started))
-    with tempfile.TemporaryDirectory(prefix="verl-bundle-rehearse-") as tmp:
-        work = Path(tmp)
-        t0 = time.monotonic()
-        with tarfile.open(tarball) as tf:
-            first = tf.next()
-            if first is None:
-                raise BundleError(f"{tarball}: the tarball is empty")
-            tf.extractall(work / "bundle", filter="data")
-        root = work / "bundle" / first.name.split("/")[0]
-        steps.append(Step("extract", "pass", time.monotonic() - t0))
-        manifest = read_manifest(str(root))
-        want = manifest["target"]["python"]
-        py = python or find_python(want)
-        if py is None:
-            raise UsageError(
-                f"no Python {want} on this host to rehearse with; install it or pass --python PATH"
-            )
-        if _python_version(py) != want:
-            raise UsageError(f"--python {py} is not Python {want}, which the bundle is for")
-        skipped = _unbuildable(manifest)
-        args = [str(root / "install.sh"), "--prefix", str(work / "venv"), "--python", py]
-        args += ["--yes", "--skip-doctor"]
-        for phase in skipped:
-            args += ["--skip-phase", phase]
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
-        env["HOME"] = str(work)  # nothing of this user's is read or written
-        reporter.status(f"installing with the network cut ({' '.join(prefix)}) ...")
-        with subprocess.Popen(
-            [*prefix, *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=env,
-            cwd=work,
-        ) as proc:
-            assert proc.stdout is not None  # noqa: S101 - stdout=PIPE sets it
-            lines, current = _follow(proc.stdout, steps, skipped, reporter)
-        code = proc.wait()
-        if current is not None:
-            status = "pass" if code == 0 else "fail"
-            detail = "" if code == 0 else f"install.sh exited {code}"
-            steps.append(Step(current[0], status, time.monotonic() - current[1], detail))
-        elif code != 0:
-            steps.append(Step("install.sh", "fail", 0.0, f"exited {code} before its first step"))
+    t0 = time.monotonic()
+    with tarfile.open(tarball) as tf:
+        first = tf.next()
+        if first is None:
+            raise BundleError(f"{tarball}: the tarball is empty")
+        tf.extractall(work / "bundle", filter="data")
+    root = work / "bundle" / first.name.split("/")[0]
+    steps.append(Step("extract", "pass", time.monotonic() - t0))
+    manifest = read_manifest(str(root))
+    want = manifest["target"]["python"]
+    py = python or find_python(want)
+    if py is None:
+        raise UsageError(
+            f"no Python {want} on this host to rehearse with; install it or pass --python PATH"
+        )
+    if _python_version(py) != want:
+        raise UsageError(f"--python {py} is not Python {want}, which the bundle is for")
+    skipped = _unbuildable(manifest)
+    args = [str(root / "install.sh"), "--prefix", str(work / "venv"), "--python", py]
+    args += ["--yes", "--skip-doctor"]
+    for phase in skipped:
+        args += ["--skip-phase", phase]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
+    env["HOME"] = str(work)  # nothing of this user's is read or written
+    reporter.status(f"installing with the network cut ({' '.join(prefix)}) ...")
+    with subprocess.Popen(
+        [*prefix, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        cwd=work,
+    ) as proc:
+        assert proc.stdout is not None  # noqa: S101 - stdout=PIPE sets it
+        lines, current = _follow(proc.stdout, steps, skipped, reporter)
+    code = proc.wait()
+    if current is not None:
+        status = "pass" if code == 0 else "fail"
+        detail = "" if code == 0 else f"install.sh exited {code}"
+        steps.append(Step(current[0], status, time.monotonic() - current[1], detail))
+    elif code != 0:
+        steps.append(Step("install.sh", "fail", 0.0, f"exited {code} before its first step"))
     return Rehearsal(tarball, py, " ".join(prefix), tuple(steps), tuple(lines[-25:]))
