@@ -15,6 +15,7 @@ import html
 import io
 import json
 import re
+import ssl
 import tarfile
 import textwrap
 import threading
@@ -233,6 +234,7 @@ class Server:
         upload_time: str | None = None,
         credentials: tuple[str, str] | None = None,
         redirect_files: bool = False,
+        tls: tuple[Path, Path] | None = None,
     ) -> None:
         self.root = root
         self.json_api = json_api
@@ -246,6 +248,12 @@ class Server:
         handler = self._handler_class()
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.httpd.daemon_threads = True
+        self.scheme = "http"
+        if tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(str(tls[0]), str(tls[1]))
+            self.httpd.socket = context.wrap_socket(self.httpd.socket, server_side=True)
+            self.scheme = "https"
         self.port = self.httpd.server_address[1]
         self._thread = threading.Thread(
             target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
@@ -253,7 +261,7 @@ class Server:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
     @property
     def index_url(self) -> str:
@@ -472,3 +480,68 @@ class Server:
 
 
 __all__ = ["Server", "build_sdist", "build_wheel", "normalize"]
+
+
+def make_certificates(directory: Path) -> tuple[Path, Path, Path]:
+    """A private CA and a server certificate for 127.0.0.1 it signed, made with the openssl
+    command: (ca.pem for clients, cert.pem and key.pem for the server)."""
+    import subprocess
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+    ca, ca_key = directory / "ca.pem", directory / "ca.key"
+    csr, cert, key = directory / "server.csr", directory / "cert.pem", directory / "key.pem"
+    ext = directory / "server.ext"
+    openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=test CA",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign",
+        "-keyout",
+        str(ca_key),
+        "-out",
+        str(ca),
+    )
+    openssl(
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=127.0.0.1",
+        "-keyout",
+        str(key),
+        "-out",
+        str(csr),
+    )
+    ext.write_text(
+        "basicConstraints=CA:FALSE\nsubjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n"
+    )
+    openssl(
+        "x509",
+        "-req",
+        "-in",
+        str(csr),
+        "-CA",
+        str(ca),
+        "-CAkey",
+        str(ca_key),
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-extfile",
+        str(ext),
+        "-out",
+        str(cert),
+    )
+    return ca, cert, key

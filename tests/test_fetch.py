@@ -1,11 +1,12 @@
 from __future__ import annotations
 
 import hashlib
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from pkgindex import Server, build_wheel
+from pkgindex import Server, build_wheel, make_certificates
 
 from verl_bundle.errors import FetchError
 from verl_bundle.fetch import Cache, Fetcher, Want
@@ -160,3 +161,32 @@ def test_parallel_fetch_of_many_files(tmp_path: Path, server: Server, files: Pat
     results = fetcher(tmp_path, jobs=4).fetch_all(wants)
     assert {r.want.package for r in results} == {"big", "small"}
     assert all(r.path.is_file() for r in results)
+
+
+@pytest.fixture
+def tls_server(files: Path, tmp_path: Path) -> Iterator[tuple[Server, Path]]:
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl command is needed to make a test certificate")
+    ca, cert, key = make_certificates(tmp_path)
+    s = Server(files, tls=(cert, key)).start()
+    yield s, ca
+    s.stop()
+
+
+def test_tls_is_verified_and_a_custom_ca_bundle_is_honoured(
+    tls_server: tuple[Server, Path], files: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server, ca = tls_server
+    for var in ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "SSL_CERT_FILE"):
+        monkeypatch.delenv(var, raising=False)
+    w = want(server, files, "small")
+    assert w.url.startswith("https://")
+    with pytest.raises(
+        FetchError, match=r"TLS verification failed.*REQUESTS_CA_BUNDLE or SSL_CERT_FILE"
+    ):
+        fetcher(tmp_path / "a").fetch(w)
+    for var in ("REQUESTS_CA_BUNDLE", "SSL_CERT_FILE"):
+        monkeypatch.setenv(var, str(ca))
+        got = fetcher(tmp_path / var).fetch(w)
+        assert got.sha256 == w.sha256
+        monkeypatch.delenv(var)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from cli import run
 from conftest import ROOT, Stack
-from pkgindex import Server
+from pkgindex import Server, make_certificates
 
 from verl_bundle.lock import read_lock
 from verl_bundle.target import Target
@@ -268,3 +268,61 @@ def test_mirror_credentials_never_reach_output_or_lock(
         assert any(r.authorization for r in guarded.requests)
     finally:
         guarded.stop()
+
+
+def test_https_mirror_with_a_custom_ca_bundle(
+    stack: Stack,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An intranet mirror behind the company's CA: REQUESTS_CA_BUNDLE serves both verl-bundle's
+    downloads and the resolver (uv reads SSL_CERT_FILE; verl-bundle passes the bundle on)."""
+    import shutil
+
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl command is needed to make a test certificate")
+    ca, cert, key = make_certificates(tmp_path)
+    secure = Server(
+        stack.dirs.pypi, json_api=True, upload_time="2024-06-01T00:00:00Z", tls=(cert, key)
+    ).start()
+    try:
+        for var in ("SSL_CERT_FILE", "SSL_CERT_DIR", "CURL_CA_BUNDLE"):
+            monkeypatch.delenv(var, raising=False)
+        monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(ca))
+        mirrors = [m.replace(stack.pypi.index_url, secure.index_url) for m in stack.mirrors()]
+        out = tmp_path / "l.toml"
+        result = run(
+            [
+                "lock",
+                "--cuda",
+                "11.8",
+                *mirrors,
+                "-o",
+                str(out),
+                "--cache-dir",
+                str(tmp_path / "c"),
+            ],
+            capsys,
+        )
+        assert result.code == 0, result.err
+        assert f"https://127.0.0.1:{secure.port}/" in out.read_text()
+        monkeypatch.delenv("REQUESTS_CA_BUNDLE")
+        monkeypatch.setenv("UV_HTTP_RETRIES", "0")
+        refused = run(
+            [
+                "lock",
+                "--cuda",
+                "11.8",
+                *mirrors,
+                "-o",
+                str(tmp_path / "m.toml"),
+                "--cache-dir",
+                str(tmp_path / "d"),
+            ],
+            capsys,
+        )
+        assert refused.code == 1
+        assert "Traceback" not in refused.err
+    finally:
+        secure.stop()
