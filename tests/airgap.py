@@ -58,3 +58,26 @@ def run_install(
     return subprocess.run(
         cmd, capture_output=True, text=True, env=environ, cwd=home, timeout=timeout
     )
+
+
+def resign(root: Path) -> None:
+    """After a test changed files of an extracted bundle on purpose, make its manifest and
+    SHA256SUMS agree again, as a (broken) upstream release would: the checks pass, the content
+    is what the test wants to see fail later."""
+    import hashlib
+    import json
+
+    def digest(path: Path) -> str:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+
+    manifest = json.loads((root / "manifest.json").read_text())
+    for entry in [*manifest["files"], *manifest["generated"]]:
+        path = root / entry["path"]
+        entry["sha256"], entry["size"] = digest(path), path.stat().st_size
+    (root / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    lines = [
+        f"{digest(p)}  {p.relative_to(root).as_posix()}"
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.name != "SHA256SUMS"
+    ]
+    (root / "SHA256SUMS").write_text("\n".join(lines) + "\n")

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from airgap import extract, find_python, netns_prefix, python310, run_install
+from airgap import extract, find_python, netns_prefix, python310, resign, run_install
 from conftest import NAME, Stack, build_bundle, clean_environ
 
 pytestmark = pytest.mark.slow
@@ -384,23 +384,15 @@ def test_rehearse_fails_for_a_bundle_that_does_not_install(
         root / "wheels", "verl", "0.2.0.post2", modules={"verl": "import does_not_exist\n"}
     )
     digest = hashlib.sha256(new.read_bytes()).hexdigest()
-    manifest = json.loads((root / "manifest.json").read_text())
-    for entry in manifest["files"]:
+    (root / "requirements" / "04-verl.txt").write_text(
+        f"verl==0.2.0.post2 --hash=sha256:{digest}\n"
+    )
+    for_manifest = json.loads((root / "manifest.json").read_text())
+    for entry in for_manifest["files"]:
         if entry["name"] == "verl":
-            entry["sha256"], entry["size"] = digest, new.stat().st_size
-    req = root / "requirements" / "04-verl.txt"
-    req.write_text(f"verl==0.2.0.post2 --hash=sha256:{digest}\n")
-    for entry in manifest["generated"]:
-        if entry["path"] == "requirements/04-verl.txt":
-            entry["sha256"] = hashlib.sha256(req.read_bytes()).hexdigest()
-            entry["size"] = req.stat().st_size
-    (root / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-    sums = [
-        f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {p.relative_to(root).as_posix()}"
-        for p in sorted(root.rglob("*"))
-        if p.is_file() and p.name != "SHA256SUMS"
-    ]
-    (root / "SHA256SUMS").write_text("\n".join(sums) + "\n")
+            entry["path"] = f"wheels/{new.name}"
+    (root / "manifest.json").write_text(json.dumps(for_manifest))
+    resign(root)
     broken = tmp_path / "broken.tar"
     with tarfile.open(broken, "w") as tf:
         tf.add(root, arcname=root.name)
@@ -427,3 +419,71 @@ def test_rehearse_refuses_a_damaged_tarball(
     result = run(["rehearse", str(bad)], capsys)
     assert result.code == 1
     assert "fail" in result.out and "check tarball" in result.out
+
+
+def test_a_failed_phase_names_phase_command_output_and_cause(
+    bundle: Path, home: Path, tmp_path: Path
+) -> None:
+    """A phase that cannot install (here: its requirements ask for a version the bundle lacks)
+    ends with the phase, the command, the last lines of its output and what explain says."""
+    req = bundle / "requirements" / "02-wheels.txt"
+    lines = req.read_text().splitlines()
+    lines[0] = lines[0].replace("aioprometheus==1.0.0", "aioprometheus==9.9.9")
+    req.write_text("\n".join(lines) + "\n")
+    resign(bundle)
+    prefix = tmp_path / "venv"
+    proc = run_install(bundle, home, "--prefix", str(prefix), "--python", python310(), "--yes")
+    assert proc.returncode == 1, output(proc)
+    text = output(proc)
+    assert "phase 'wheels' failed." in text
+    assert "command: " in text and "-r " in text and "02-wheels.txt" in text
+    assert "last lines of its output" in text
+    assert "aioprometheus" in text
+    assert "fix:" in text  # explain found a known cause for it
+    assert "it continues from phase 'wheels'" in text
+    assert (prefix / ".verl-bundle" / "done-torch").exists()
+    assert not (prefix / ".verl-bundle" / "done-wheels").exists()
+
+
+def test_the_bundled_doctor_runs_on_its_own(bundle: Path, tmp_path: Path) -> None:
+    env = clean_environ(tmp_path)
+    proc = subprocess.run(
+        [str(bundle / "doctor"), "--json"], capture_output=True, text=True, env=env, timeout=120
+    )
+    import json
+
+    doc = json.loads(proc.stdout)
+    assert proc.returncode == (0 if doc["ok"] else 1)
+    assert {c["id"] for c in doc["checks"]} >= {
+        "os",
+        "python",
+        "headers",
+        "gcc",
+        "nvcc",
+        "driver",
+        "disk",
+        "memory",
+    }
+    assert not list(bundle.rglob("__pycache__"))  # the bundle directory stays as it came
+
+
+def test_rehearse_says_clearly_when_the_network_cannot_be_cut(
+    built_bundle: tuple[Path, Path, dict[str, object]],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from cli import run
+
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    for tool in ("sh", "bash"):
+        found = shutil.which(tool)
+        assert found
+        (bare / tool).symlink_to(found)
+    monkeypatch.setenv("PATH", str(bare))
+    result = run(["rehearse", str(built_bundle[0])], capsys)
+    assert result.code == 1
+    assert result.err.strip().splitlines() == [
+        "error: rehearse needs `unshare` (util-linux) to cut the network; install util-linux"
+    ]
