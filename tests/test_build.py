@@ -302,3 +302,72 @@ def test_build_json_shape(built: tuple[Path, Path, dict[str, object]]) -> None:
     )
     assert doc["profile"] == "cu118" and doc["lock"] == "resolved" and doc["host_built"] == 2
     assert isinstance(doc["size"], int) and isinstance(doc["notes"], list)
+
+
+def test_a_lock_made_upstream_builds_against_intranet_mirrors(
+    stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A lock made against one set of locations builds against mirrors of them: each locked file
+    is looked up by name on the mirror, and must still have the locked hash."""
+    from pkgindex import Server
+
+    lock_path = tmp_path / "upstream.toml"
+    assert run(["lock", "--cuda", "11.8", *stack.mirrors(), "-o", str(lock_path)], capsys).code == 0
+    mirrors = [
+        Server(stack.dirs.pytorch).start(),
+        Server(stack.dirs.pypi).start(),  # an HTML-only mirror, like many intranet ones
+        Server(stack.dirs.files).start(),
+    ]
+    try:
+        pt, pypi, files = mirrors
+        args = ["--mirror", f"pypi={pypi.index_url}", "--mirror", f"pytorch-cu118={pt.index_url}"]
+        args += [
+            "--mirror",
+            f"flash-attn-releases={files.url}",
+            "--mirror",
+            f"vllm-releases={files.url}",
+        ]
+        stack.reset()
+        out = tmp_path / "out"
+        result = run(
+            [
+                "build",
+                "--cuda",
+                "11.8",
+                *args,
+                "--lock",
+                str(lock_path),
+                "-o",
+                str(out),
+                "--cache-dir",
+                str(tmp_path / "c"),
+            ],
+            capsys,
+        )
+        assert result.code == 0, result.err
+        assert [r for s in stack.servers() for r in s.requests] == []  # the upstream is not asked
+        fetched = {r.path.rsplit("/", 1)[-1] for s in mirrors for r in s.file_requests()}
+        assert "torch-2.1.2+cu118-cp310-cp310-linux_x86_64.whl" in fetched
+        assert "flash_attn-2.5.8+cu118torch2.1cxx11abiFALSE-cp310-cp310-linux_x86_64.whl" in fetched
+        assert run(["verify", result.last_line], capsys).code == 0
+        # A mirror serving another file under the locked name is refused.
+        pypi.faults.corrupt.add("einops-1.1.0-py3-none-any.whl")
+        bad = run(
+            [
+                "build",
+                "--cuda",
+                "11.8",
+                *args,
+                "--lock",
+                str(lock_path),
+                "-o",
+                str(tmp_path / "o2"),
+                "--cache-dir",
+                str(tmp_path / "c2"),
+            ],
+            capsys,
+        )
+        assert bad.code == 1 and "einops" in bad.err and "sha256 mismatch" in bad.err
+    finally:
+        for s in mirrors:
+            s.stop()

@@ -102,6 +102,8 @@ def _request(
     mirrors = dict(parse_mirror(m) for m in (mirror or []))
     _state["redact"] = Redactor.for_urls(list(mirrors.values()))
     chosen = select_profile(cuda, profile).with_mirrors(mirrors)
+    # A profile file may carry credentials in its own location URLs: keep those out too.
+    _state["redact"] = Redactor.for_urls([loc.url for loc in chosen.locations.values() if loc.url])
     return Request(
         profile=chosen,
         target=chosen.target(python, platform),

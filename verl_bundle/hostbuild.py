@@ -46,10 +46,11 @@ def build_pure_wheel(
         src = work / sdist_filename
         shutil.copyfile(sdist, src)
         args = ["build", "--wheel", "--out-dir", str(work / "dist"), "--python", host_python()]
-        if index_url:
-            args += ["--default-index", index_url]
         args.append(str(src))
-        run = run_uv(args, work, redact)
+        # The mirror (credentials and all) goes through the environment, not the command line,
+        # where other users of this host could read it.
+        extra = {"UV_DEFAULT_INDEX": index_url} if index_url else {}
+        run = run_uv(args, work, redact, extra_env=extra)
         wheels = sorted((work / "dist").glob("*.whl")) if (work / "dist").is_dir() else []
         if run.returncode != 0 or len(wheels) != 1:
             tail = " | ".join(run.stderr.strip().splitlines()[-6:])

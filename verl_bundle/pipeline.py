@@ -125,6 +125,10 @@ def build(
         candidate = read_lock(req.profile.lock)
         if candidate.target == req.target:
             lock_path = req.profile.lock
+            notes.append(
+                f"note: building from the profile's committed lock {lock_path} (no resolution); "
+                "pass --lock to use another, or `verl-bundle lock --check` to compare with today"
+            )
     if lock_path is not None:
         lock, more = load_matching_lock(req, lock_path, python_given)
         notes += more

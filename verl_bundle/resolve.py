@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
@@ -66,7 +67,7 @@ def lock_profile(profile: Profile, target: Target, fetcher: Fetcher, reporter: R
     chosen = _complete(chosen, fetcher)
     packages = tuple(_classify(profile, c, builds) for c in chosen.values())
     locations = {
-        name: redact_url(loc.url) if loc.url else ""
+        name: split_credentials(loc.url)[0] if loc.url else ""
         for name, loc in sorted(profile.locations.items())
         if name in {p.location for p in packages} or name == DEFAULT_INDEX
     }
@@ -284,8 +285,6 @@ def _candidates(
 
 
 def _filename(url: str) -> str:
-    from urllib.parse import unquote, urlsplit
-
     return unquote(urlsplit(url).path.rsplit("/", 1)[-1])
 
 
@@ -331,7 +330,7 @@ def _apply_artifacts(
         else:
             got = fetcher.fetch(Want(art.package, filename, url, art.location, None, probe.size))
             file = LockedFile(filename, url, got.sha256, got.size)
-        out[name] = Candidate(name, parse_wheel_filename(filename)[1].__str__(), file, art.location)
+        out[name] = Candidate(name, str(parse_wheel_filename(filename)[1]), file, art.location)
     return out
 
 

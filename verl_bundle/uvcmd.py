@@ -56,14 +56,20 @@ class UvRun:
     stderr: str
 
 
-def run_uv(args: list[str], cwd: Path, redact: Redactor, timeout: float = 1800) -> UvRun:
+def run_uv(
+    args: list[str],
+    cwd: Path,
+    redact: Redactor,
+    timeout: float = 1800,
+    extra_env: dict[str, str] | None = None,
+) -> UvRun:
     config_home = cwd / ".uv-config"
     config_home.mkdir(exist_ok=True)
     try:
         proc = subprocess.run(
             [uv_binary(), *args],
             cwd=cwd,
-            env=uv_env(config_home),
+            env={**uv_env(config_home), **(extra_env or {})},
             capture_output=True,
             text=True,
             timeout=timeout,

@@ -8,9 +8,10 @@ mirror, and its hash must still match the lock.
 from __future__ import annotations
 
 import html.parser
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import unquote, urljoin, urlsplit
 
 from verl_bundle.credentials import redact_url, split_credentials
 from verl_bundle.errors import FetchError
@@ -132,8 +133,6 @@ class _Anchors(html.parser.HTMLParser):
 def _links(text: str, content_type: str, base: str) -> Mapping[str, str]:
     out: dict[str, str] = {}
     if "json" in content_type:
-        import json
-
         for f in json.loads(text).get("files", []):
             out[f["filename"]] = urljoin(base, f["url"]).split("#", 1)[0]
         return out
@@ -141,5 +140,5 @@ def _links(text: str, content_type: str, base: str) -> Mapping[str, str]:
     parser.feed(text)
     for href in parser.hrefs:
         url = urljoin(base, href).split("#", 1)[0]
-        out[url.rsplit("/", 1)[-1]] = url
+        out[unquote(urlsplit(url).path.rsplit("/", 1)[-1])] = url
     return out
