@@ -50,8 +50,12 @@ def test_airgapped_install_into_a_fresh_python310_venv(
     bundle: Path, home: Path, tmp_path: Path
 ) -> None:
     prefix = tmp_path / "my venv"
+    before = sorted(p.relative_to(bundle) for p in bundle.rglob("*"))
     proc = run_install(bundle, home, "--prefix", str(prefix), "--python", python310(), "--yes")
     assert proc.returncode == 0, output(proc)
+    # Nothing outside the prefix changed: not the bundle, not the user's home (no pip cache).
+    assert sorted(p.relative_to(bundle) for p in bundle.rglob("*")) == before
+    assert list(home.rglob("*")) == []
     out = proc.stdout
     assert "[1/7] checking every file against SHA256SUMS" in out
     assert "[3/7] doctor" in out
