@@ -74,7 +74,8 @@ def prepare(lock: Lock, profile: Profile, fetcher: Fetcher, reporter: Reporter) 
         artifacts=tuple(artifacts),
         downloaded_files=fetcher.downloaded_files,
         downloaded_bytes=fetcher.downloaded_bytes,
-        cached_files=sum(1 for r in results if not r.downloaded and r.want.sha256),
+        # Every package's file was either downloaded in this run (lock-time included) or not.
+        cached_files=max(0, len(lock.packages) - fetcher.downloaded_files),
         host_built=built,
     )
 
