@@ -41,9 +41,11 @@ bundle: $(STAMP)
 e2e-real: $(STAMP)
 	$(BIN)/python bench/e2e_real.py
 
-# Side-by-side benchmarks on a local index of large synthetic wheels (no internet).
+# Benchmarks against pip and tar on a synthetic 1 GB stack served on 127.0.0.1: a few minutes,
+# no network; wheels are kept in /tmp/verl-bundle-bench. Not part of `make test`.
+BENCH_ARGS ?=
 bench: $(STAMP)
-	$(BIN)/python bench/run_all.py
+	$(BIN)/python bench/run_all.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist

@@ -491,3 +491,43 @@ def test_rehearse_says_clearly_when_the_network_cannot_be_cut(
     assert result.err.strip().splitlines() == [
         "error: rehearse needs `unshare` (util-linux) to cut the network; install util-linux"
     ]
+
+
+def test_post_install_checks_catch_a_package_gone_missing(
+    bundle: Path, home: Path, tmp_path: Path
+) -> None:
+    prefix = tmp_path / "venv"
+    proc = run_install(
+        bundle, home, "--prefix", str(prefix), "--python", python310(), "--yes", "--skip-doctor"
+    )
+    assert proc.returncode == 0, output(proc)
+    site = prefix / "lib" / "python3.10" / "site-packages"
+    for path in [*site.glob("transformers-*.dist-info"), site / "transformers"]:
+        shutil.rmtree(path)
+    env = clean_environ(home)
+    env["PYTHONPATH"] = str(bundle / "lib")
+    check = subprocess.run(
+        [
+            str(prefix / "bin" / "python"),
+            "-m",
+            "verl_bundle.airgap",
+            "postinstall",
+            "--bundle",
+            str(bundle),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    import json
+
+    doc = json.loads(check.stdout)
+    by_id = {c["id"]: c for c in doc["checks"]}
+    assert check.returncode == 1 and doc["ok"] is False
+    assert (
+        by_id["versions"]["status"] == "fail"
+        and "missing transformers" in by_id["versions"]["summary"]
+    )
+    assert by_id["requirements"]["status"] == "warn"
+    assert "verl requires transformers, not installed" in by_id["requirements"]["summary"]

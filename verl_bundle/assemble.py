@@ -9,6 +9,7 @@ import hashlib
 import io
 import json
 import os
+import queue
 import shlex
 import shutil
 import subprocess
@@ -317,36 +318,40 @@ def _doctor_script() -> str:
 
 
 class _HashingWriter(io.RawIOBase):
-    """Counts and hashes every byte on its way to the file; hashing runs in its own thread so
-    that it overlaps the copying (hashlib releases the GIL on large buffers)."""
+    """Counts and hashes every byte on its way to the file. One long-lived thread does the
+    hashing, fed through a bounded queue, so hashing overlaps the copying (hashlib releases the
+    GIL on large buffers) and memory stays at most a few chunks."""
 
     def __init__(self, fh: IO[bytes]) -> None:
         self.fh = fh
         self.hash = hashlib.sha256()
         self.size = 0
-        self._pending: threading.Thread | None = None
+        self._queue: queue.Queue[bytes | None] = queue.Queue(maxsize=16)
+        self._thread = threading.Thread(target=self._hash_chunks, daemon=True)
+        self._thread.start()
+        self._done: str | None = None
+
+    def _hash_chunks(self) -> None:
+        while (chunk := self._queue.get()) is not None:
+            self.hash.update(chunk)
 
     def writable(self) -> bool:
         return True
 
     def write(self, data: Any) -> int:
         buf = bytes(data)
-        if self._pending is not None:
-            self._pending.join()
         self.fh.write(buf)
         self.size += len(buf)
-        if len(buf) >= CHUNK:
-            self._pending = threading.Thread(target=self.hash.update, args=(buf,))
-            self._pending.start()
-        else:
-            self._pending = None
-            self.hash.update(buf)
+        self._queue.put(buf)
         return len(buf)
 
     def finish(self) -> str:
-        if self._pending is not None:
-            self._pending.join()
-        return self.hash.hexdigest()
+        """Stop the hashing thread (also after a failure) and return the hex digest."""
+        if self._done is None:
+            self._queue.put(None)
+            self._thread.join()
+            self._done = self.hash.hexdigest()
+        return self._done
 
 
 def _header(name: str, size: int, mode: int, kind: bytes = tarfile.REGTYPE) -> bytes:
@@ -458,20 +463,23 @@ def write_bundle(
     output.mkdir(parents=True, exist_ok=True)
     final = output / f"{name}{SUFFIX[compress]}"
     tmp = output / f".{final.name}.partial-{os.getpid()}"
+    writer: _HashingWriter | None = None
     try:
         with tmp.open("wb") as raw:
             writer = _HashingWriter(raw)
             with _compressed(writer, compress) as out:  # type: ignore[arg-type]
                 _write_tar(out, name, entries, reporter)
             digest = writer.finish()
-            raw.flush()
-            os.fsync(raw.fileno())
+        # Not fsync'ed: the rename below already keeps a partial tarball from ever having the
+        # final name, and the .sha256 beside it catches a file torn by a power loss.
         sidecar = output / f"{final.name}.sha256"
         side_tmp = output / f".{sidecar.name}.partial-{os.getpid()}"
         side_tmp.write_text(f"{digest}  {final.name}\n")
         os.replace(tmp, final)
         os.replace(side_tmp, sidecar)
     except BaseException:
+        if writer is not None:
+            writer.finish()
         tmp.unlink(missing_ok=True)
         (output / f".{final.name}.sha256.partial-{os.getpid()}").unlink(missing_ok=True)
         raise

@@ -1,0 +1,377 @@
+"""Running contenders side by side and reporting medians, ratios and targets.
+
+Every benchmark measures two or more contenders the same number of times, interleaved (ABBA
+order, so that a slow drift of the machine does not favour one side), and reports the median
+of each and the ratios it promises, as a small table or as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from bench.synthetic import DEFAULT_CACHE, PYTHON, ROOT
+
+BIN = Path(sys.executable).parent
+
+
+class BenchError(Exception):
+    """A contender failed (not slow: failed); the message names the command and its log."""
+
+
+def revision() -> str:
+    """The code measured: the commit, and the files changed since (others edit as we run)."""
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        changed = subprocess.run(
+            ["git", "-C", str(ROOT), "status", "--porcelain", "--", "verl_bundle", "templates"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split("\n")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (not a git checkout)"
+    dirty = sorted(line[3:] for line in changed if line.strip())
+    return head + (f" + uncommitted {', '.join(dirty)}" if dirty else "")
+
+
+@dataclass(frozen=True)
+class Options:
+    runs: int
+    size: int
+    json: bool
+    cache: Path
+    python: str  # the interpreter of the target Python (PYTHON), a real path
+    keep: bool
+
+
+@dataclass(frozen=True)
+class Measured:
+    name: str
+    command: str
+    unit: str  # "s" or "MB"
+    samples: tuple[float, ...]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A promise: `value` (a ratio, or an absolute amount) at most `limit`."""
+
+    label: str
+    value: float
+    unit: str  # "x" for ratios
+    limit: float
+
+    @property
+    def passed(self) -> bool:
+        return self.value <= self.limit
+
+
+@dataclass(frozen=True)
+class Report:
+    bench: str
+    title: str
+    setup: str
+    runs: int
+    measured: tuple[Measured, ...]
+    comparisons: tuple[Comparison, ...]
+    notes: tuple[str, ...] = ()
+    revision: str = field(default_factory=revision)
+
+    def get(self, name: str) -> Measured:
+        return next(m for m in self.measured if m.name == name)
+
+    @property
+    def passed(self) -> bool:
+        return all(c.passed for c in self.comparisons)
+
+
+# -- options ------------------------------------------------------------------------------
+
+
+def parse_size(text: str) -> int:
+    """'1G', '500M', '1.5G' (decimal units, as disks count) -> bytes."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMG]?)B?\s*", text, re.IGNORECASE)
+    if not m:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a size such as 1G or 500M")
+    scale = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9}[m.group(2).upper()]
+    return int(float(m.group(1)) * scale)
+
+
+def find_target_python() -> str:
+    """The real pythonX.Y (not a pyenv shim, whose start-up would be timed with it)."""
+    name = f"python{PYTHON}"
+    candidates = [shutil.which(name) or name]
+    pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
+    # A pyenv shim answers only where that version is selected; the interpreter itself always.
+    candidates += [str(p) for p in sorted(pyenv.glob(f"versions/{PYTHON}.*/bin/{name}"))]
+    for exe in candidates:
+        try:
+            out = subprocess.run(
+                [exe, "-c", "import sys; print(sys.executable)"],
+                capture_output=True,
+                text=True,
+                check=True,
+                env=clean_env(),
+            )
+        except (OSError, subprocess.CalledProcessError):
+            continue
+        return out.stdout.strip()
+    raise BenchError(f"no working {name} (tried {', '.join(candidates)}); pass --python PATH")
+
+
+def parser(description: str | None) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--runs", type=int, default=3, help="timed runs of each contender (default 3)")
+    p.add_argument(
+        "--size",
+        type=parse_size,
+        default=parse_size("1G"),
+        help="bytes of synthetic wheels, e.g. 1G (default), 500M",
+    )
+    p.add_argument("--json", action="store_true", help="print a JSON document, not a table")
+    p.add_argument(
+        "--cache",
+        type=Path,
+        default=DEFAULT_CACHE,
+        help=f"where the synthetic wheels are kept between runs (default {DEFAULT_CACHE})",
+    )
+    p.add_argument("--python", default=None, help=f"the Python {PYTHON} to install with")
+    p.add_argument("--keep", action="store_true", help="keep the work directory (for a look)")
+    return p
+
+
+def options(args: argparse.Namespace) -> Options:
+    if args.runs < 1:
+        raise SystemExit("--runs must be at least 1")
+    return Options(
+        args.runs, args.size, args.json, args.cache, args.python or find_target_python(), args.keep
+    )
+
+
+# -- running ------------------------------------------------------------------------------
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """os.environ without pip/uv settings or proxies; pip reads no configuration file."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PIP_", "UV_"))
+        and k.lower() not in ("https_proxy", "http_proxy", "all_proxy", "no_proxy")
+        and k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")
+    }
+    env["PIP_CONFIG_FILE"] = os.devnull
+    env.update(extra)
+    return env
+
+
+def show(cmd: Sequence[str], env: dict[str, str] | None = None) -> str:
+    """A command as a person would type it, with the environment it was given beyond ours."""
+    words = [shlex.quote(str(c)) for c in cmd]
+    if env:
+        base = clean_env()
+        words = [f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()) if base.get(k) != v] + (
+            words
+        )
+    return " ".join(words)
+
+
+def run(
+    cmd: Sequence[str],
+    log: Path,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+) -> float:
+    """Run a command to completion, its output into `log`; its wall time in seconds."""
+    with log.open("ab") as out:
+        out.write(f"$ {show(cmd)}\n".encode())
+        out.flush()
+        start = time.perf_counter()
+        proc = subprocess.run(
+            [str(c) for c in cmd],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env if env is not None else clean_env(),
+            cwd=cwd,
+            check=False,
+        )
+        elapsed = time.perf_counter() - start
+    if proc.returncode != 0:
+        tail = log.read_text(errors="replace").splitlines()[-15:]
+        raise BenchError(
+            f"{show(cmd)} exited {proc.returncode}; last lines of {log}:\n  " + "\n  ".join(tail)
+        )
+    return elapsed
+
+
+@dataclass
+class Contender:
+    """One side of a comparison: `measure` does one run and returns its number; `prepare`
+    (untimed) runs before each, `cleanup` (untimed) after."""
+
+    name: str
+    command: str
+    measure: Callable[[], float]
+    prepare: Callable[[], object] = lambda: None
+    cleanup: Callable[[], object] = lambda: None
+    unit: str = "s"
+    samples: list[float] = field(default_factory=list)
+
+
+def interleave(contenders: list[Contender], runs: int, progress: TextIO | None) -> None:
+    """Run every contender `runs` times, in ABBA order."""
+    for i in range(runs):
+        order = contenders if i % 2 == 0 else list(reversed(contenders))
+        for c in order:
+            c.prepare()
+            # Write back what the previous run left dirty, so that no run pays for another's
+            # writes (a build writes its cache and its tarball: 2 GB for a 1 GB stack).
+            os.sync()
+            try:
+                value = c.measure()
+            finally:
+                c.cleanup()
+            c.samples.append(value)
+            if progress is not None:
+                print(f"  run {i + 1}/{runs}  {c.name:<34} {value:8.2f} {c.unit}", file=progress)
+
+
+def measured(contenders: list[Contender]) -> tuple[Measured, ...]:
+    return tuple(Measured(c.name, c.command, c.unit, tuple(c.samples)) for c in contenders)
+
+
+def ratio(label: str, a: Measured, b: Measured, limit: float) -> Comparison:
+    return Comparison(label, a.median / b.median, "x", limit)
+
+
+@contextmanager
+def workdir(bench: str, keep: bool, progress: TextIO | None) -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix=f"verl-bundle-bench-{bench}-"))
+    try:
+        yield path
+    finally:
+        if keep:
+            if progress is not None:
+                print(f"  kept {path}", file=progress)
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def fresh(path: Path) -> Path:
+    """An empty directory at `path` (removed first if there)."""
+    if path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    return path
+
+
+def remove(*paths: Path) -> None:
+    for p in paths:
+        if p.is_dir():
+            shutil.rmtree(p)
+        else:
+            p.unlink(missing_ok=True)
+
+
+def verl_bundle() -> list[str]:
+    exe = BIN / "verl-bundle"
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "verl_bundle"]
+
+
+# -- rendering ----------------------------------------------------------------------------
+
+
+def _num(value: float, unit: str) -> str:
+    if unit == "x":
+        return f"{value:.2f}x"
+    if unit == "MB":
+        return f"{value:.0f} MB"
+    return f"{value:.2f} s"
+
+
+def _verdict(c: Comparison) -> str:
+    if c.passed:
+        return "PASS"
+    return f"MISS ({(c.value / c.limit - 1) * 100:+.0f}% over the limit)"
+
+
+def render_text(report: Report) -> str:
+    lines = [
+        f"== {report.title}",
+        f"   {report.setup}",
+        f"   code: {report.revision}",
+        f"   {report.runs} run(s) each, ABBA",
+    ]
+    lines.append("   commands:")
+    for m in report.measured:
+        lines.append(f"     [{m.name}] {m.command}")
+    width = max(len(m.name) for m in report.measured)
+    width = max([width, *(len(c.label) for c in report.comparisons)])
+    lines.append(f"   {'':<{width}}  {'median':>10}   samples")
+    for m in report.measured:
+        samples = " ".join(_num(s, m.unit).split()[0] for s in m.samples)
+        lines.append(f"   {m.name:<{width}}  {_num(m.median, m.unit):>10}   [{samples}]")
+    for c in report.comparisons:
+        target = f"target <= {_num(c.limit, c.unit)}"
+        lines.append(
+            f"   {c.label:<{width}}  {_num(c.value, c.unit):>10}   {target}  {_verdict(c)}"
+        )
+    lines += [f"   note: {n}" for n in report.notes]
+    return "\n".join(lines)
+
+
+def to_json(report: Report) -> dict[str, Any]:
+    doc = asdict(report)
+    for m, raw in zip(report.measured, doc["measured"], strict=True):
+        raw["median"] = m.median
+    for c, raw in zip(report.comparisons, doc["comparisons"], strict=True):
+        raw["passed"] = c.passed
+    doc["passed"] = report.passed
+    return doc
+
+
+def emit(report: Report, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(to_json(report), indent=2))
+    else:
+        print(render_text(report))
+
+
+def main_for(
+    bench: Callable[[Options, TextIO | None], Report], argv: list[str] | None, doc: str | None
+) -> int:
+    """The body of every script's main(): parse, run, print; exit 0 even on a MISS (a
+    benchmark reports; it does not gate), 1 when a contender failed."""
+    opts = options(parser(doc).parse_args(argv))
+    try:
+        report = bench(opts, sys.stderr)
+    except BenchError as exc:
+        print(f"bench: {exc}", file=sys.stderr)
+        return 1
+    emit(report, opts.json)
+    return 0

@@ -1,0 +1,97 @@
+"""Run the four benchmarks one after another and print a summary the README can quote.
+
+    python bench/run_all.py [--runs N] [--size 1G] [--json] [--only NAME]...
+
+Each benchmark's own table goes to stdout as it finishes (its progress to stderr); then two
+Markdown tables: the medians, and every target with PASS or MISS.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TextIO
+
+if __package__ in (None, ""):  # run as `python bench/run_all.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench import cold_build, harness, install, peak_memory, warm_rebuild
+from bench.harness import BenchError, Options, Report
+
+BENCHES: dict[str, Callable[[Options, TextIO | None], Report]] = {
+    "cold_build": cold_build.bench,
+    "warm_rebuild": warm_rebuild.bench,
+    "install": install.bench,
+    "peak_memory": peak_memory.bench,
+}
+
+
+def _value(value: float, unit: str) -> str:
+    return {"x": f"{value:.2f}x", "MB": f"{value:.0f} MB"}.get(unit, f"{value:.2f} s")
+
+
+def summary(reports: list[Report], size: int, runs: int) -> str:
+    lines = [
+        f"Synthetic stack of {size / 1e9:g} GB (peak_memory: also {3 * size / 1e9:g} GB), "
+        f"median of {runs} run(s), 127.0.0.1 index",
+        "",
+        "| benchmark | contender | median |",
+        "|---|---|---:|",
+    ]
+    for r in reports:
+        lines += [f"| {r.bench} | {m.name} | {_value(m.median, m.unit)} |" for m in r.measured]
+    lines += ["", "| benchmark | target | measured | limit | result |", "|---|---|---:|---:|---|"]
+    for r in reports:
+        for c in r.comparisons:
+            verdict = "PASS" if c.passed else f"MISS ({(c.value / c.limit - 1) * 100:+.0f}%)"
+            lines.append(
+                f"| {r.bench} | {c.label} | {_value(c.value, c.unit)} | "
+                f"<= {_value(c.limit, c.unit)} | {verdict} |"
+            )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = harness.parser(__doc__)
+    p.add_argument(
+        "--only", action="append", choices=sorted(BENCHES), help="run only these (repeatable)"
+    )
+    args = p.parse_args(argv)
+    opts = harness.options(args)
+    reports: list[Report] = []
+    failed: list[str] = []
+    started = time.perf_counter()
+    for name, bench in BENCHES.items():
+        if args.only and name not in args.only:
+            continue
+        print(f"-- {name}", file=sys.stderr)
+        try:
+            report = bench(opts, sys.stderr)
+        except BenchError as exc:
+            print(f"bench {name}: {exc}", file=sys.stderr)
+            failed.append(name)
+            continue
+        reports.append(report)
+        if not opts.json:
+            print(harness.render_text(report) + "\n", flush=True)
+    elapsed = time.perf_counter() - started
+    if opts.json:
+        doc = {
+            "size_bytes": opts.size,
+            "runs": opts.runs,
+            "seconds": elapsed,
+            "failed": failed,
+            "reports": [harness.to_json(r) for r in reports],
+        }
+        print(json.dumps(doc, indent=2))
+    else:
+        print(summary(reports, opts.size, opts.runs))
+        print(f"\n(all benchmarks took {elapsed / 60:.1f} min)")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

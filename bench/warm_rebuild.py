@@ -1,0 +1,113 @@
+"""Warm rebuild: `verl-bundle build` with everything cached vs `tar cf` of the same wheels.
+
+The rebuild is timed from a lock (`--lock FILE`, from `verl-bundle lock`) and re-resolving
+(no lock). The reference is tar writing the same wheel files into one archive; every contender
+runs once untimed first, so the page cache is warm for all. `tar cf` followed by `sync FILE` is
+shown too (not a target): the build fsyncs its tarball, tar does not.
+Target: the rebuild at most 1.5x tar's time.
+
+    python bench/warm_rebuild.py [--runs N] [--size 1G] [--json]
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+from typing import TextIO
+
+if __package__ in (None, ""):  # run as `python bench/warm_rebuild.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench import harness, synthetic
+from bench.cold_build import build_cmd
+from bench.harness import Contender, Options, Report
+
+TARGET = 1.5
+
+
+def bench(opts: Options, progress: TextIO | None) -> Report:
+    stack = synthetic.stack(opts.size, opts.cache, progress)
+    with (
+        harness.workdir("warm", opts.keep, progress) as work,
+        synthetic.serving(stack) as index,
+    ):
+        profile = stack.write_profile(work)
+        log = work / "commands.log"
+        cache, out = work / "cache", work / "out"
+        lock = work / "pylock.bench.toml"
+        env = harness.clean_env(
+            UV_CACHE_DIR=str(work / "uv-cache"), XDG_CACHE_HOME=str(work / "xdg")
+        )
+        resolve_cmd = build_cmd(profile, index.index_url, cache, out)
+        lock_cmd = [*resolve_cmd, "--lock", str(lock)]
+        # Fill the caches (ours and uv's) and write the lock: untimed.
+        harness.run(resolve_cmd, log, env)
+        harness.run(
+            [
+                *harness.verl_bundle(),
+                "lock",
+                "--profile",
+                str(profile),
+                "--python",
+                synthetic.PYTHON,
+                "--mirror",
+                f"pypi={index.index_url}",
+                "--cache-dir",
+                str(cache),
+                "-o",
+                str(lock),
+            ],
+            log,
+            env,
+        )
+        tarball = out / "wheels.tar"
+        tar_cmd = ["tar", "cf", str(tarball), "-C", str(stack.index), "."]
+        tar_sync = ["bash", "-c", f"{shlex.join(tar_cmd)} && sync {shlex.quote(str(tarball))}"]
+        contenders = [
+            Contender(
+                "build --lock (warm)",
+                harness.show(lock_cmd, env),
+                lambda: harness.run(lock_cmd, log, env),
+            ),
+            Contender(
+                "build, resolving (warm)",
+                harness.show(resolve_cmd, env),
+                lambda: harness.run(resolve_cmd, log, env),
+            ),
+            Contender("tar cf", harness.show(tar_cmd), lambda: harness.run(tar_cmd, log)),
+            Contender(
+                "tar cf + sync FILE (info)",
+                harness.show(tar_sync),
+                lambda: harness.run(tar_sync, log),
+            ),
+        ]
+        for c in contenders:
+            c.prepare = lambda: harness.fresh(out)
+            c.cleanup = lambda: harness.remove(out)
+            # Untimed warm-up: the page cache holds the cached wheels for every contender.
+            c.prepare()
+            c.measure()
+            c.cleanup()
+        harness.interleave(contenders, opts.runs, progress)
+    results = harness.measured(contenders)
+    lock_m, resolve_m, tar_m, _ = results
+    return Report(
+        bench="warm_rebuild",
+        title="warm rebuild vs tar cf",
+        setup=stack.describe(),
+        runs=opts.runs,
+        measured=results,
+        comparisons=(
+            harness.ratio("ratio build --lock/tar", lock_m, tar_m, TARGET),
+            harness.ratio("ratio build resolving/tar", resolve_m, tar_m, TARGET),
+        ),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    return harness.main_for(bench, argv, __doc__)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
