@@ -39,7 +39,7 @@ bundle: $(STAMP)
 # The real stack from the real index (about 3 GB; needs the internet): build cu121 for cp310,
 # rehearse it with Python 3.10 and no network, import torch, vllm, verl and transformers.
 e2e-real: $(STAMP)
-	$(BIN)/python bench/e2e_real.py
+	$(BIN)/python bench/e2e_real.py --compare-pip
 
 # Benchmarks against pip and tar on a synthetic 1 GB stack served on 127.0.0.1: a few minutes,
 # no network; wheels are kept in /tmp/verl-bundle-bench. Not part of `make test`.

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -47,6 +48,12 @@ def main() -> int:
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/verl-bundle-e2e-real"))
     parser.add_argument("--cuda", default="12.1")
     parser.add_argument("--python", default="3.10")
+    parser.add_argument(
+        "--compare-pip",
+        action="store_true",
+        help="also time pip on the same files: `pip download --no-deps` of the locked URLs, and "
+        "`pip install --no-index --find-links` of the bundle's wheels into a fresh venv",
+    )
     args = parser.parse_args()
     if args.workdir.exists():
         shutil.rmtree(args.workdir)
@@ -86,6 +93,8 @@ def main() -> int:
     )
     print("imports with no network:")
     print("  " + (proc.stdout.strip() or proc.stderr.strip()[-2000:]).replace("\n", "\n  "))
+    if args.compare_pip:
+        compare_pip(args.workdir, Path(built["bundle"]), build_s, rehearsal)
     installed = sum(
         s["seconds"] for s in rehearsal["steps"] if s["name"].startswith(("phase ", "venv"))
     )
@@ -95,6 +104,81 @@ def main() -> int:
         f"imports {'ok' if proc.returncode == 0 else 'FAILED'}"
     )
     return 0 if proc.returncode == 0 else 1
+
+
+def compare_pip(workdir: Path, tarball: Path, build_s: float, rehearsal: dict[str, Any]) -> None:
+    """The second row of the benchmarks: pip on the same files from the same (real) index."""
+    bundle = next((workdir / "rehearsal" / "bundle").iterdir())
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    # pip cannot even download flash-attn's sdist: it builds its metadata, and setup.py imports
+    # torch. So pip gets the wheels only (the same files otherwise).
+    urls = [f["url"] for f in manifest["files"] if "built_from" not in f and f["kind"] != "sdist"]
+    # No pip configuration, but this machine's CA bundle (a TLS-inspecting proxy may need it).
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
+    env["PIP_CONFIG_FILE"] = "/dev/null"
+    ca = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("SSL_CERT_FILE")
+    if ca:
+        env["PIP_CERT"] = ca
+    from verl_bundle.target import Target, parse_python
+
+    target = Target(parse_python(manifest["target"]["python"]), manifest["target"]["platform"])
+    platforms = [arg for tag in target.platform_tags for arg in ("--platform", tag)]
+    started = time.monotonic()
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--no-cache-dir",
+            "-q",
+            "--only-binary=:all:",
+            *platforms,
+            "--python-version",
+            manifest["target"]["python"],
+            "--implementation",
+            "cp",
+            "--abi",
+            manifest["target"]["python_tag"],
+            "-d",
+            str(workdir / "pip-download"),
+            *urls,
+        ],
+        check=True,
+        env=env,
+    )
+    pip_download_s = time.monotonic() - started
+    python = shutil.which(f"python{manifest['target']['python']}") or ""
+    from verl_bundle.rehearse import find_python
+
+    python = find_python(manifest["target"]["python"]) or python
+    reqs = [bundle / p["requirements"] for p in manifest["phases"] if not p["source_builds"]]
+    started = time.monotonic()
+    subprocess.run([python, "-m", "venv", str(workdir / "pip-venv")], check=True)
+    cmd = [
+        str(workdir / "pip-venv" / "bin" / "pip"),
+        "install",
+        "-q",
+        "--no-index",
+        "--no-deps",
+        "--find-links",
+        str(bundle / "wheels"),
+    ]
+    for req in reqs:
+        cmd += ["-r", str(req)]
+    subprocess.run(cmd, check=True, env=env)
+    pip_install_s = time.monotonic() - started
+    ours = sum(
+        s["seconds"]
+        for s in rehearsal["steps"]
+        if s["name"] in ("verify", "venv", "post-install checks") or s["name"].startswith("phase ")
+    )
+    print(
+        f"real index, same files: build {build_s:.1f} s vs pip download {pip_download_s:.1f} s "
+        f"({build_s / pip_download_s:.2f}x); install.sh (verify, venv, phases, checks) {ours:.1f} s "
+        f"vs venv + pip install {pip_install_s:.1f} s ({ours / pip_install_s:.2f}x)"
+    )
 
 
 if __name__ == "__main__":
