@@ -55,11 +55,12 @@ class Stack:
     pypi: Server
     files: Server
 
-    def mirrors(self) -> list[str]:
-        """--mirror options pointing every location of the cu118 profile at 127.0.0.1."""
+    def mirrors(self, pypi: str | None = None) -> list[str]:
+        """--mirror options pointing every location of the cu118 profile at 127.0.0.1 (the
+        default index at `pypi` when given: another server over the same files)."""
         return [
             "--mirror",
-            f"pypi={self.pypi.index_url}",
+            f"pypi={pypi or self.pypi.index_url}",
             "--mirror",
             f"pytorch-cu118={self.pytorch.index_url}",
             "--mirror",
@@ -67,6 +68,22 @@ class Stack:
             "--mirror",
             f"vllm-releases={self.files.url}",
         ]
+
+    def args(self, command: str, out: Path, cache: Path, *extra: str) -> list[str]:
+        """A lock/build command line for the cu118 profile (or --profile in `extra`) at cp310."""
+        args = [
+            command,
+            "--python",
+            "3.10",
+            *self.mirrors(),
+            "-o",
+            str(out),
+            "--cache-dir",
+            str(cache),
+        ]
+        if "--profile" not in extra:
+            args += ["--cuda", "11.8"]
+        return [*args, *extra]
 
     def servers(self) -> list[Server]:
         return [self.pytorch, self.pypi, self.files]
@@ -112,21 +129,9 @@ def cache_dir(tmp_path: Path) -> Path:
 
 def build_bundle(stack: Stack, out: Path, cache: Path, *extra: str) -> dict[str, object]:
     """`python -m verl_bundle build` as a real subprocess; returns its JSON result."""
-    args = [
-        "build",
-        "--python",
-        "3.10",
-        *stack.mirrors(),
-        "-o",
-        str(out),
-        "--cache-dir",
-        str(cache),
-    ]
-    if "--profile" not in extra:
-        args += ["--cuda", "11.8"]
     env = clean_environ(out.parent)
     proc = subprocess.run(
-        [sys.executable, "-m", "verl_bundle", *args, *extra, "--json"],
+        [sys.executable, "-m", "verl_bundle", *stack.args("build", out, cache, *extra), "--json"],
         capture_output=True,
         text=True,
         timeout=300,

@@ -20,19 +20,7 @@ from verl_bundle.lock import read_lock
 def build(
     stack: Stack, out: Path, cache: Path, capsys: pytest.CaptureFixture[str], *extra: str
 ) -> Result:
-    args = [
-        "build",
-        "--python",
-        "3.10",
-        *stack.mirrors(),
-        "-o",
-        str(out),
-        "--cache-dir",
-        str(cache),
-    ]
-    if "--profile" not in extra:
-        args += ["--cuda", "11.8"]
-    result = run([*args, *extra], capsys)
+    result = run(stack.args("build", out, cache, *extra), capsys)
     assert result.code == 0, result.err
     return result
 

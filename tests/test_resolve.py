@@ -27,19 +27,7 @@ def lock(
     stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str], *extra: str
 ) -> tuple[Path, str]:
     out = tmp_path / "pylock.toml"
-    args = [
-        "lock",
-        "--python",
-        "3.10",
-        *stack.mirrors(),
-        "-o",
-        str(out),
-        "--cache-dir",
-        str(tmp_path / "c"),
-    ]
-    if "--profile" not in extra:
-        args += ["--cuda", "11.8"]
-    result = run([*args, *extra], capsys)
+    result = run(stack.args("lock", out, tmp_path / "c", *extra), capsys)
     assert result.code == 0, result.err
     assert result.last_line == str(out)
     return out, result.err
@@ -139,11 +127,11 @@ def test_upload_cutoff_applies_to_the_default_index(
 
 
 def test_cutoff_is_not_applied_where_the_index_gives_no_upload_times(
-    stack: Stack, stack_dirs: object, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     html_only = Server(stack.dirs.pypi).start()  # PEP 503 HTML: no upload times
     try:
-        mirrors = [m.replace(stack.pypi.index_url, html_only.index_url) for m in stack.mirrors()]
+        mirrors = stack.mirrors(pypi=html_only.index_url)
         out = tmp_path / "l.toml"
         result = run(
             [
@@ -290,7 +278,7 @@ def test_https_mirror_with_a_custom_ca_bundle(
         for var in ("SSL_CERT_FILE", "SSL_CERT_DIR", "CURL_CA_BUNDLE"):
             monkeypatch.delenv(var, raising=False)
         monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(ca))
-        mirrors = [m.replace(stack.pypi.index_url, secure.index_url) for m in stack.mirrors()]
+        mirrors = stack.mirrors(pypi=secure.index_url)
         out = tmp_path / "l.toml"
         result = run(
             [
