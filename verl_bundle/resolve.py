@@ -27,7 +27,7 @@ from verl_bundle.credentials import redact_url, split_credentials
 from verl_bundle.errors import FetchError, ResolutionError
 from verl_bundle.fetch import Fetcher, Want
 from verl_bundle.lock import BOOTSTRAP_PHASE, Kind, Lock, LockedFile, LockedPackage, Role, now
-from verl_bundle.profile import DEFAULT_INDEX, Location, Profile
+from verl_bundle.profile import DEFAULT_INDEX, Location, Profile, SourceBuild
 from verl_bundle.progress import Reporter
 from verl_bundle.target import Target
 from verl_bundle.uvcmd import host_python, run_uv
@@ -60,7 +60,7 @@ def lock_profile(profile: Profile, target: Target, fetcher: Fetcher, reporter: R
     if builds:
         # The server will build these sdists: their build requirements join the stack, resolved
         # together with it so that one version of each lands in the venv (--no-build-isolation).
-        extra = tuple(r for b in builds for r in profile.source_build(b).build_requires)  # type: ignore[union-attr]
+        extra = tuple(r for b in builds for r in b.build_requires)
         chosen = _resolve(profile, target, cutoff, extra, fetcher)
         chosen = _apply_artifacts(profile, target, chosen, fetcher, reporter)
         builds = _server_builds(profile, chosen)
@@ -349,10 +349,10 @@ def _check_artifact_name(package: str, version: str, filename: str, target: Targ
         )
 
 
-def _server_builds(profile: Profile, chosen: Mapping[str, Candidate]) -> list[str]:
+def _server_builds(profile: Profile, chosen: Mapping[str, Candidate]) -> list[SourceBuild]:
     """Declared source builds whose chosen file is an sdist: the server compiles these."""
     return [
-        canonicalize_name(b.package)
+        b
         for b in profile.source_builds
         if (c := chosen.get(canonicalize_name(b.package))) is not None and not c.file.is_wheel
     ]
@@ -375,13 +375,10 @@ def _complete(chosen: dict[str, Candidate], fetcher: Fetcher) -> dict[str, Candi
     return chosen
 
 
-def _classify(profile: Profile, c: Candidate, builds: list[str]) -> LockedPackage:
+def _classify(profile: Profile, c: Candidate, builds: list[SourceBuild]) -> LockedPackage:
     bootstrap = {canonicalize_name(Requirement(r).name) for r in profile.bootstrap}
-    build_deps = {
-        canonicalize_name(Requirement(r).name)
-        for b in builds
-        for r in profile.source_build(b).build_requires  # type: ignore[union-attr]
-    }
+    built_here = {canonicalize_name(b.package) for b in builds}
+    build_deps = {canonicalize_name(Requirement(r).name) for b in builds for r in b.build_requires}
     role: Role = (
         "bootstrap"
         if c.name in bootstrap
@@ -392,7 +389,7 @@ def _classify(profile: Profile, c: Candidate, builds: list[str]) -> LockedPackag
     kind: Kind
     if c.file.is_wheel:
         kind = "wheel"
-    elif c.name in builds:
+    elif c.name in built_here:
         kind = "sdist"
     else:
         _check_sdist_name(c)
