@@ -69,13 +69,15 @@ class Stack:
             f"vllm-releases={self.files.url}",
         ]
 
-    def args(self, command: str, out: Path, cache: Path, *extra: str) -> list[str]:
+    def args(
+        self, command: str, out: Path, cache: Path, *extra: str, pypi: str | None = None
+    ) -> list[str]:
         """A lock/build command line for the cu118 profile (or --profile in `extra`) at cp310."""
         args = [
             command,
             "--python",
             "3.10",
-            *self.mirrors(),
+            *self.mirrors(pypi),
             "-o",
             str(out),
             "--cache-dir",

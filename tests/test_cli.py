@@ -98,16 +98,7 @@ def test_lock_check_reports_differences(
     stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "l.toml"
-    base = [
-        "lock",
-        "--cuda",
-        "11.8",
-        *stack.mirrors(),
-        "-o",
-        str(out),
-        "--cache-dir",
-        str(tmp_path / "c"),
-    ]
+    base = stack.args("lock", out, tmp_path / "c")
     assert run(base, capsys).code == 0
     current = run([*base, "--check"], capsys)
     assert current.code == 0, current.out + current.err

@@ -131,21 +131,8 @@ def test_cutoff_is_not_applied_where_the_index_gives_no_upload_times(
 ) -> None:
     html_only = Server(stack.dirs.pypi).start()  # PEP 503 HTML: no upload times
     try:
-        mirrors = stack.mirrors(pypi=html_only.index_url)
         out = tmp_path / "l.toml"
-        result = run(
-            [
-                "lock",
-                "--cuda",
-                "11.8",
-                *mirrors,
-                "-o",
-                str(out),
-                "--cache-dir",
-                str(tmp_path / "c"),
-            ],
-            capsys,
-        )
+        result = run(stack.args("lock", out, tmp_path / "c", pypi=html_only.index_url), capsys)
         assert result.code == 0, result.err
         assert "gives no upload times" in result.err
         assert read_lock(out).exclude_newer is None
@@ -278,37 +265,14 @@ def test_https_mirror_with_a_custom_ca_bundle(
         for var in ("SSL_CERT_FILE", "SSL_CERT_DIR", "CURL_CA_BUNDLE"):
             monkeypatch.delenv(var, raising=False)
         monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(ca))
-        mirrors = stack.mirrors(pypi=secure.index_url)
         out = tmp_path / "l.toml"
-        result = run(
-            [
-                "lock",
-                "--cuda",
-                "11.8",
-                *mirrors,
-                "-o",
-                str(out),
-                "--cache-dir",
-                str(tmp_path / "c"),
-            ],
-            capsys,
-        )
+        result = run(stack.args("lock", out, tmp_path / "c", pypi=secure.index_url), capsys)
         assert result.code == 0, result.err
         assert f"https://127.0.0.1:{secure.port}/" in out.read_text()
         monkeypatch.delenv("REQUESTS_CA_BUNDLE")
         monkeypatch.setenv("UV_HTTP_RETRIES", "0")
         refused = run(
-            [
-                "lock",
-                "--cuda",
-                "11.8",
-                *mirrors,
-                "-o",
-                str(tmp_path / "m.toml"),
-                "--cache-dir",
-                str(tmp_path / "d"),
-            ],
-            capsys,
+            stack.args("lock", tmp_path / "m.toml", tmp_path / "d", pypi=secure.index_url), capsys
         )
         assert refused.code == 1
         assert "Traceback" not in refused.err
