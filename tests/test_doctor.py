@@ -76,7 +76,9 @@ CLEARED = (
 
 # What the doctor reads of a real manifest (verl-bundle-cu118-cp310-manylinux_2_17_x86_64).
 SAMPLE: dict[str, Any] = {
-    "format": 1,
+    "schema": 2,
+    "name": "verl-bundle-cu118-cp310-manylinux_2_17_x86_64",
+    "profile": {"name": "cu118"},
     "target": {
         "python": "3.10",
         "python_tag": "cp310",
@@ -92,10 +94,14 @@ SAMPLE: dict[str, Any] = {
         "driver_compat": "450.80.02",
     },
     "phases": [
-        {"name": "torch", "source_builds": []},
-        {"name": "wheels", "source_builds": []},
-        {"name": "flash-attn", "source_builds": []},
-        {"name": "verl", "source_builds": []},
+        {"name": "torch", "requirements": "requirements/01-torch.txt", "source_builds": []},
+        {"name": "wheels", "requirements": "requirements/02-wheels.txt", "source_builds": []},
+        {
+            "name": "flash-attn",
+            "requirements": "requirements/03-flash-attn.txt",
+            "source_builds": [],
+        },
+        {"name": "verl", "requirements": "requirements/04-verl.txt", "source_builds": []},
     ],
     "installed_size": 7052973,
 }
@@ -921,7 +927,7 @@ def test_runs_from_inside_a_bundle(machine: FakeMachine, tmp_path: Path, interpr
     lib = bundle / "lib" / "verl_bundle"
     (lib / "airgap").mkdir(parents=True)
     shutil.copy(ROOT / "verl_bundle" / "__init__.py", lib)
-    for name in ("__init__.py", "__main__.py", "layout.py", "doctor.py"):
+    for name in ("__init__.py", "__main__.py", "layout.py", "manifest.py", "names.py", "doctor.py"):
         shutil.copy(ROOT / "verl_bundle" / "airgap" / name, lib / "airgap")
     ready(machine, gpus=SAME_GPUS)
     r = run_cli(["--json"], machine, python=python, pythonpath=bundle / "lib", cwd=tmp_path)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
-import json
 import os
 import queue
 import shlex
@@ -27,11 +26,14 @@ from packaging.utils import canonicalize_name
 
 from verl_bundle import __version__
 from verl_bundle.airgap import layout
+from verl_bundle.airgap import manifest as mf
 from verl_bundle.errors import AssembleError
-from verl_bundle.lock import BOOTSTRAP_PHASE, Lock, dumps, group_by_phase
+from verl_bundle.lock import Lock, dumps, group_by_phase
 from verl_bundle.profile import Profile
+from verl_bundle.profile import SourceBuild as ProfileSourceBuild
 from verl_bundle.progress import Reporter
 from verl_bundle.resources import airgap_dir, data_dir
+from verl_bundle.target import Target
 from verl_bundle.wheelhouse import Artifact, Wheelhouse
 
 Compression = Literal["none", "gz", "zstd"]
@@ -136,71 +138,45 @@ def render_install(context: dict[str, Any]) -> str:
 
 
 def _airgap_entries() -> list[Entry]:
-    """The standard-library server code, as lib/verl_bundle/airgap/*.py."""
+    """The standard-library server code (modules, subpackages and their data files), as
+    lib/verl_bundle/airgap/..."""
     entries = [_entry(f"{layout.LIB}/verl_bundle/__init__.py", b'"""verl-bundle server side."""\n')]
-    for path in sorted(airgap_dir().glob("*.py")):
-        entries.append(_entry(f"{layout.LIB}/verl_bundle/airgap/{path.name}", path.read_bytes()))
+    root = airgap_dir()
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if path.is_file() and path.suffix in (".py", ".json") and "__pycache__" not in rel:
+            entries.append(_entry(f"{layout.LIB}/verl_bundle/airgap/{rel}", path.read_bytes()))
     return entries
 
 
 def plan(
     profile: Profile, lock: Lock, wheelhouse: Wheelhouse
-) -> tuple[str, list[Entry], dict[str, Any]]:
+) -> tuple[str, list[Entry], mf.Manifest]:
     """Everything the bundle will hold, with hashes, before a byte of the tar is written."""
     name = bundle_name(lock)
     by_name = {a.package.name: a for a in wheelhouse.artifacts}
+    ordered = sorted(wheelhouse.artifacts, key=lambda a: (_folder(a), a.filename))
     payload = [
-        Entry(f"{_folder(a)}/{a.filename}", a.sha256, a.size, source=a.path)
-        for a in sorted(wheelhouse.artifacts, key=lambda a: (_folder(a), a.filename))
+        Entry(f"{_folder(a)}/{a.filename}", a.sha256, a.size, source=a.path) for a in ordered
     ]
-    phases = _requirements(lock, profile, by_name)
     generated: list[Entry] = []
-    phase_docs: list[dict[str, Any]] = []
-    for phase, req_path, members in phases:
+    phases: list[mf.Phase] = []
+    for phase, req_path, members in _requirements(lock, profile, by_name):
         text = "".join(_requirement_line(a) + "\n" for a in members)
         generated.append(_entry(req_path, text.encode()))
         builds = []
         for a in members:
             build = profile.source_build(a.package.name) if a.package.kind == "sdist" else None
             if build is not None:
-                builds.append(
-                    {
-                        "package": a.package.name,
-                        "env": dict(build.env),
-                        "max_jobs": {
-                            "gib_per_job": build.max_jobs.gib_per_job,
-                            "limit": build.max_jobs.limit,
-                        },
-                        "needs_cuda": build.needs_cuda,
-                    }
-                )
-        phase_docs.append(
-            {
-                "name": phase,
-                "requirements": req_path,
-                "packages": [f"{a.package.name}=={_file_version(a)}" for a in members],
-                "source_builds": builds,
-            }
+                builds.append(source_build_of(build))
+        phases.append(
+            mf.Phase(
+                name=phase,
+                requirements=req_path,
+                packages=tuple(f"{a.package.name}=={_file_version(a)}" for a in members),
+                source_builds=tuple(builds),
+            )
         )
-    # For install.sh: each phase's build environment and MAX_JOBS policy as shell words.
-    shell_phases = [
-        {
-            **doc,
-            "env_words": " ".join(
-                shlex.quote(f"{k}={v}") for b in doc["source_builds"] for k, v in b["env"].items()
-            ),
-            "jobs_words": " ".join(
-                f"{b['max_jobs']['gib_per_job']} {b['max_jobs']['limit'] or 0}"
-                for b in doc["source_builds"]
-            ),
-        }
-        for doc in phase_docs
-    ]
-    bootstrap = [
-        f"{layout.BOOTSTRAP}/{a.filename}"
-        for a in by_name.values()
-        if a.package.phase == BOOTSTRAP_PHASE
-    ]
     generated.append(_entry(layout.LOCK, dumps(lock).encode()))
     generated += _airgap_entries()
     glibc = [
@@ -212,66 +188,24 @@ def plan(
     flash = next(
         (a for a in wheelhouse.artifacts if a.package.name == canonicalize_name("flash-attn")), None
     )
-    manifest: dict[str, Any] = {
-        "format": layout.MANIFEST_FORMAT,
-        "name": name,
-        "created_by": f"verl-bundle {__version__}",
-        "created": lock.created,
-        "profile": {
-            "name": profile.name,
-            "description": profile.description,
-            "sha256": profile.sha256,
-            "notes": list(profile.notes),
-        },
-        "target": {
-            "python": lock.target.python_version,
-            "python_tag": lock.target.python_tag,
-            "platform": lock.target.platform,
-            "arch": lock.target.arch,
-            "glibc": f"{glibc_needed[0]}.{glibc_needed[1]}" if glibc_needed else None,
-            "cuda": lock.cuda,
-        },
-        "toolchain": {
-            "nvcc": profile.toolchain.nvcc,
-            "gcc": profile.toolchain.gcc,
-            "driver": profile.toolchain.driver,
-            "driver_compat": profile.toolchain.driver_compat,
-        },
-        "checks": {
-            "imports": list(profile.checks.imports),
-            "torch_version": profile.checks.torch_version,
-            "torch_cuda": profile.checks.torch_cuda,
-            "flash_attn_wheel": flash.filename
-            if flash and flash.filename.endswith(".whl")
+    files = tuple(
+        mf.File(
+            path=e.arcname,
+            name=a.package.name,
+            version=_file_version(a),
+            sha256=a.sha256,
+            size=a.size,
+            location=a.package.location,
+            url=a.package.file.url,
+            phase=a.package.phase,
+            kind=_manifest_kind(a),
+            built_from=mf.BuiltFrom(a.built_from.filename, a.built_from.sha256)
+            if a.built_from
             else None,
-        },
-        "bootstrap": bootstrap,
-        "phases": phase_docs,
-        "installed_size": sum(_installed_size(a) for a in wheelhouse.artifacts),
-        "files": [
-            {
-                "path": e.arcname,
-                "name": a.package.name,
-                "version": _file_version(a),
-                "sha256": a.sha256,
-                "size": a.size,
-                "location": a.package.location,
-                "url": a.package.file.url,
-                "phase": a.package.phase,
-                "kind": _manifest_kind(a),
-                **(
-                    {"built_from": {"file": a.built_from.filename, "sha256": a.built_from.sha256}}
-                    if a.built_from
-                    else {}
-                ),
-            }
-            for e, a in zip(
-                payload,
-                sorted(wheelhouse.artifacts, key=lambda a: (_folder(a), a.filename)),
-                strict=True,
-            )
-        ],
-    }
+        )
+        for e, a in zip(payload, ordered, strict=True)
+    )
+    bootstrap = [f.path for f in files if f.kind == "bootstrap"]
     context = {
         "name": name,
         "version": __version__,
@@ -282,19 +216,109 @@ def plan(
         "cuda": lock.cuda,
         "bootstrap_pip": next((b for b in bootstrap if b.split("/")[-1].startswith("pip-")), ""),
         "bootstrap_uv": next((b for b in bootstrap if b.split("/")[-1].startswith("uv-")), ""),
-        "phases": shell_phases,
+        "phases": _shell_phases(phases),
     }
     generated.insert(0, _entry(layout.INSTALL, render_install(context).encode()))
     generated.append(_entry("doctor", _doctor_script().encode()))
-    manifest["generated"] = [
-        {"path": e.arcname, "sha256": e.sha256, "size": e.size} for e in generated
-    ]
-    manifest_entry = _entry(layout.MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode())
+    manifest = mf.Manifest(
+        name=name,
+        created_by=f"verl-bundle {__version__}",
+        created=lock.created,
+        profile=profile_info(profile),
+        target=target_of(lock.target, lock.cuda, glibc_needed),
+        toolchain=toolchain_of(profile),
+        checks=mf.Checks(
+            imports=tuple(profile.checks.imports),
+            torch_version=profile.checks.torch_version,
+            torch_cuda=profile.checks.torch_cuda,
+            flash_attn_wheel=flash.filename if flash and flash.filename.endswith(".whl") else None,
+        ),
+        phases=tuple(phases),
+        files=files,
+        generated=tuple(mf.Generated(e.arcname, e.sha256, e.size) for e in generated),
+        installed_size=sum(_installed_size(a) for a in wheelhouse.artifacts),
+    )
+    manifest_entry = _entry(layout.MANIFEST, mf.dumps(manifest).encode())
     everything = [manifest_entry, *generated, *payload]
     sums = "".join(
         f"{e.sha256}  {e.arcname}\n" for e in sorted(everything, key=lambda e: e.arcname)
     )
     return name, [_entry(layout.SUMS, sums.encode()), *everything], manifest
+
+
+def _shell_phases(phases: list[mf.Phase]) -> list[dict[str, Any]]:
+    """For install.sh: each phase's build environment and MAX_JOBS policy as shell words."""
+    return [
+        {
+            "name": p.name,
+            "requirements": p.requirements,
+            "packages": list(p.packages),
+            "source_builds": list(p.source_builds),
+            "env_words": " ".join(
+                shlex.quote(f"{k}={v}") for b in p.source_builds for k, v in b.env
+            ),
+            "jobs_words": " ".join(
+                f"{b.max_jobs.gib_per_job} {b.max_jobs.limit or 0}" for b in p.source_builds
+            ),
+        }
+        for p in phases
+    ]
+
+
+def source_build_of(build: ProfileSourceBuild) -> mf.SourceBuild:
+    return mf.SourceBuild(
+        package=build.package,
+        env=tuple(sorted(dict(build.env).items())),
+        max_jobs=mf.MaxJobs(build.max_jobs.gib_per_job, build.max_jobs.limit),
+        needs_cuda=build.needs_cuda,
+    )
+
+
+def profile_info(profile: Profile) -> mf.ProfileInfo:
+    return mf.ProfileInfo(
+        name=profile.name,
+        description=profile.description,
+        sha256=profile.sha256,
+        notes=tuple(profile.notes),
+    )
+
+
+def toolchain_of(profile: Profile) -> mf.Toolchain:
+    return mf.Toolchain(
+        nvcc=profile.toolchain.nvcc,
+        gcc=profile.toolchain.gcc,
+        driver=profile.toolchain.driver,
+        driver_compat=profile.toolchain.driver_compat,
+    )
+
+
+def target_of(target: Target, cuda: str, glibc: tuple[int, int] | None) -> mf.Target:
+    return mf.Target(
+        python=target.python_version,
+        python_tag=target.python_tag,
+        platform=target.platform,
+        arch=target.arch,
+        glibc=f"{glibc[0]}.{glibc[1]}" if glibc else None,
+        cuda=cuda,
+    )
+
+
+def manifest_for_profile(profile: Profile, target: Target) -> mf.Manifest:
+    """What a bundle of this profile will need from a server, before it is built (for the
+    doctor run without a bundle). The worst case: its declared source builds happen."""
+    builds = tuple(source_build_of(b) for b in profile.source_builds)
+    return mf.Manifest(
+        name=f"profile {profile.name}",
+        created_by=f"verl-bundle {__version__}",
+        created="",
+        profile=profile_info(profile),
+        target=target_of(target, profile.cuda, target.glibc),
+        toolchain=toolchain_of(profile),
+        checks=mf.Checks(),
+        phases=(mf.Phase("source-builds", "requirements/source-builds.txt", (), builds),)
+        if builds
+        else (),
+    )
 
 
 def _manifest_kind(a: Artifact) -> str:
@@ -308,13 +332,7 @@ def _manifest_kind(a: Artifact) -> str:
 
 
 def _doctor_script() -> str:
-    return (
-        "#!/bin/sh\n"
-        "# Check this server before installing: ./doctor [--json] [--require-gpu]\n"
-        'here=$(cd "$(dirname "$0")" && pwd)\n'
-        'PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$here/lib${PYTHONPATH:+:$PYTHONPATH}" exec "${PYTHON:-python3}" '
-        '-m verl_bundle.airgap doctor --bundle "$here" "$@"\n'
-    )
+    return (data_dir("templates") / "doctor.sh").read_text()
 
 
 class _HashingWriter(io.RawIOBase):

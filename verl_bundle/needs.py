@@ -12,35 +12,11 @@ from verl_bundle.target import Target
 
 
 def profile_needs(profile: Profile, target: Target) -> dict[str, Any]:
-    """The manifest's needs for a bundle of this profile, assuming its declared source builds
-    happen (the worst case: without a bundle we cannot know a prebuilt wheel will be found)."""
-    builds = [
-        {
-            "package": b.package,
-            "env": dict(b.env),
-            "max_jobs": {"gib_per_job": b.max_jobs.gib_per_job, "limit": b.max_jobs.limit},
-            "needs_cuda": b.needs_cuda,
-        }
-        for b in profile.source_builds
-    ]
-    return {
-        "target": {
-            "python": target.python_version,
-            "python_tag": target.python_tag,
-            "platform": target.platform,
-            "arch": target.arch,
-            "glibc": ".".join(map(str, target.glibc)) if target.glibc else None,
-            "cuda": profile.cuda,
-        },
-        "toolchain": {
-            "nvcc": profile.toolchain.nvcc,
-            "gcc": profile.toolchain.gcc,
-            "driver": profile.toolchain.driver,
-            "driver_compat": profile.toolchain.driver_compat,
-        },
-        "phases": [{"name": "source-builds", "source_builds": builds}] if builds else [],
-        "installed_size": 0,
-    }
+    """The manifest's needs for a bundle of this profile (see assemble.manifest_for_profile)."""
+    from verl_bundle.airgap.manifest import to_dict
+    from verl_bundle.assemble import manifest_for_profile
+
+    return to_dict(manifest_for_profile(profile, target))
 
 
 def needs_for(bundle: Path | None, cuda: str | None, profile: str | None) -> dict[str, Any]:
