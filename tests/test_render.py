@@ -1,0 +1,58 @@
+"""The shared render pieces: the JSON envelope, terminal-safe text, the checks table."""
+
+from __future__ import annotations
+
+import json
+
+from verl_bundle.airgap import render
+from verl_bundle.airgap.doctor import Check
+from verl_bundle.airgap.postinstall import Result
+
+
+def test_envelope_is_versioned() -> None:
+    doc = json.loads(render.dumps(render.envelope("verify", False, {"checked": 3})))
+    assert doc == {"schema": 1, "command": "verify", "ok": False, "result": {"checked": 3}}
+
+
+def test_printable_neutralises_control_sequences() -> None:
+    text = "a \x1b[31mred\x1b[0m \x1b]0;owned\x07 \x1b[2J\x1b[H x\r\ny\rz \u202etxt \x00\x9b"
+    shown = render.printable(text)
+    assert shown == ("a red \\x1b]0;owned\\x07 \\x1b[2J\\x1b[H x\ny\\x0dz \\u202etxt \\x00\\x9b")
+    assert "\t" in render.printable("a\tb\n") and "\n" in render.printable("a\tb\n")
+    # Every character left is printable, or a tab or a newline.
+    assert all(c.isprintable() or c in "\t\n" for c in shown)
+
+
+def test_printable_is_linear_on_a_long_hostile_line() -> None:
+    line = "\x1b[" * 400_000 + "\x1b]0;" * 100_000
+    shown = render.printable(line)
+    assert "\x1b" not in shown and shown.count("\\x1b") == 500_000
+
+
+def test_checks_table_shows_problems_with_their_fixes() -> None:
+    rows = [
+        Check("python", "ok", "Python 3.10.12"),
+        Check("nvcc", "warn", "nvcc 13.0, the bundle needs 11.8", "found at\n/usr/bin/nvcc", "x"),
+        Check("gcc", "fail", "gcc 13 is too new", "", "install gcc-11"),
+    ]
+    text = render.checks_text(rows, "doctor: NOT ready")
+    assert text.splitlines()[:3] == [
+        "ok    python  Python 3.10.12",
+        "WARN  nvcc    nvcc 13.0, the bundle needs 11.8",
+        "FAIL  gcc     gcc 13 is too new",
+    ]
+    assert "  found at\n  /usr/bin/nvcc\n  fix: x" in text
+    assert "FAIL gcc: gcc 13 is too new\n  fix: install gcc-11" in text
+    assert text.endswith("doctor: NOT ready (1 failure(s), 1 warning(s))")
+    # Rows without a detail (post-install results) render through the same table.
+    post = [Result("torch", "fail", "torch 2.1.0, expected 2.1.2", "reinstall the bundle")]
+    assert "fix: reinstall the bundle" in render.checks_text(post)
+    assert render.checks_json(post) == [
+        {
+            "id": "torch",
+            "status": "fail",
+            "summary": "torch 2.1.0, expected 2.1.2",
+            "detail": "",
+            "fix": "reinstall the bundle",
+        }
+    ]
