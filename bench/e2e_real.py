@@ -39,8 +39,10 @@ def run_json(args: list[str]) -> tuple[dict[str, Any], float, int]:
     elapsed = time.monotonic() - started
     if proc.stderr.strip():
         print(proc.stderr.strip(), file=sys.stderr)
-    doc: dict[str, Any] = json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else {}
-    return doc, elapsed, proc.returncode
+    # Every --json output is an envelope {"schema", "command", "ok", "result"}.
+    doc = json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else {}
+    result: dict[str, Any] = doc.get("result", {})
+    return result, elapsed, proc.returncode
 
 
 def main() -> int:
@@ -150,7 +152,7 @@ def compare_pip(workdir: Path, tarball: Path, build_s: float, rehearsal: dict[st
     )
     pip_download_s = time.monotonic() - started
     python = shutil.which(f"python{manifest['target']['python']}") or ""
-    from verl_bundle.rehearse import find_python
+    from verl_bundle.interpreter import find_python
 
     python = find_python(manifest["target"]["python"]) or python
     reqs = [bundle / p["requirements"] for p in manifest["phases"] if not p["source_builds"]]

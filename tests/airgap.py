@@ -11,7 +11,7 @@ from conftest import clean_environ
 
 
 def find_python(version: str) -> str | None:
-    from verl_bundle.rehearse import find_python as find
+    from verl_bundle.interpreter import find_python as find
 
     return find(version)
 

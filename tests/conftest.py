@@ -130,7 +130,7 @@ def cache_dir(tmp_path: Path) -> Path:
 
 
 def build_bundle(stack: Stack, out: Path, cache: Path, *extra: str) -> dict[str, object]:
-    """`python -m verl_bundle build` as a real subprocess; returns its JSON result."""
+    """`python -m verl_bundle build` as a real subprocess; returns the result in its JSON."""
     env = clean_environ(out.parent)
     proc = subprocess.run(
         [sys.executable, "-m", "verl_bundle", *stack.args("build", out, cache, *extra), "--json"],
@@ -140,8 +140,10 @@ def build_bundle(stack: Stack, out: Path, cache: Path, *extra: str) -> dict[str,
         env=env,
     )
     assert proc.returncode == 0, proc.stderr
-    doc: dict[str, object] = json.loads(proc.stdout)
-    return doc
+    doc = json.loads(proc.stdout)
+    assert doc["schema"] == 1 and doc["command"] == "build" and doc["ok"] is True
+    result: dict[str, object] = doc["result"]
+    return result
 
 
 @pytest.fixture(scope="session")

@@ -152,8 +152,10 @@ def test_verify_of_a_missing_file_and_of_the_tarball(
     result = run(["verify", str(copy), "--json"], capsys)
     assert result.code == 1
     doc = json.loads(result.out)
-    assert doc["ok"] is False
-    assert doc["problems"] == [{"path": "requirements/01-torch.txt", "problem": "missing"}]
+    assert doc["ok"] is False and doc["result"]["ok"] is False
+    assert doc["result"]["problems"] == [
+        {"path": "requirements/01-torch.txt", "problem": "missing"}
+    ]
     # One flipped byte inside a wheel inside the tarball: verify names that member.
     name = "torch-2.1.2+cu118-cp310-cp310-linux_x86_64.whl"
     with tarfile.open(tarball) as tf:
@@ -182,7 +184,7 @@ def test_cached_rebuild_downloads_nothing(
     stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cache = tmp_path / "cache"
-    first = json.loads(build(stack, tmp_path / "a", cache, capsys, "--json").out)
+    first = json.loads(build(stack, tmp_path / "a", cache, capsys, "--json").out)["result"]
     assert first["downloaded"]["files"] == first["packages"]
     lock_path = tmp_path / "a.toml"
     assert (
@@ -204,7 +206,7 @@ def test_cached_rebuild_downloads_nothing(
     stack.reset()
     again = json.loads(
         build(stack, tmp_path / "b", cache, capsys, "--json", "--lock", str(lock_path)).out
-    )
+    )["result"]
     assert again["downloaded"] == {"files": 0, "bytes": 0}
     assert again["cached_files"] == again["packages"]
     assert again["lock"] == str(lock_path)
@@ -228,7 +230,7 @@ def test_rebuild_with_one_pin_changed_downloads_only_that_file(
     stack.reset()
     doc = json.loads(
         build(stack, tmp_path / "b", cache, capsys, "--profile", str(two), "--json").out
-    )
+    )["result"]
     assert doc["downloaded"]["files"] == 1
     ours = [
         r.path for r in stack.pypi.file_requests() if r.path.endswith(".whl") and "einops" in r.path

@@ -17,9 +17,10 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from verl_bundle.catalog import builtin_profiles, profile_for_cuda
 from verl_bundle.errors import UsageError
 from verl_bundle.lock import Lock, read_lock
-from verl_bundle.profile import Profile, builtin_profiles, profile_for_cuda
+from verl_bundle.profile import Profile
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -4,9 +4,12 @@ errors as one line."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -53,7 +56,8 @@ def test_profiles_list_and_show(capsys: pytest.CaptureFixture[str]) -> None:
     listing = run(["profiles"], capsys)
     assert listing.code == 0 and "cu118" in listing.out
     doc = json.loads(run(["profiles", "--json"], capsys).out)
-    cu118 = next(p for p in doc if p["name"] == "cu118")
+    assert (doc["schema"], doc["command"], doc["ok"]) == (1, "profiles", True)
+    cu118 = next(p for p in doc["result"] if p["name"] == "cu118")
     assert sorted(cu118) == ["cuda", "description", "name", "path", "platform", "python", "sources"]
     assert cu118["sources"]["needs_extra_index"] is True
     assert cu118["sources"]["needs_release_assets"] is True
@@ -70,7 +74,7 @@ def test_lock_json_shape(stack: Stack, tmp_path: Path, capsys: pytest.CaptureFix
     out = tmp_path / "l.toml"
     result = run(["lock", "--cuda", "11.8", *stack.mirrors(), "-o", str(out), "--json"], capsys)
     assert result.code == 0, result.err
-    doc = json.loads(result.out)
+    doc = json.loads(result.out)["result"]
     assert sorted(doc) == ["lock", "notes", "packages", "profile", "target"]
     assert doc["target"] == {
         "python": "3.10",
@@ -111,7 +115,9 @@ def test_lock_check_reports_differences(
     assert read_lock(out).package("einops").version == "1.0.9"  # type: ignore[union-attr]
     stale = run([*base, "--check", "--json"], capsys)
     assert stale.code == 1
-    doc = json.loads(stale.out)
+    envelope = json.loads(stale.out)
+    assert envelope["ok"] is False and envelope["command"] == "lock"
+    doc = envelope["result"]
     assert doc["current"] is False
     assert doc["differences"] == ["~ einops 1.0.9 -> 1.1.0"]
 
@@ -126,7 +132,9 @@ def test_doctor_here_against_the_cu118_bundle(
     result = run(
         ["doctor", "--bundle", str(built_bundle[1]), "--json", "--python", sys.executable], capsys
     )
-    doc = json.loads(result.out)
+    envelope = json.loads(result.out)
+    assert envelope["command"] == "doctor" and envelope["ok"] is False
+    doc = envelope["result"]
     assert sorted(doc) == ["checks", "host", "ok"]
     checks = {c["id"]: c for c in doc["checks"]}
     for c in doc["checks"]:
@@ -257,3 +265,225 @@ def test_our_wheel_carries_profiles_and_templates(tmp_path: Path) -> None:
     assert shown.returncode == 0, shown.stderr
     module, profiles = shown.stdout.split()
     assert module.startswith(str(target)) and profiles == str(target / "verl_bundle" / "profiles")
+
+
+# -- one render path, one error path ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "names"),
+    [
+        (["build", "--cuda", "11.8", "--compress", "xz"], ["--compress", "'xz'", "zstd"]),
+        (["build", "--cuda", "11.8", "--frobnicate"], ["--frobnicate"]),
+        (["build", "--jobs", "0"], ["--jobs"]),
+        (["profiles", "nope"], ["'nope'"]),
+        (["verify"], ["'path'"]),
+    ],
+)
+def test_usage_errors_are_one_line(
+    capsys: pytest.CaptureFixture[str], args: list[str], names: list[str]
+) -> None:
+    result = run(args, capsys)
+    assert result.code == 2 and result.out == ""
+    lines = result.err.strip().splitlines()
+    assert len(lines) == 1, result.err
+    command = f"verl-bundle {args[0]}"
+    assert lines[0].startswith(f"error: {command}: ")
+    assert lines[0].endswith(f"see `{command} --help`")
+    for name in names:
+        assert name in lines[0]
+
+
+@pytest.mark.parametrize(
+    "mirror", ["pypi=http://user:s3cret@[::1", "pypi=http://user:s3cret@host:99999/simple"]
+)
+def test_an_invalid_mirror_url_is_one_line_without_the_secret(
+    capsys: pytest.CaptureFixture[str], mirror: str
+) -> None:
+    result = run(["lock", "--cuda", "11.8", "--mirror", mirror], capsys)
+    assert result.code == 2
+    lines = result.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --mirror pypi=...: not a valid URL")
+    assert "s3cret" not in result.err and "Traceback" not in result.err
+
+
+def test_every_json_output_is_the_versioned_envelope(
+    built_bundle: tuple[Path, Path, dict[str, object]],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The contract scripts rely on: {schema, command, ok, result}, and each result's keys."""
+    log = tmp_path / "x.log"
+    log.write_text("fatal error: Python.h: No such file or directory\n")
+    expected = {
+        ("verify", str(built_bundle[0])): (
+            "verify",
+            True,
+            ["checked", "extra", "ok", "problems", "subject"],
+        ),
+        ("explain", str(log)): ("explain", True, ["findings", "known", "tail"]),
+        ("profiles",): ("profiles", True, None),
+        ("profiles", "show", "cu121"): (
+            "profiles show",
+            True,
+            ["cuda", "description", "name", "path", "platform", "python", "sources"],
+        ),
+    }
+    for args, (command, ok, keys) in expected.items():
+        result = run([*args, "--json"], capsys)
+        doc = json.loads(result.out)
+        assert sorted(doc) == ["command", "ok", "result", "schema"], args
+        assert (doc["schema"], doc["command"], doc["ok"]) == (1, command, ok), args
+        assert result.code == (0 if ok else 1)
+        if keys is not None:
+            assert sorted(doc["result"]) == keys, args
+    # build's result (from the subprocess in the fixture): the keys the benchmarks read.
+    assert sorted(built_bundle[2]) == [
+        "bundle",
+        "cached_files",
+        "downloaded",
+        "files",
+        "host_built",
+        "lock",
+        "notes",
+        "packages",
+        "profile",
+        "sha256",
+        "size",
+        "target",
+    ]
+
+
+def test_a_note_is_said_once(capsys: pytest.CaptureFixture[str]) -> None:
+    """A stage that reaches the same conclusion twice (the resolver applies direct artifacts
+    before and after its cut-off pass) says it once."""
+    from verl_bundle.progress import reporter
+
+    with reporter() as rep:
+        for _ in range(3):
+            rep.note("note: flash-attn: the release asset is not available; using its sdist")
+        rep.note("note: another")
+    assert capsys.readouterr().err.splitlines() == [
+        "note: flash-attn: the release asset is not available; using its sdist",
+        "note: another",
+    ]
+
+
+def test_ctrl_c_is_one_line_and_exit_130(tmp_path: Path) -> None:
+    """typer turns KeyboardInterrupt into a silent exit: the boundary says what happened."""
+    syscall = Path("/proc/self/syscall")
+    if not syscall.exists() or not os.access(syscall, os.R_OK):
+        pytest.skip("needs /proc/PID/syscall to see the command waiting")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "verl_bundle", "explain", "-"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        # Wait until the command blocks reading its standard input (read(0, ...): syscall 0 on
+        # x86_64, 63 on aarch64), so the interrupt lands inside the command.
+        reading = ("0 0x0 ", "63 0x0 ")
+        for _ in range(3000):
+            state = Path(f"/proc/{proc.pid}/syscall").read_text()
+            if state.startswith(reading):
+                break
+            threading.Event().wait(0.01)
+        else:
+            pytest.fail("the command never waited on its input")
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130
+    assert err.strip().splitlines() == [
+        "error: interrupted; run the same command again to resume: finished downloads are cached"
+    ]
+    assert out == ""
+
+
+# -- start-up: --version and --help before typer, each command imports what it uses ----------
+
+
+def _fresh(code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "100"}
+    return subprocess.run(
+        [sys.executable, *args, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
+
+
+def test_fast_help_is_typers_help(capsys: pytest.CaptureFixture[str]) -> None:
+    from verl_bundle.helptext import TOP
+
+    typers = run(["--help"], capsys)
+    assert typers.code == 0
+    assert typers.out == TOP, "run `python -m verl_bundle.helptext` to regenerate helptext.py"
+    fast = _fresh(
+        "import sys; sys.argv[1:] = ['--help']; from verl_bundle.__main__ import main; main()"
+    )
+    assert fast.returncode == 0 and fast.stdout == typers.out
+    # Without arguments: the same help, and the usage exit code.
+    bare = run([], capsys)
+    assert bare.code == 2 and bare.out == typers.out
+
+
+@pytest.mark.parametrize("args", [["--version"], ["--help"], ["-h"]])
+def test_version_and_help_load_no_framework(args: list[str]) -> None:
+    code = (
+        f"import sys; sys.argv[1:] = {args!r}\n"
+        "from verl_bundle.__main__ import main\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print(' '.join(sorted(sys.modules)), file=sys.stderr)"
+    )
+    proc = _fresh(code)
+    loaded = set(proc.stderr.split())
+    assert proc.stdout.startswith(("verl-bundle ", "Usage: verl-bundle"))
+    assert not {"typer", "click", "rich", "requests", "jinja2", "packaging"} & loaded
+
+
+@pytest.mark.parametrize(
+    ("args", "unused"),
+    [
+        (
+            ["profiles"],
+            {"requests", "jinja2", "rich", "verl_bundle.resolve", "verl_bundle.assemble"},
+        ),
+        (["explain", "{log}"], {"requests", "jinja2", "rich", "packaging", "verl_bundle.profile"}),
+        (["verify", "{missing}"], {"requests", "jinja2", "rich", "verl_bundle.pipeline"}),
+    ],
+)
+def test_a_command_imports_only_what_it_uses(
+    tmp_path: Path, args: list[str], unused: set[str]
+) -> None:
+    log = tmp_path / "x.log"
+    log.write_text("all fine\n")
+    argv = [a.format(log=log, missing=tmp_path / "nope") for a in args]
+    code = (
+        "import sys\n"
+        "from verl_bundle.cli import Session, run\n"
+        f"code = run({argv!r}, Session())\n"
+        "print(' '.join(sorted(sys.modules)), file=sys.stderr)"
+    )
+    proc = _fresh(code)
+    loaded = set(proc.stderr.split())
+    assert "verl_bundle.cli" in loaded, proc.stderr[-2000:]
+    assert not unused & loaded
+
+
+# -- --python: a path or a version, wherever an interpreter is meant ---------------------------
+
+
+@pytest.mark.skipif(not PY38.exists(), reason="needs a Python 3.8 under ~/.pyenv")
+def test_doctor_takes_a_python_version_or_a_path(capsys: pytest.CaptureFixture[str]) -> None:
+    by_version = run(["doctor", "--cuda", "11.8", "--python", "3.8", "--json"], capsys)
+    host = json.loads(by_version.out)["result"]["host"]
+    assert host["python"].startswith("3.8") and host["python_executable"]
+    by_path = run(["doctor", "--cuda", "11.8", "--python", str(PY38), "--json"], capsys)
+    assert json.loads(by_path.out)["result"]["host"]["python"].startswith("3.8")
+    missing = run(["doctor", "--cuda", "11.8", "--python", "3.99"], capsys)
+    assert missing.code == 2
+    assert missing.err.strip() == (
+        "error: --python 3.99: no python3.99 on PATH or in ~/.pyenv/versions; install it, "
+        "or give the interpreter's path"
+    )

@@ -345,7 +345,7 @@ def test_rehearse_passes_for_a_good_bundle(
     assert result.code == 0, result.out + result.err
     import json
 
-    doc = json.loads(result.out)
+    doc = json.loads(result.out)["result"]
     steps = {s["name"]: s for s in doc["steps"]}
     for name in (
         "check tarball",

@@ -5,14 +5,9 @@ from pathlib import Path
 import pytest
 from cli import run
 
+from verl_bundle.catalog import builtin_profiles, find_profile, profile_for_cuda, select_profile
 from verl_bundle.errors import ProfileError
-from verl_bundle.profile import (
-    builtin_profiles,
-    find_profile,
-    load_profile,
-    profile_for_cuda,
-    select_profile,
-)
+from verl_bundle.profile_load import load_profile
 
 MINIMAL = """
 name = "mine"
@@ -111,11 +106,15 @@ def test_python_outside_the_profile_range_is_refused(capsys: pytest.CaptureFixtu
     result = run(["lock", "--cuda", "11.8", "--python", "3.12"], capsys)
     assert result.code == 2
     assert "supports Python >=3.8,<3.12" in result.err
+    # ... and names the built-in profiles that do support 3.12.
+    assert "profiles for Python 3.12: cu124 (CUDA 12.4, Python >=3.9,<3.13)" in result.err
+    assert "cu121" not in result.err
 
 
 def test_unknown_cuda_and_profile_names(capsys: pytest.CaptureFixture[str]) -> None:
     result = run(["build", "--cuda", "9.0"], capsys)
-    assert result.code == 2 and "no built-in profile runs on CUDA 9.0" in result.err
+    assert result.code == 2 and "no built-in profile is made for CUDA 9.0" in result.err
+    assert "the oldest built-in is cu118 (CUDA 11.8): upgrade the driver" in result.err
     result = run(["build", "--profile", "nope"], capsys)
     assert result.code == 2 and "built-in: cu118" in result.err
     result = run(["build"], capsys)

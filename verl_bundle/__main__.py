@@ -1,3 +1,34 @@
-from verl_bundle.cli import main
+"""`verl-bundle` and `python -m verl_bundle`: `--version` and `--help` are answered here, before
+typer (about 0.1 s of imports) is loaded; everything else goes to verl_bundle.cli.
 
-main()
+The help text is typer's own, kept in verl_bundle/helptext.py; a test checks that the two agree.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    if args == ["--version"]:
+        from verl_bundle import __version__
+
+        sys.stdout.write(f"verl-bundle {__version__}\n")
+        sys.exit(0)
+    if args in (["--help"], ["-h"]):
+        import shutil
+
+        # click wraps help at min(terminal width, 80) - 2: the stored text is for 80 or more.
+        if shutil.get_terminal_size().columns >= 80:
+            from verl_bundle.helptext import TOP
+
+            sys.stdout.write(TOP)
+            sys.exit(0)
+    from verl_bundle.cli import main as run
+
+    run(args)
+
+
+if __name__ == "__main__":
+    main()

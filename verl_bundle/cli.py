@@ -1,49 +1,82 @@
-"""The command line: parse options, call one core function, render its result. Nothing else."""
+"""The command line: parse options, call one core function, render its result. Nothing else.
+
+Each command builds a request, calls one core function (imported when the command runs, so that
+`verl-bundle profiles` never loads the resolver), and hands the result to `_show`, the one place
+output is written. `main` is the one place errors become a line on stderr and an exit code.
+`--version` and `--help` are answered before this module is imported (verl_bundle/__main__.py).
+"""
 
 from __future__ import annotations
 
 import enum
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from verl_bundle import __version__, render
-from verl_bundle.airgap.verify import verify
+from verl_bundle import __version__
 from verl_bundle.credentials import Redactor
-from verl_bundle.errors import EXIT_FAILED, BundleError, UsageError
-from verl_bundle.fetch import default_cache_dir
-from verl_bundle.pipeline import Request, build, check_lock, make_lock
-from verl_bundle.profile import builtin_profiles, find_profile, parse_mirror, select_profile
-from verl_bundle.progress import reporter
+from verl_bundle.errors import EXIT_FAILED, EXIT_USAGE, BundleError, UsageError
+
+if TYPE_CHECKING:
+    from verl_bundle.pipeline import Request
+    from verl_bundle.render import Shown
+
+EXIT_INTERRUPTED = 130
+INTERRUPTED = "interrupted; run the same command again to resume: finished downloads are cached"
+
+HELP = (
+    "Build verified offline bundles of the verl CUDA stack on an online host, and install "
+    "them on air-gapped GPU servers.\n\n"
+    "Online:  verl-bundle build --cuda 11.8 --python 3.10  ->  one .tar with every wheel, "
+    "the sources to build on the server, a manifest, SHA256SUMS and install.sh.\n\n"
+    "Server:  tar xf BUNDLE.tar && ./BUNDLE/install.sh"
+)
 
 app = typer.Typer(
     name="verl-bundle",
-    help=(
-        "Build verified offline bundles of the verl CUDA stack on an online host, and install "
-        "them on air-gapped GPU servers.\n\n"
-        "Online:  verl-bundle build --cuda 11.8 --python 3.10  ->  one .tar with every wheel, "
-        "the sources to build on the server, a manifest, SHA256SUMS and install.sh.\n\n"
-        "Server:  tar xf BUNDLE.tar && ./BUNDLE/install.sh"
-    ),
+    help=HELP,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain help, no rich import; errors are our one line anyway
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 profiles_app = typer.Typer(
     help="List the built-in profiles, or show one (`verl-bundle profiles show cu118`).",
+    short_help="List the built-in profiles, or show one.",
     invoke_without_command=True,
+    rich_markup_mode=None,
 )
 app.add_typer(profiles_app, name="profiles")
 
-_state = {"debug": False, "redact": Redactor()}
+
+@dataclass
+class Session:
+    """One run's settings: made by `main`, reached by commands through typer's context (never a
+    module global), read again by `main` when an error is reported."""
+
+    debug: bool = False
+    redact: Redactor = field(default_factory=Redactor)
+
+
+def _session(ctx: typer.Context) -> Session:
+    found = ctx.find_object(Session)
+    if found is None:  # run without `main` (typer's own runner): a session of its own
+        found = ctx.ensure_object(Session)
+    return found
+
 
 # -- options used by several commands, declared once ----------------------------------------
 Cuda = Annotated[
     str | None,
-    typer.Option(help="Pick the built-in profile for this CUDA version, e.g. 11.8.", metavar="X.Y"),
+    typer.Option(
+        help="Pick the built-in profile for this CUDA version (nvidia-smi's 'CUDA Version'), "
+        "e.g. 11.8.",
+        metavar="X.Y",
+    ),
 ]
 ProfileOpt = Annotated[
     str | None,
@@ -53,12 +86,21 @@ ProfileOpt = Annotated[
         metavar="NAME|PATH",
     ),
 ]
-Python = Annotated[
+TargetPython = Annotated[
     str | None,
     typer.Option(
+        "--python",
         help="The server's Python (default: the profile's). Wheels are chosen for it, not for "
         "the Python running this command.",
         metavar="X.Y",
+    ),
+]
+Interpreter = Annotated[
+    str | None,
+    typer.Option(
+        "--python",
+        help="The interpreter to use: a path, or a version X.Y looked up on PATH and in pyenv.",
+        metavar="PATH|X.Y",
     ),
 ]
 Platform = Annotated[
@@ -90,38 +132,52 @@ class Compress(str, enum.Enum):
     zstd = "zstd"
 
 
-def _request(
-    cuda: str | None,
-    profile: str | None,
-    python: str | None,
-    platform: str | None,
-    mirror: list[str] | None,
-    cache_dir: Path | None,
-    jobs: int,
-) -> Request:
-    mirrors = dict(parse_mirror(m) for m in (mirror or []))
-    _state["redact"] = Redactor.for_urls(list(mirrors.values()))
-    chosen = select_profile(cuda, profile).with_mirrors(mirrors)
-    # A profile file may carry credentials in its own location URLs: keep those out too.
-    _state["redact"] = Redactor.for_urls([loc.url for loc in chosen.locations.values() if loc.url])
-    return Request(
-        profile=chosen,
-        target=chosen.target(python, platform),
-        mirrors=mirrors,
-        cache_dir=cache_dir or default_cache_dir(),
-        jobs=jobs,
-    )
+@dataclass(frozen=True)
+class StackOptions:
+    """The options that name a stack and where its files come from (lock and build)."""
+
+    cuda: str | None
+    profile: str | None
+    python: str | None
+    platform: str | None
+    mirror: list[str] | None
+    cache_dir: Path | None
+    jobs: int
+
+    def request(self, session: Session) -> Request:
+        from verl_bundle.catalog import select_profile, target_for
+        from verl_bundle.fetch import default_cache_dir
+        from verl_bundle.pipeline import Request
+        from verl_bundle.profile import parse_mirror
+
+        mirrors = dict(parse_mirror(m) for m in (self.mirror or []))
+        session.redact = Redactor.for_urls(list(mirrors.values()))
+        chosen = select_profile(self.cuda, self.profile).with_mirrors(mirrors)
+        # A profile file may carry credentials in its own location URLs: keep those out too.
+        urls = [loc.url for loc in chosen.locations.values() if loc.url]
+        session.redact = Redactor.for_urls(urls)
+        return Request(
+            profile=chosen,
+            target=target_for(chosen, self.python, self.platform),
+            mirrors=mirrors,
+            cache_dir=self.cache_dir or default_cache_dir(),
+            jobs=self.jobs,
+            python_given=self.python is not None,
+        )
 
 
-def _emit(text: str) -> None:
-    redact: Redactor = _state["redact"]  # type: ignore[assignment]
-    typer.echo(redact(text))
-
-
-def _notes(notes: tuple[str, ...]) -> None:
-    redact: Redactor = _state["redact"]  # type: ignore[assignment]
-    for note in notes:
-        typer.echo(redact(note if note.startswith("note:") else f"note: {note}"), err=True)
+def _show(ctx: typer.Context, shown: Shown, json_out: bool) -> None:
+    """The one place a result is written: the JSON envelope, or notes on stderr and text on
+    stdout; then exit 1 when the result is a failure."""
+    redact = _session(ctx).redact
+    if json_out:
+        typer.echo(redact(shown.json()))
+    else:
+        for note in shown.notes:
+            typer.echo(redact(note), err=True)
+        typer.echo(redact(shown.text))
+    if not shown.ok:
+        raise typer.Exit(EXIT_FAILED)
 
 
 def _print_version(value: bool) -> None:
@@ -132,6 +188,7 @@ def _print_version(value: bool) -> None:
 
 @app.callback()
 def _main(
+    ctx: typer.Context,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")] = False,
     version: Annotated[
         bool,
@@ -140,14 +197,15 @@ def _main(
         ),
     ] = False,
 ) -> None:
-    _state["debug"] = debug
+    _session(ctx).debug = debug
 
 
-@app.command()
+@app.command(short_help="Resolve a stack for the server and write its lock.")
 def lock(
+    ctx: typer.Context,
     cuda: Cuda = None,
     profile: ProfileOpt = None,
-    python: Python = None,
+    python: TargetPython = None,
     platform: Platform = None,
     mirror: Mirror = None,
     output: Annotated[
@@ -173,31 +231,26 @@ def lock(
     The lock (a pylock.toml) holds every package with its version and the one file chosen,
     with location, URL, sha256 and size. Nothing else is downloaded, except direct artifacts
     whose hash the profile does not give."""
-    req = _request(cuda, profile, python, platform, mirror, cache_dir, jobs)
-    if check:
-        with reporter(quiet=json_out) as rep:
-            checked = check_lock(req, output, rep)
-        if json_out:
-            _emit(render.dumps(render.lock_check_json(checked)))
-        else:
-            _emit(render.lock_check_text(checked))
-        if not checked.current:
-            raise typer.Exit(EXIT_FAILED)
-        return
+    from verl_bundle import render
+    from verl_bundle.pipeline import check_lock, make_lock
+    from verl_bundle.progress import reporter
+
+    options = StackOptions(cuda, profile, python, platform, mirror, cache_dir, jobs)
+    req = options.request(_session(ctx))
     with reporter(quiet=json_out) as rep:
-        result = make_lock(req, output, rep)
-    if json_out:
-        _emit(render.dumps(render.lock_json(result)))
-    else:
-        _notes(result.notes)
-        _emit(render.lock_text(result))
+        if check:
+            shown = render.lock_check(check_lock(req, output, rep))
+        else:
+            shown = render.lock(make_lock(req, output, rep))
+    _show(ctx, shown, json_out)
 
 
-@app.command("build")
+@app.command("build", short_help="Resolve, fetch and write the bundle tarball.")
 def build_cmd(
+    ctx: typer.Context,
     cuda: Cuda = None,
     profile: ProfileOpt = None,
-    python: Python = None,
+    python: TargetPython = None,
     platform: Platform = None,
     mirror: Mirror = None,
     lock_file: Annotated[
@@ -217,43 +270,46 @@ def build_cmd(
     ] = Compress.none,
     json_out: Json = False,
 ) -> None:
-    """Resolve (or take --lock), fetch every file once with its hash, and write one tarball with
-    wheels, sources, bootstrap pip, manifest.json, SHA256SUMS and install.sh. The last line
-    printed is the tarball's path; <tarball>.sha256 is written beside it."""
-    req = _request(cuda, profile, python, platform, mirror, cache_dir, jobs)
+    """Resolve (or take --lock), fetch every file once with its hash, and write one tarball.
+
+    The tarball holds wheels, sources, bootstrap pip, manifest.json, SHA256SUMS and install.sh.
+    The last line printed is the tarball's path; <tarball>.sha256 is written beside it."""
+    from verl_bundle import render
+    from verl_bundle.pipeline import BuildRequest, build
+    from verl_bundle.progress import reporter
+
+    options = StackOptions(cuda, profile, python, platform, mirror, cache_dir, jobs)
+    req = BuildRequest(options.request(_session(ctx)), output, lock_file, compress.value)
     with reporter(quiet=json_out) as rep:
-        result = build(req, lock_file, python is not None, output, compress.value, rep)
-    if json_out:
-        _emit(render.dumps(render.build_json(result)))
-    else:
-        _notes(result.notes)
-        _emit(render.build_text(result))
+        shown = render.build(build(req, rep))
+    _show(ctx, shown, json_out)
 
 
-@app.command("verify")
+@app.command("verify", short_help="Recheck a bundle against its manifest and sums.")
 def verify_cmd(
+    ctx: typer.Context,
     path: Annotated[
         Path, typer.Argument(help="A bundle tarball, or an extracted bundle directory.")
     ],
     json_out: Json = False,
 ) -> None:
-    """Recheck every file of a bundle against its manifest and SHA256SUMS (and the tarball
-    against its .sha256 file). Exit 0 when intact, 1 naming each missing or altered file."""
+    """Recheck every file of a bundle against its manifest and SHA256SUMS.
+
+    A tarball is also checked against its .sha256 file. Exit 0 when intact, 1 naming each
+    missing or altered file."""
+    from verl_bundle import render
+    from verl_bundle.airgap.verify import verify
+
     if not path.exists():
         raise UsageError(f"{path}: no such file or directory")
-    report = verify(str(path))
-    _emit(render.dumps(render.verify_json(report)) if json_out else render.verify_text(report))
-    if not report.ok:
-        raise typer.Exit(EXIT_FAILED)
+    _show(ctx, render.verify(verify(str(path))), json_out)
 
 
-@app.command("rehearse")
+@app.command("rehearse", short_help="Install a bundle here with the network cut.")
 def rehearse_cmd(
+    ctx: typer.Context,
     tarball: Annotated[Path, typer.Argument(help="The bundle tarball made by `build`.")],
-    python: Annotated[
-        str | None,
-        typer.Option(help="The interpreter to install with (default: pythonX.Y for the bundle)."),
-    ] = None,
+    python: Interpreter = None,
     keep: Annotated[
         Path | None,
         typer.Option(help="Rehearse in this new directory and leave it (bundle/ and venv/) there."),
@@ -264,31 +320,29 @@ def rehearse_cmd(
 
     The bundle is extracted into a temporary directory and its install.sh runs under
     `unshare -n` into a throwaway venv; each phase is reported with its time. A source build
-    this host cannot do (its nvcc is not the bundle's CUDA) is reported as not rehearsed."""
+    this host cannot do (its nvcc is not the bundle's CUDA) is reported as not rehearsed.
+    --python defaults to pythonX.Y for the bundle."""
+    from verl_bundle import render
+    from verl_bundle.interpreter import interpreter
+    from verl_bundle.progress import reporter
     from verl_bundle.rehearse import rehearse
 
+    py = interpreter(python) if python else None
     with reporter(quiet=json_out) as rep:
-        result = rehearse(tarball, python, rep, keep)
-    if json_out:
-        _emit(render.dumps(render.rehearsal_json(result)))
-    else:
-        _emit(render.rehearsal_text(result))
-    if not result.ok:
-        raise typer.Exit(EXIT_FAILED)
+        shown = render.rehearsal(rehearse(tarball, py, rep, keep))
+    _show(ctx, shown, json_out)
 
 
-@app.command("doctor")
+@app.command("doctor", short_help="Check a machine before installing, with fixes.")
 def doctor_cmd(
+    ctx: typer.Context,
     bundle: Annotated[
         Path | None,
         typer.Option(help="Check against this extracted bundle's needs (its manifest.json)."),
     ] = None,
     cuda: Cuda = None,
     profile: ProfileOpt = None,
-    python: Annotated[
-        str | None,
-        typer.Option(help="The interpreter the venv will be made from (default: this python3)."),
-    ] = None,
+    python: Interpreter = None,
     prefix: Annotated[
         Path | None, typer.Option(help="Where the venv will go (for the disk-space check).")
     ] = None,
@@ -300,51 +354,48 @@ def doctor_cmd(
     ] = False,
     json_out: Json = False,
 ) -> None:
-    """Check this machine before installing: OS and glibc, Python and its headers, gcc/g++ that
-    nvcc accepts, ninja, nvcc and CUDA_HOME, CUDA libraries, the driver, GPU placement
-    (CUDA_VISIBLE_DEVICES, busy GPUs, RANK/LOCAL_RANK...), disk and memory. Each problem comes
-    with its fix. Exit 0 with no failure, 1 with any."""
+    """Check this machine before installing; each problem comes with its fix.
+
+    OS and glibc, Python and its headers, gcc/g++ that nvcc accepts, ninja, nvcc and
+    CUDA_HOME, CUDA libraries, the driver, GPU placement (CUDA_VISIBLE_DEVICES, busy GPUs,
+    RANK/LOCAL_RANK...), disk and memory. --python (default: this python3) is the interpreter
+    the venv will be made from. Exit 0 with no failure, 1 with any."""
+    from verl_bundle import render
     from verl_bundle.airgap import doctor
+    from verl_bundle.interpreter import interpreter
     from verl_bundle.needs import needs_for
 
+    py = interpreter(python) if python else None
     try:
         report = doctor.run_doctor(
             needs_for(bundle, cuda, profile),
-            python=python,
+            python=py,
             prefix=str(prefix) if prefix else None,
             require_gpu=require_gpu,
         )
     except ValueError as exc:  # a manifest that does not say what the doctor needs
         raise UsageError(f"--bundle {bundle}: {exc}") from None
-    if json_out:
-        _emit(render.dumps(doctor.render_json(report)))
-    else:
-        _emit(doctor.render_text(report))
-    if not report.ok:
-        raise typer.Exit(EXIT_FAILED)
+    _show(ctx, render.doctor(report), json_out)
 
 
-@app.command("explain")
+@app.command("explain", short_help="Match a failed install's log to causes and fixes.")
 def explain_cmd(
+    ctx: typer.Context,
     logfile: Annotated[Path, typer.Argument(help="An install or build log (`-` for stdin).")],
     json_out: Json = False,
 ) -> None:
-    """Match a failed install's output to known causes (missing Python.h, gcc that nvcc rejects,
-    CUDA mismatch, flash-attn reaching for GitHub, invalid device ordinal, NCCL timeouts, a
-    compiler killed for memory, ...) and say how to fix each. Exit 0 when a cause is known,
-    1 when not (the log's tail is shown)."""
+    """Match a failed install's output to known causes and say how to fix each.
+
+    Known causes include a missing Python.h, a gcc that nvcc rejects, a CUDA mismatch,
+    flash-attn reaching for GitHub, an invalid device ordinal, NCCL timeouts and a compiler
+    killed for memory. Exit 0 when a cause is known, 1 when not (the log's tail is shown)."""
+    from verl_bundle import render
     from verl_bundle.airgap import explain
 
     if str(logfile) != "-" and not logfile.is_file():
         raise UsageError(f"{logfile}: no such file")
     text = sys.stdin.read() if str(logfile) == "-" else explain.read_log(str(logfile))
-    findings = explain.explain_text(text)
-    if json_out:
-        _emit(render.dumps(explain.render_json(findings, text)))
-    else:
-        _emit(explain.render_text(findings, text))
-    if not findings:
-        raise typer.Exit(EXIT_FAILED)
+    _show(ctx, render.explain(explain.explain_text(text), text), json_out)
 
 
 @profiles_app.callback()
@@ -352,47 +403,84 @@ def profiles_list(ctx: typer.Context, json_out: Json = False) -> None:
     """List the built-in profiles."""
     if ctx.invoked_subcommand is not None:
         return
-    profiles = builtin_profiles()
-    if json_out:
-        _emit(render.dumps([render.profile_summary(p) for p in profiles]))
-    else:
-        _emit(render.profiles_text(profiles))
+    from verl_bundle import render
+    from verl_bundle.catalog import builtin_profiles
+
+    _show(ctx, render.profiles(builtin_profiles()), json_out)
 
 
 @profiles_app.command("show")
 def profiles_show(
+    ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="A built-in profile name or a path.")],
     json_out: Json = False,
 ) -> None:
     """Print one profile: where its files come from, then the profile file itself."""
-    p = find_profile(name)
-    _emit(render.dumps(render.profile_summary(p)) if json_out else render.profile_show(p))
+    from verl_bundle import render
+    from verl_bundle.catalog import find_profile
+
+    _show(ctx, render.profile(find_profile(name)), json_out)
 
 
-def _fail(message: str, code: int) -> NoReturn:
-    redact: Redactor = _state["redact"]  # type: ignore[assignment]
-    typer.echo(f"error: {redact(message)}", err=True)
-    sys.exit(code)
+# -- the boundary ------------------------------------------------------------------------------
 
 
-def main() -> None:
-    """Entry point: the one place errors become a line on stderr and an exit code.
+def _click_error() -> type[Exception]:
+    """click's base exception, from typer's own copy of click or from click (older typer)."""
+    return next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
 
-    Usage errors (unknown option, bad value) are typer's: a message and exit 2. A BundleError
-    from any stage is printed as one line, with no traceback unless --debug."""
+
+def _usage_line(exc: Any) -> str:
+    """click's usage error as one line: what, where, and where to read more."""
+    message = " ".join(str(exc.format_message()).split()).rstrip(".")
+    message = message.replace("Value error, ", "")  # typer's validator prefixes some messages
+    ctx = getattr(exc, "ctx", None)
+    where = ctx.command_path if ctx is not None else "verl-bundle"
+    return f"{where}: {message}; see `{where} --help`"
+
+
+def _fail(session: Session, message: str, code: int) -> int:
+    typer.echo(f"error: {session.redact(message)}", err=True)
+    return code
+
+
+def run(args: list[str], session: Session) -> int:
+    """Run one command line; return its exit code. Every error ends here as one line."""
+    click_error = _click_error()
+    command = typer.main.get_command(app)
     try:
-        app(prog_name="verl-bundle")
+        if not args:  # `verl-bundle` alone: the help, and the usage exit code
+            command.main(["--help"], prog_name="verl-bundle", standalone_mode=False)
+            return EXIT_USAGE
+        code = command.main(args, prog_name="verl-bundle", obj=session, standalone_mode=False)
     except BundleError as exc:
-        if _state["debug"]:
+        if session.debug:
             raise
-        _fail(str(exc), exc.exit_code)
+        return _fail(session, str(exc), exc.exit_code)
+    except typer.Abort:  # older typer turns Ctrl-C into Abort
+        return _fail(session, INTERRUPTED, EXIT_INTERRUPTED)
+    except click_error as exc:
+        return _fail(session, _usage_line(exc), getattr(exc, "exit_code", EXIT_USAGE))
     except KeyboardInterrupt:
-        _fail("interrupted; run the command again: finished downloads are cached", 130)
+        return _fail(session, INTERRUPTED, EXIT_INTERRUPTED)
     except OSError as exc:
-        if _state["debug"]:
+        if session.debug:
             raise
         where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
-        _fail(f"{where}{exc.strerror or exc}", EXIT_FAILED)
+        return _fail(session, f"{where}{exc.strerror or exc}", EXIT_FAILED)
+    if code == EXIT_INTERRUPTED:  # typer turns Ctrl-C inside a command into Exit(130)
+        return _fail(session, INTERRUPTED, EXIT_INTERRUPTED)
+    return code if isinstance(code, int) else 0
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run the command line and exit with its code.
+
+    Usage errors (unknown option, bad value) are one line and exit 2. A BundleError from any
+    stage is one line with its exit code, no traceback unless --debug. Ctrl-C is one line and
+    exit 130."""
+    args = sys.argv[1:] if argv is None else argv
+    sys.exit(run(args, Session(debug="--debug" in args)))
 
 
 if __name__ == "__main__":  # pragma: no cover

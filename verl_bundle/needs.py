@@ -6,8 +6,9 @@ from pathlib import Path
 from typing import Any
 
 from verl_bundle.airgap.layout import find_root, read_manifest
+from verl_bundle.catalog import select_profile
 from verl_bundle.errors import UsageError
-from verl_bundle.profile import Profile, select_profile
+from verl_bundle.profile import Profile
 from verl_bundle.target import Target
 
 

@@ -7,7 +7,7 @@ the reporter, so the CLI (or a test) decides how results are shown.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from verl_bundle.assemble import Bundle, Compression, assemble, bundle_name
@@ -31,6 +31,18 @@ class Request:
     mirrors: Mapping[str, str]
     cache_dir: Path
     jobs: int = 8
+    python_given: bool = False  # --python was given: a lock for another Python is refused
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    """`build`'s options beyond the stack: where the tarball goes, a lock to build exactly, and
+    the tarball's compression."""
+
+    stack: Request
+    output: Path
+    lock: Path | None = None
+    compress: Compression = "none"
 
 
 @dataclass(frozen=True)
@@ -85,7 +97,7 @@ def check_lock(req: Request, path: Path | None, reporter: Reporter) -> LockCheck
     return LockCheck(path, tuple(diff_locks(old, fresh)), old.profile_sha256 != req.profile.sha256)
 
 
-def load_matching_lock(req: Request, path: Path, python_given: bool) -> tuple[Lock, list[str]]:
+def load_matching_lock(req: Request, path: Path) -> tuple[Lock, list[str]]:
     """Read a lock and check it belongs to this profile and target."""
     lock = read_lock(path)
     notes: list[str] = []
@@ -94,7 +106,7 @@ def load_matching_lock(req: Request, path: Path, python_given: bool) -> tuple[Lo
             f"{path}: this lock is for profile {lock.profile!r}, not {req.profile.name!r}; "
             f"pass --profile {lock.profile} or make a new lock"
         )
-    if python_given and lock.target.python != req.target.python:
+    if req.python_given and lock.target.python != req.target.python:
         raise LockError(
             f"{path}: this lock is for Python {lock.target.python_version}, not "
             f"{req.target.python_version}; drop --python or make a lock for that Python"
@@ -111,14 +123,8 @@ def load_matching_lock(req: Request, path: Path, python_given: bool) -> tuple[Lo
     return lock, notes
 
 
-def build(
-    req: Request,
-    lock_path: Path | None,
-    python_given: bool,
-    output: Path,
-    compress: Compression,
-    reporter: Reporter,
-) -> BuildResult:
+def build(request: BuildRequest, reporter: Reporter) -> BuildResult:
+    req, lock_path = request.stack, request.lock
     fetcher = _fetcher(req, reporter)
     notes = list(req.profile.notes)
     if lock_path is None and req.profile.lock is not None and req.profile.lock.is_file():
@@ -130,16 +136,16 @@ def build(
                 "pass --lock to use another, or `verl-bundle lock --check` to compare with today"
             )
     if lock_path is not None:
-        lock, more = load_matching_lock(req, lock_path, python_given)
+        lock, more = load_matching_lock(req, lock_path)
         notes += more
         source = str(lock_path)
         # The bundle is built for the lock's target (its Python, when --python was not given).
-        req = Request(req.profile, lock.target, req.mirrors, req.cache_dir, req.jobs)
+        req = replace(req, target=lock.target)
     else:
         lock = lock_profile(req.profile, req.target, fetcher, reporter)
         source = "resolved"
     reporter.status(f"fetching {len(lock.packages)} files ...")
     wheelhouse = prepare(lock, req.profile, fetcher, reporter)
     reporter.status("writing the bundle ...")
-    bundle = assemble(req.profile, lock, wheelhouse, output, compress, reporter)
+    bundle = assemble(req.profile, lock, wheelhouse, request.output, request.compress, reporter)
     return BuildResult(bundle, lock, source, wheelhouse, tuple(notes))

@@ -1,4 +1,8 @@
-"""The one progress helper: a bar on stderr when it is a terminal, silence otherwise."""
+"""The one progress helper: a bar on stderr when it is a terminal, silence otherwise.
+
+A note (a fallback taken, a cut-off not applied) is said once per run, however many times a
+stage reaches the same conclusion. rich is imported only when bars are drawn.
+"""
 
 from __future__ import annotations
 
@@ -6,17 +10,10 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TextColumn,
-    TimeRemainingColumn,
-    TransferSpeedColumn,
-)
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 
 class Reporter(Protocol):
@@ -33,6 +30,7 @@ class Silent:
     def __init__(self, quiet: bool = False) -> None:
         self.quiet = quiet
         self._lock = threading.Lock()
+        self._said: set[str] = set()
 
     def start(self, label: str, total: int | None) -> object:
         return label
@@ -45,8 +43,11 @@ class Silent:
 
     def note(self, message: str) -> None:
         """Something the user should know (a fallback taken, a cut-off not applied)."""
-        if not self.quiet:
-            with self._lock:
+        if self.quiet:
+            return
+        with self._lock:
+            if message not in self._said:
+                self._said.add(message)
                 print(message, file=sys.stderr, flush=True)
 
     def status(self, message: str) -> None:
@@ -58,6 +59,7 @@ class Bars:
 
     def __init__(self, progress: Progress) -> None:
         self.progress = progress
+        self._said: set[str] = set()
 
     def start(self, label: str, total: int | None) -> object:
         return self.progress.add_task(label, total=total)
@@ -69,7 +71,9 @@ class Bars:
         self.progress.remove_task(handle)  # type: ignore[arg-type]
 
     def note(self, message: str) -> None:
-        self.progress.console.print(message, markup=False, highlight=False)
+        if message not in self._said:
+            self._said.add(message)
+            self.progress.console.print(message, markup=False, highlight=False)
 
     def status(self, message: str) -> None:
         self.progress.console.print(message, markup=False, highlight=False, style="dim")
@@ -80,6 +84,16 @@ def reporter(quiet: bool = False) -> Iterator[Reporter]:
     if quiet or not sys.stderr.isatty():
         yield Silent(quiet)
         return
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
     console = Console(stderr=True)
     columns = (
         TextColumn("{task.description}", markup=False),

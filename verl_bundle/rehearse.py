@@ -7,7 +7,6 @@ The tarball is verified and extracted into a temporary directory, its own instal
 
 from __future__ import annotations
 
-import glob
 import os
 import re
 import shutil
@@ -23,6 +22,8 @@ from verl_bundle.airgap import doctor
 from verl_bundle.airgap.layout import read_manifest
 from verl_bundle.airgap.verify import verify_tar
 from verl_bundle.errors import BundleError, UsageError
+from verl_bundle.interpreter import find_python
+from verl_bundle.interpreter import python_version as _python_version
 from verl_bundle.progress import Reporter
 
 # install.sh announces each step as "==> [N/7] what"; phases as "==> [5/7] phase NAME...".
@@ -78,29 +79,6 @@ def network_cut() -> list[str]:
         + "); run as root, or allow unprivileged user namespaces "
         "(sysctl kernel.unprivileged_userns_clone=1), or rehearse on another host"
     )
-
-
-def find_python(version: str) -> str | None:
-    """An interpreter of this version: pythonX.Y on PATH, else a pyenv install (a pyenv shim
-    on PATH may point at another version, so each candidate is asked)."""
-    candidates = [shutil.which(f"python{version}")]
-    pattern = os.path.expanduser(f"~/.pyenv/versions/{version}.*/bin/python{version}")
-    candidates += sorted(glob.glob(pattern), reverse=True)
-    for candidate in candidates:
-        if candidate and _python_version(candidate) == version:
-            return candidate
-    return None
-
-
-def _python_version(python: str) -> str:
-    proc = subprocess.run(
-        [python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-    return proc.stdout.strip() if proc.returncode == 0 else "unknown"
 
 
 def _unbuildable(manifest: dict[str, Any]) -> dict[str, str]:

@@ -1,15 +1,41 @@
-"""Results as text for people or as JSON for machines; the JSON shapes are pinned by tests."""
+"""Every command's result as a `Shown`: text for people, and the JSON result that the CLI wraps
+in airgap/render.py's versioned envelope for machines. The JSON shapes are pinned by tests.
+
+Host results are rendered here; the server tools' (doctor, explain) come from their own
+renderers in airgap/, and are wrapped the same way. Imports of result types are for the type
+checker only, so that rendering costs no start-up time.
+"""
 
 from __future__ import annotations
 
-import json
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from verl_bundle.airgap.verify import Report
-from verl_bundle.lock import Lock
-from verl_bundle.pipeline import BuildResult, LockCheck, LockResult
-from verl_bundle.profile import Profile
-from verl_bundle.rehearse import Rehearsal
+from verl_bundle.airgap.render import dumps, envelope
+
+if TYPE_CHECKING:
+    from verl_bundle.airgap.doctor import Report as DoctorReport
+    from verl_bundle.airgap.explain import Finding
+    from verl_bundle.airgap.verify import Report
+    from verl_bundle.lock import Lock
+    from verl_bundle.pipeline import BuildResult, LockCheck, LockResult
+    from verl_bundle.profile import Profile
+    from verl_bundle.rehearse import Rehearsal
+
+
+@dataclass(frozen=True)
+class Shown:
+    """A command's result for both audiences: `text` (stdout; its last line is what a script
+    wants, e.g. a path), `notes` (stderr, text mode only) and `result` (the JSON result)."""
+
+    command: str
+    ok: bool
+    result: Any
+    text: str
+    notes: tuple[str, ...] = ()
+
+    def json(self) -> str:
+        return dumps(envelope(self.command, self.ok, self.result))
 
 
 def human_size(n: int) -> str:
@@ -19,10 +45,6 @@ def human_size(n: int) -> str:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1000
     return f"{n} B"
-
-
-def dumps(doc: Any) -> str:
-    return json.dumps(doc, indent=2, sort_keys=False)
 
 
 def _target(lock: Lock) -> dict[str, str]:
@@ -245,3 +267,51 @@ def rehearsal_text(r: Rehearsal) -> str:
         lines.append("rehearsal FAILED; the last lines of install.sh:")
         lines += [f"    {t}" for t in r.log_tail]
     return "\n".join(lines)
+
+
+def _notes(notes: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(n if n.startswith("note:") else f"note: {n}" for n in notes)
+
+
+# -- one Shown per command ---------------------------------------------------------------------
+
+
+def lock(result: LockResult) -> Shown:
+    return Shown("lock", True, lock_json(result), lock_text(result), _notes(result.notes))
+
+
+def lock_check(check: LockCheck) -> Shown:
+    return Shown("lock", check.current, lock_check_json(check), lock_check_text(check))
+
+
+def build(result: BuildResult) -> Shown:
+    return Shown("build", True, build_json(result), build_text(result), _notes(result.notes))
+
+
+def verify(report: Report) -> Shown:
+    return Shown("verify", report.ok, verify_json(report), verify_text(report))
+
+
+def rehearsal(r: Rehearsal) -> Shown:
+    return Shown("rehearse", r.ok, rehearsal_json(r), rehearsal_text(r))
+
+
+def profiles(found: list[Profile]) -> Shown:
+    return Shown("profiles", True, [profile_summary(p) for p in found], profiles_text(found))
+
+
+def profile(p: Profile) -> Shown:
+    return Shown("profiles show", True, profile_summary(p), profile_show(p))
+
+
+def doctor(report: DoctorReport) -> Shown:
+    from verl_bundle.airgap import doctor as server
+
+    return Shown("doctor", report.ok, server.render_json(report), server.render_text(report))
+
+
+def explain(findings: list[Finding], log: str) -> Shown:
+    from verl_bundle.airgap import explain as server
+
+    text = server.render_text(findings, log)
+    return Shown("explain", bool(findings), server.render_json(findings, log), text)

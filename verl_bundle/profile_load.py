@@ -1,0 +1,409 @@
+"""A profile file (TOML) read into a `Profile`: every key checked, every problem one line that
+names the file and the key."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import re
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from verl_bundle.credentials import redact_url
+from verl_bundle.errors import ProfileError, UsageError
+from verl_bundle.profile import (
+    BUILTIN_LOCATIONS,
+    DEFAULT_INDEX,
+    Checks,
+    DirectArtifact,
+    Location,
+    MaxJobs,
+    Phase,
+    Profile,
+    SourceBuild,
+    StaticMetadata,
+    Toolchain,
+)
+from verl_bundle.target import normalize_platform, parse_python
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 hosts only
+    import tomli as tomllib
+
+
+class _Table:
+    """A TOML table being read: every access is checked, every unknown key is an error."""
+
+    def __init__(self, path: Path, data: Mapping[str, Any], prefix: str = "") -> None:
+        self.path = path
+        self.data = data
+        self.prefix = prefix
+
+    def key(self, name: str) -> str:
+        return f"{self.prefix}{name}"
+
+    def fail(self, name: str, expected: str) -> ProfileError:
+        return ProfileError(f"{self.path}: key '{self.key(name)}': {expected}")
+
+    def check_keys(self, allowed: set[str]) -> None:
+        for k in self.data:
+            if k not in allowed:
+                raise ProfileError(
+                    f"{self.path}: unknown key '{self.key(k)}'; expected one of: "
+                    + ", ".join(sorted(allowed))
+                )
+
+    def text(self, name: str, default: str | None = None, *, required: bool = False) -> str | None:
+        if name not in self.data:
+            if required:
+                raise self.fail(name, "is required (a string)")
+            return default
+        value = self.data[name]
+        if not isinstance(value, str) or not value.strip():
+            raise self.fail(name, f"expected a non-empty string, found {value!r}")
+        return value.strip()
+
+    def texts(self, name: str) -> tuple[str, ...]:
+        value = self.data.get(name, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise self.fail(name, f"expected a list of strings, found {value!r}")
+        return tuple(v.strip() for v in value)
+
+    def flag(self, name: str, default: bool) -> bool:
+        value = self.data.get(name, default)
+        if not isinstance(value, bool):
+            raise self.fail(name, f"expected true or false, found {value!r}")
+        return value
+
+    def table(self, name: str) -> _Table:
+        value = self.data.get(name, {})
+        if not isinstance(value, dict):
+            raise self.fail(name, f"expected a table, found {value!r}")
+        return _Table(self.path, value, f"{self.key(name)}.")
+
+    def tables(self, name: str) -> list[_Table]:
+        value = self.data.get(name, [])
+        if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+            raise self.fail(name, f"expected an array of tables ([[{self.key(name)}]])")
+        return [_Table(self.path, v, f"{self.key(name)}[{i}].") for i, v in enumerate(value)]
+
+    def str_map(self, name: str) -> dict[str, str]:
+        t = self.table(name)
+        out = {}
+        for k, v in t.data.items():
+            if not isinstance(v, str):
+                raise t.fail(k, f"expected a string, found {v!r}")
+            out[k] = v
+        return out
+
+
+def _requirement(t: _Table, name: str, index: int, text: str) -> Requirement:
+    try:
+        return Requirement(text)
+    except InvalidRequirement as exc:
+        detail = str(exc).splitlines()[0]
+        raise ProfileError(
+            f"{t.path}: key '{t.key(name)}[{index}]': {text!r} is not a PEP 508 requirement "
+            f"({detail}); write it like 'torch==2.1.2' or 'verl[vllm]>=0.2'"
+        ) from None
+
+
+def _requirements(t: _Table, name: str) -> tuple[str, ...]:
+    return tuple(str(_requirement(t, name, i, r)) for i, r in enumerate(t.texts(name)))
+
+
+def _specifier(t: _Table, name: str) -> str | None:
+    value = t.text(name)
+    if value is None:
+        return None
+    try:
+        SpecifierSet(value)
+    except InvalidSpecifier:
+        raise t.fail(name, f"{value!r} is not a version specifier (e.g. '>=3.8,<3.12')") from None
+    return value
+
+
+def _version(t: _Table, name: str, *, required: bool = False) -> str | None:
+    value = t.text(name, required=required)
+    if value is None:
+        return None
+    try:
+        Version(value)
+    except InvalidVersion:
+        raise t.fail(name, f"{value!r} is not a version (e.g. '11.8')") from None
+    return value
+
+
+def _cutoff(t: _Table, name: str) -> str | None:
+    value = t.data.get(name)
+    if value is None:
+        return None
+    if isinstance(value, dt.datetime):
+        when = value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)
+    elif isinstance(value, dt.date):
+        when = dt.datetime(value.year, value.month, value.day, tzinfo=dt.timezone.utc)
+    elif isinstance(value, str):
+        try:
+            when = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            raise t.fail(name, f"{value!r} is not a date (e.g. 2025-03-01)") from None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=dt.timezone.utc)
+    else:
+        raise t.fail(name, f"expected a date such as 2025-03-01, found {value!r}")
+    return when.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+_TOP_KEYS = {
+    "name",
+    "description",
+    "cuda",
+    "python",
+    "python-versions",
+    "platform",
+    "exclude-newer",
+    "notes",
+    "requirements",
+    "constraints",
+    "bootstrap",
+    "locations",
+    "bindings",
+    "static-metadata",
+    "artifacts",
+    "source-builds",
+    "phases",
+    "checks",
+    "toolchain",
+    "lock",
+}
+
+
+def load_profile(path: Path) -> Profile:
+    """Read and check one profile file; any problem is one ProfileError line."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ProfileError(f"{path}: cannot read the profile ({exc.strerror})") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ProfileError(f"{path}: not valid TOML: {exc}") from None
+    top = _Table(path, data)
+    top.check_keys(_TOP_KEYS)
+
+    name = top.text("name", required=True) or ""
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
+        raise top.fail("name", f"{name!r} must be letters, digits, '.', '_' or '-'")
+    cuda = _version(top, "cuda", required=True) or ""
+    python = top.text("python", "3.10") or "3.10"
+    try:
+        parse_python(python)
+    except UsageError:
+        raise top.fail("python", f"{python!r} is not a Python version (X.Y)") from None
+    platform = top.text("platform", "manylinux_2_17_x86_64") or ""
+    try:
+        platform = normalize_platform(platform)
+    except UsageError as exc:
+        raise top.fail("platform", str(exc)) from None
+
+    locations = dict(BUILTIN_LOCATIONS)
+    loc_table = top.table("locations")
+    for loc_name in loc_table.data:
+        lt = loc_table.table(loc_name)
+        lt.check_keys({"type", "url"})
+        kind = lt.text("type", "index")
+        if kind not in ("index", "files"):
+            raise lt.fail("type", f"expected 'index' or 'files', found {kind!r}")
+        url = lt.text("url")
+        if url is None and loc_name != DEFAULT_INDEX:
+            raise lt.fail("url", "is required (an http(s) URL)")
+        if url is not None and not re.match(r"^https?://", url):
+            raise lt.fail("url", f"expected an http(s) URL, found {redact_url(url)!r}")
+        locations[loc_name] = Location(
+            loc_name, "index" if kind == "index" else "files", url.rstrip("/") if url else None
+        )
+
+    requirements = _requirements(top, "requirements")
+    if not requirements:
+        raise top.fail("requirements", "expected at least one requirement")
+    constraints = _requirements(top, "constraints")
+    bootstrap = _requirements(top, "bootstrap") or ("pip",)
+
+    bindings: dict[str, str] = {}
+    bind_table = top.table("bindings")
+    for pkg, loc in top.str_map("bindings").items():
+        if loc not in locations:
+            raise bind_table.fail(
+                pkg,
+                f"location {loc!r} is not defined; defined locations: "
+                + ", ".join(sorted(locations)),
+            )
+        if locations[loc].kind != "index":
+            raise bind_table.fail(pkg, f"location {loc!r} is a file host; bind to an index")
+        bindings[canonicalize_name(pkg)] = loc
+
+    static: list[StaticMetadata] = []
+    for t in top.tables("static-metadata"):
+        t.check_keys({"name", "version", "requires-dist", "requires-python"})
+        pkg = t.text("name", required=True) or ""
+        static.append(
+            StaticMetadata(
+                name=pkg,
+                version=_version(t, "version", required=True) or "",
+                requires_dist=_requirements(t, "requires-dist"),
+                requires_python=_specifier(t, "requires-python"),
+            )
+        )
+
+    artifacts: list[DirectArtifact] = []
+    for t in top.tables("artifacts"):
+        t.check_keys({"package", "location", "file", "sha256", "fallback"})
+        loc = t.text("location", required=True) or ""
+        if loc not in locations:
+            raise t.fail(
+                "location",
+                f"location {loc!r} is not defined; defined locations: "
+                + ", ".join(sorted(locations)),
+            )
+        if locations[loc].kind != "files":
+            raise t.fail(
+                "location", f"location {loc!r} is an index; artifacts come from a files host"
+            )
+        fallback = t.text("fallback", "resolved")
+        if fallback not in ("resolved", "error"):
+            raise t.fail("fallback", f"expected 'resolved' or 'error', found {fallback!r}")
+        template = t.text("file", required=True) or ""
+        try:
+            template.format(version="0", python_tag="cp310")
+        except (KeyError, IndexError, ValueError):
+            raise t.fail(
+                "file", "a path template may use only {version} and {python_tag}"
+            ) from None
+        hashes = t.str_map("sha256")
+        for fname, digest in hashes.items():
+            if not re.fullmatch(r"[0-9a-f]{64}", digest):
+                raise t.fail(f"sha256.{fname}", "expected 64 lowercase hex digits")
+        artifacts.append(
+            DirectArtifact(
+                package=t.text("package", required=True) or "",
+                location=loc,
+                file=template,
+                sha256=hashes,
+                fallback="resolved" if fallback == "resolved" else "error",
+            )
+        )
+
+    builds: list[SourceBuild] = []
+    for t in top.tables("source-builds"):
+        t.check_keys({"package", "build-requires", "env", "max-jobs", "needs-cuda"})
+        mj = t.table("max-jobs")
+        mj.check_keys({"gib-per-job", "limit"})
+        gib = mj.data.get("gib-per-job", 9.0)
+        limit = mj.data.get("limit")
+        if not isinstance(gib, (int, float)) or isinstance(gib, bool) or gib <= 0:
+            raise mj.fail("gib-per-job", f"expected a positive number, found {gib!r}")
+        if limit is not None and (
+            not isinstance(limit, int) or isinstance(limit, bool) or limit < 1
+        ):
+            raise mj.fail("limit", f"expected a positive integer, found {limit!r}")
+        builds.append(
+            SourceBuild(
+                package=t.text("package", required=True) or "",
+                build_requires=_requirements(t, "build-requires"),
+                env=t.str_map("env"),
+                max_jobs=MaxJobs(float(gib), limit),
+                needs_cuda=t.flag("needs-cuda", True),
+            )
+        )
+
+    phases: list[Phase] = []
+    for t in top.tables("phases"):
+        t.check_keys({"name", "packages"})
+        phases.append(Phase(t.text("name", required=True) or "", t.texts("packages")))
+    if not phases:
+        phases = [Phase("wheels", ("*",))]
+    _check_phases(top, phases, builds)
+
+    checks_t = top.table("checks")
+    checks_t.check_keys({"imports", "torch-version", "torch-cuda"})
+    checks = Checks(
+        imports=checks_t.texts("imports"),
+        torch_version=checks_t.text("torch-version"),
+        torch_cuda=checks_t.text("torch-cuda"),
+    )
+    tool_t = top.table("toolchain")
+    tool_t.check_keys({"nvcc", "gcc", "driver", "driver-compat"})
+    toolchain = Toolchain(
+        nvcc=_version(tool_t, "nvcc"),
+        gcc=_specifier(tool_t, "gcc"),
+        driver=tool_t.text("driver"),
+        driver_compat=tool_t.text("driver-compat"),
+    )
+    lock_rel = top.text("lock")
+    return Profile(
+        name=name,
+        path=path,
+        sha256=hashlib.sha256(raw).hexdigest(),
+        description=top.text("description", "") or "",
+        cuda=cuda,
+        python=python,
+        python_versions=_specifier(top, "python-versions"),
+        platform=platform,
+        exclude_newer=_cutoff(top, "exclude-newer"),
+        notes=top.texts("notes"),
+        requirements=requirements,
+        constraints=constraints,
+        bootstrap=bootstrap,
+        locations=locations,
+        bindings=bindings,
+        static_metadata=tuple(static),
+        artifacts=tuple(artifacts),
+        source_builds=tuple(builds),
+        phases=tuple(phases),
+        checks=checks,
+        toolchain=toolchain,
+        lock=(path.parent / lock_rel) if lock_rel else None,
+    )
+
+
+def _check_phases(top: _Table, phases: list[Phase], builds: list[SourceBuild]) -> None:
+    seen_names: set[str] = set()
+    placed: dict[str, int] = {}
+    rest = -1
+    for i, phase in enumerate(phases):
+        key = f"phases[{i}]"
+        if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", phase.name):
+            raise top.fail(f"{key}.name", "expected lowercase letters, digits and '-'")
+        if phase.name in seen_names:
+            raise top.fail(f"{key}.name", f"phase {phase.name!r} is defined twice")
+        seen_names.add(phase.name)
+        for pkg in phase.packages:
+            if pkg == "*":
+                if rest >= 0:
+                    raise top.fail(f"{key}.packages", "only one phase may hold '*'")
+                rest = i
+                continue
+            name = canonicalize_name(pkg)
+            if name in placed:
+                raise top.fail(f"{key}.packages", f"{pkg!r} is already in another phase")
+            placed[name] = i
+    if rest < 0:
+        raise top.fail("phases", "one phase must hold '*' (every package no other phase names)")
+    for build in builds:
+        here = placed.get(canonicalize_name(build.package), rest)
+        for req in build.build_requires:
+            dep = canonicalize_name(Requirement(req).name)
+            if placed.get(dep, rest) >= here:
+                raise top.fail(
+                    "phases",
+                    f"{build.package} is built on the server, so its build requirement "
+                    f"{dep} must be installed in an earlier phase",
+                )
