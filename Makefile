@@ -33,8 +33,13 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 # Build a bundle from the real indexes (needs the internet): make bundle CUDA=11.8 PY=3.10
+# Through intranet mirrors: make bundle MIRRORS="pypi=https://nexus/simple pytorch-cu118=https://..."
+# (one --mirror NAME=URL each; the command is not echoed, so credentials in a URL stay unseen).
+MIRRORS ?=
 bundle: $(STAMP)
-	$(BIN)/verl-bundle build --cuda $(CUDA) --python $(PY) --output $(OUT)
+	@echo "$(BIN)/verl-bundle build --cuda $(CUDA) --python $(PY) --output $(OUT)$(if $(MIRRORS), [$(words $(MIRRORS)) --mirror])"
+	@$(BIN)/verl-bundle build --cuda $(CUDA) --python $(PY) --output $(OUT) $(foreach m,$(MIRRORS),--mirror '$(m)')
+	@echo "the CLI is $(BIN)/verl-bundle (or: source $(BIN)/activate)"
 
 # The real stack from the real index (about 3 GB; needs the internet): build cu121 for cp310,
 # rehearse it with Python 3.10 and no network, import torch, vllm, verl and transformers.

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from cli import run
-from conftest import ROOT, Stack
+from conftest import NAME, ROOT, Stack, clean_environ
 
 from verl_bundle.lock import read_lock
 
@@ -487,3 +487,27 @@ def test_doctor_takes_a_python_version_or_a_path(capsys: pytest.CaptureFixture[s
         "error: --python 3.99: no python3.99 on PATH or in ~/.pyenv/versions; install it, "
         "or give the interpreter's path"
     )
+
+
+@pytest.mark.slow
+def test_make_bundle_passes_each_mirror_and_shows_no_secret(stack: Stack, tmp_path: Path) -> None:
+    """`make bundle MIRRORS="NAME=URL ..."` builds through those mirrors, and says where the CLI
+    is (it is not on PATH after `make bundle`)."""
+    if subprocess.run(["make", "-q", "-C", str(ROOT), ".venv/.installed"]).returncode != 0:
+        pytest.skip("the repository's .venv is not installed and current")
+    urls = stack.mirrors()[1::2]
+    urls[0] = urls[0].replace("http://", "http://builder:s3cret@")
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        ["make", "-s", "-C", str(ROOT), "bundle", f"MIRRORS={' '.join(urls)}", f"OUT={out}"],
+        capture_output=True,
+        text=True,
+        env=clean_environ(tmp_path),
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert (out / f"{NAME}.tar").is_file()
+    assert "s3cret" not in proc.stdout + proc.stderr
+    assert f"[{len(urls)} --mirror]" in proc.stdout
+    assert "the CLI is .venv/bin/verl-bundle (or: source .venv/bin/activate)" in proc.stdout
+    assert stack.pypi.file_requests()  # the build went through the mirror
