@@ -241,3 +241,22 @@ def test_build_with_an_unknown_cuda_exits_2_before_any_work(
     assert result.code == 2
     assert "10.2" in result.err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("cuda", "says"),
+    [
+        ("11.7", "runs cu118 (CUDA 11.8) under minor-version compatibility if it is >= 450.80.02"),
+        ("12.0", "runs cu121 (CUDA 12.1) under minor-version compatibility if it is >= 525.60.13"),
+        ("14.0", "the newest built-in it runs is cu130 (CUDA 13.0): pass --cuda 13.0"),
+        ("10.2", "the oldest built-in is cu118 (CUDA 11.8): upgrade the driver to >= 450.80.02"),
+    ],
+)
+def test_cuda_without_a_profile_names_what_would_run(cuda: str, says: str) -> None:
+    with pytest.raises(UsageError) as caught:
+        profile_for_cuda(cuda)
+    message = str(caught.value)
+    assert says in message
+    # Every built-in with the CUDA versions it is the newest fit for.
+    assert "cu118 (CUDA 11.8-11.x), cu121 (CUDA 12.1-12.3), cu124 (CUDA 12.4-12.x)" in message
+    assert "\n" not in message

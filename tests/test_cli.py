@@ -164,6 +164,12 @@ def test_explain_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     )
     result = run(["explain", str(log)], capsys)
     assert result.code == 0 and "python3.10-dev" in result.out
+    # A log's control sequences (a title change, cursor movement) are shown, not obeyed.
+    hostile = tmp_path / "hostile.log"
+    hostile.write_text("\x1b]0;owned\x07\x1b[2Jfatal error: Python.h: No such file or directory\n")
+    shown = run(["explain", str(hostile)], capsys)
+    assert shown.code == 0 and "\x1b" not in shown.out
+    assert "\\x1b]0;owned\\x07" in shown.out
     unknown = tmp_path / "other.log"
     unknown.write_text("all fine\n")
     assert run(["explain", str(unknown)], capsys).code == 1

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from verl_bundle import __version__
+from verl_bundle.airgap.render import printable
 from verl_bundle.credentials import Redactor
 from verl_bundle.errors import EXIT_FAILED, EXIT_USAGE, BundleError, UsageError
 
@@ -173,9 +174,10 @@ def _show(ctx: typer.Context, shown: Shown, json_out: bool) -> None:
     if json_out:
         typer.echo(redact(shown.json()))
     else:
+        # Text may quote a log or a tool's output: its control sequences are shown, not obeyed.
         for note in shown.notes:
-            typer.echo(redact(note), err=True)
-        typer.echo(redact(shown.text))
+            typer.echo(printable(redact(note)), err=True)
+        typer.echo(printable(redact(shown.text)))
     if not shown.ok:
         raise typer.Exit(EXIT_FAILED)
 
