@@ -517,3 +517,11 @@ def test_make_bundle_passes_each_mirror_and_shows_no_secret(stack: Stack, tmp_pa
     assert f"[{len(urls)} --mirror]" in proc.stdout
     assert "the CLI is .venv/bin/verl-bundle (or: source .venv/bin/activate)" in proc.stdout
     assert stack.pypi.file_requests()  # the build went through the mirror
+
+
+def test_debug_shows_the_traceback(capsys: pytest.CaptureFixture[str]) -> None:
+    from verl_bundle.errors import UsageError
+
+    assert run(["build", "--cuda", "9.0"], capsys).code == 2  # one line without --debug
+    with pytest.raises(UsageError, match="no built-in profile is made for CUDA 9.0"):
+        run(["--debug", "build", "--cuda", "9.0"], capsys)
