@@ -412,14 +412,16 @@ def test_ctrl_c_is_one_line_and_exit_130(tmp_path: Path) -> None:
 # -- start-up: --version and --help before typer, each command imports what it uses ----------
 
 
-def _fresh(code: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "100"}
+def _fresh(code: str, *args: str, columns: int = 100) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": str(columns)}
     return subprocess.run(
         [sys.executable, *args, "-c", code], capture_output=True, text=True, env=env, timeout=120
     )
 
 
-def test_fast_help_is_typers_help(capsys: pytest.CaptureFixture[str]) -> None:
+def test_fast_help_is_typers_help(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     from verl_bundle.helptext import TOP
 
     typers = run(["--help"], capsys)
@@ -429,6 +431,16 @@ def test_fast_help_is_typers_help(capsys: pytest.CaptureFixture[str]) -> None:
         "import sys; sys.argv[1:] = ['--help']; from verl_bundle.__main__ import main; main()"
     )
     assert fast.returncode == 0 and fast.stdout == typers.out
+    # On a narrow terminal typer wraps the help itself: the stored text is not used.
+    monkeypatch.setenv("COLUMNS", "60")
+    narrow = run(["--help"], capsys)
+    assert max(len(line) for line in narrow.out.splitlines()) <= 60 and narrow.out != TOP
+    fast = _fresh(
+        "import sys; sys.argv[1:] = ['-h']; from verl_bundle.__main__ import main; main()",
+        columns=60,
+    )
+    assert fast.returncode == 0 and fast.stdout == narrow.out
+    monkeypatch.setenv("COLUMNS", "100")
     # Without arguments: the same help, and the usage exit code.
     bare = run([], capsys)
     assert bare.code == 2 and bare.out == typers.out
@@ -523,5 +535,5 @@ def test_debug_shows_the_traceback(capsys: pytest.CaptureFixture[str]) -> None:
     from verl_bundle.errors import UsageError
 
     assert run(["build", "--cuda", "9.0"], capsys).code == 2  # one line without --debug
-    with pytest.raises(UsageError, match="no built-in profile is made for CUDA 9.0"):
+    with pytest.raises(UsageError, match=r"no built-in profile is made for CUDA 9\.0"):
         run(["--debug", "build", "--cuda", "9.0"], capsys)

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import subprocess
+from pathlib import Path
+
+import pytest
 
 from verl_bundle.airgap import render
 from verl_bundle.airgap.doctor import Check
@@ -56,3 +60,29 @@ def test_checks_table_shows_problems_with_their_fixes() -> None:
             "fix": "reinstall the bundle",
         }
     ]
+
+
+PY38 = Path.home() / ".pyenv" / "versions" / "3.8.18" / "bin" / "python3.8"
+
+
+@pytest.mark.skipif(not PY38.exists(), reason="Python 3.8 (the oldest server python) is missing")
+def test_the_render_path_runs_on_python38() -> None:
+    """Server tools render through airgap/render.py on the server's python3, which may be 3.8."""
+    lib = Path(render.__file__).parents[2]
+    code = (
+        "from verl_bundle.airgap import render as r\n"
+        "from collections import namedtuple\n"
+        "Row = namedtuple('Row', 'id status summary fix')\n"
+        "print(r.checks_text([Row('gcc', 'fail', 'too new', 'use gcc-11')], 'doctor: NOT ready'))\n"
+        "print(r.dumps(r.envelope('doctor', False, r.printable('\\x1b]0;t\\x07'))))"
+    )
+    proc = subprocess.run(
+        [str(PY38), "-I", "-c", f"import sys; sys.path.insert(0, {str(lib)!r})\n{code}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "FAIL gcc: too new\n  fix: use gcc-11" in proc.stdout
+    assert "doctor: NOT ready (1 failure(s), 0 warning(s))" in proc.stdout
+    assert '"result": "\\\\x1b]0;t\\\\x07"' in proc.stdout

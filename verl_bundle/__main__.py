@@ -6,7 +6,23 @@ The help text is typer's own, kept in verl_bundle/helptext.py; a test checks tha
 
 from __future__ import annotations
 
+import os
 import sys
+
+
+def _columns() -> int:
+    """The terminal's width as shutil.get_terminal_size (which click uses) finds it, without
+    importing shutil (it loads the compression modules)."""
+    try:
+        columns = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
 
 
 def main() -> None:
@@ -16,15 +32,12 @@ def main() -> None:
 
         sys.stdout.write(f"verl-bundle {__version__}\n")
         sys.exit(0)
-    if args in (["--help"], ["-h"]):
-        import shutil
+    # click wraps help at min(terminal width, 80) - 2: the stored text is for 80 or more.
+    if args in (["--help"], ["-h"]) and _columns() >= 80:
+        from verl_bundle.helptext import TOP
 
-        # click wraps help at min(terminal width, 80) - 2: the stored text is for 80 or more.
-        if shutil.get_terminal_size().columns >= 80:
-            from verl_bundle.helptext import TOP
-
-            sys.stdout.write(TOP)
-            sys.exit(0)
+        sys.stdout.write(TOP)
+        sys.exit(0)
     from verl_bundle.cli import main as run
 
     run(args)
