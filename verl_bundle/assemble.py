@@ -125,7 +125,7 @@ def _file_version(a: Artifact) -> str:
     return str(parse_sdist_filename(a.filename)[1])
 
 
-def render_install(context: dict[str, Any]) -> str:
+def render_install(context: dict[str, Any], template: str = "install.sh.j2") -> str:
     # A shell script, not HTML: values are quoted for the shell with the `sh` filter instead.
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
@@ -134,7 +134,7 @@ def render_install(context: dict[str, Any]) -> str:
         autoescape=False,  # noqa: S701
     )
     env.filters["sh"] = lambda v: shlex.quote(str(v))
-    return env.get_template("install.sh.j2").render(**context)
+    return env.get_template(template).render(**context)
 
 
 def _airgap_entries() -> list[Entry]:
@@ -205,7 +205,8 @@ def plan(
         )
         for e, a in zip(payload, ordered, strict=True)
     )
-    bootstrap = [f.path for f in files if f.kind == "bootstrap"]
+    # install.sh is a shim that finds a Python and hands over to lib/'s installer, which reads
+    # everything else from the manifest; README.txt is for the server's admin.
     context = {
         "name": name,
         "version": __version__,
@@ -214,11 +215,10 @@ def plan(
         "python_tag": lock.target.python_tag,
         "platform": lock.target.platform,
         "cuda": lock.cuda,
-        "bootstrap_pip": next((b for b in bootstrap if b.split("/")[-1].startswith("pip-")), ""),
-        "bootstrap_uv": next((b for b in bootstrap if b.split("/")[-1].startswith("uv-")), ""),
-        "phases": _shell_phases(phases),
+        "phases": [p.name for p in phases],
     }
     generated.insert(0, _entry(layout.INSTALL, render_install(context).encode()))
+    generated.insert(1, _entry(mf.README, render_install(context, "README.txt.j2").encode()))
     generated.append(_entry("doctor", _doctor_script().encode()))
     manifest = mf.Manifest(
         name=name,
@@ -244,25 +244,6 @@ def plan(
         f"{e.sha256}  {e.arcname}\n" for e in sorted(everything, key=lambda e: e.arcname)
     )
     return name, [_entry(layout.SUMS, sums.encode()), *everything], manifest
-
-
-def _shell_phases(phases: list[mf.Phase]) -> list[dict[str, Any]]:
-    """For install.sh: each phase's build environment and MAX_JOBS policy as shell words."""
-    return [
-        {
-            "name": p.name,
-            "requirements": p.requirements,
-            "packages": list(p.packages),
-            "source_builds": list(p.source_builds),
-            "env_words": " ".join(
-                shlex.quote(f"{k}={v}") for b in p.source_builds for k, v in b.env
-            ),
-            "jobs_words": " ".join(
-                f"{b.max_jobs.gib_per_job} {b.max_jobs.limit or 0}" for b in p.source_builds
-            ),
-        }
-        for p in phases
-    ]
 
 
 def source_build_of(build: ProfileSourceBuild) -> mf.SourceBuild:

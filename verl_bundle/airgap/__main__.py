@@ -4,6 +4,7 @@ doctor      check this server against the bundle's needs (before installing)
 verify      check every file of the bundle against SHA256SUMS and the manifest
 explain     match a failed install's log to known causes and fixes
 postinstall check the installed environment (run with the venv's python)
+install     install the bundle DIR (what its install.sh runs): install DIR [options]
 max-jobs    the MAX_JOBS a source build should use on this machine's RAM
 """
 
@@ -34,6 +35,10 @@ def main(argv: list[str] | None = None) -> int:
         from verl_bundle.airgap import postinstall
 
         return postinstall.main(rest)
+    if command == "install":
+        from verl_bundle.airgap.install.main import main as install
+
+        return install(rest)
     if command == "max-jobs":
         from verl_bundle.airgap import doctor
 

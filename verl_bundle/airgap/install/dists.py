@@ -1,0 +1,187 @@
+"""Installed distributions, read and removed by their files, never through pip or uv.
+
+An install killed while pip or uv unpacks a wheel leaves a distribution half written: files
+without a RECORD, or a RECORD whose files are missing or differ. Asking the installer to
+reinstall it then fails (`uninstall-no-record-file`) and every rerun fails the same way. So
+before a phase is installed again, each of its distributions that is not complete is removed
+here by its files: those its RECORD lists, and those its wheel in the bundle would write.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import os
+import re
+import shutil
+import zipfile
+from dataclasses import dataclass
+from typing import Iterable
+
+_DIST_INFO = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)\.dist-info$")
+
+
+def canon(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+@dataclass(frozen=True)
+class SitePaths:
+    """Where the target environment keeps what a wheel installs (sysconfig of its python)."""
+
+    prefix: str
+    purelib: str
+    platlib: str
+    scripts: str
+    data: str
+
+    @property
+    def sites(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys((self.purelib, self.platlib)))
+
+
+@dataclass(frozen=True)
+class Dist:
+    name: str  # canonical
+    version: str
+    path: str  # the .dist-info directory
+    site: str  # the directory it sits in
+
+    @property
+    def record(self) -> str:
+        return os.path.join(self.path, "RECORD")
+
+
+def installed(paths: SitePaths) -> list[Dist]:
+    """Every distribution found in the environment's site directories."""
+    out: list[Dist] = []
+    for site in paths.sites:
+        try:
+            names = sorted(os.listdir(site))
+        except OSError:
+            continue
+        for entry in names:
+            m = _DIST_INFO.match(entry)
+            if m and os.path.isdir(os.path.join(site, entry)):
+                out.append(
+                    Dist(
+                        canon(m.group("name")), m.group("version"), os.path.join(site, entry), site
+                    )
+                )
+    return out
+
+
+def _record_rows(dist: Dist) -> list[list[str]]:
+    try:
+        with open(dist.record, encoding="utf-8", newline="") as fh:
+            return [row for row in csv.reader(fh) if row]
+    except (OSError, csv.Error, UnicodeDecodeError):
+        return []
+
+
+def _digest(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return base64.urlsafe_b64encode(h.digest()).rstrip(b"=").decode()
+
+
+def problem(dist: Dist, check_hashes: bool) -> str | None:
+    """Why the distribution is not completely installed, or None. Without `check_hashes` only
+    the RECORD's presence is checked (cheap); with it, every recorded file and its hash."""
+    rows = _record_rows(dist)
+    if not rows:
+        return "no RECORD (it was being unpacked)"
+    if not check_hashes:
+        return None
+    for row in rows:
+        if len(row) < 2 or not row[1].startswith("sha256="):
+            continue
+        path = os.path.normpath(os.path.join(dist.site, row[0]))
+        try:
+            if _digest(path) != row[1][len("sha256=") :]:
+                return f"{row[0]} differs from its RECORD"
+        except OSError:
+            return f"{row[0]} is missing"
+    return None
+
+
+def wheel_targets(wheel: str, site: str, paths: SitePaths) -> list[str]:
+    """Where the files of `wheel` go when installed into `site` (a wheel's .data/ directories
+    map to the scripts and data directories)."""
+    out: list[str] = []
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            names = zf.namelist()
+    except (OSError, zipfile.BadZipFile):
+        return out
+    for name in names:
+        if name.endswith("/"):
+            continue
+        parts = name.split("/")
+        if parts[0].endswith(".data") and len(parts) > 2:
+            base = {
+                "purelib": site,
+                "platlib": site,
+                "scripts": paths.scripts,
+                "data": paths.data,
+            }.get(parts[1])
+            if base is not None:
+                out.append(os.path.join(base, *parts[2:]))
+            continue
+        out.append(os.path.join(site, *parts))
+    return out
+
+
+def _inside(path: str, root: str) -> bool:
+    real, base = os.path.realpath(path), os.path.realpath(root)
+    return real == base or real.startswith(base.rstrip(os.sep) + os.sep)
+
+
+def remove(dist: Dist, paths: SitePaths, wheel: str | None = None) -> int:
+    """Delete the distribution's files (RECORD's and, when given, those its wheel would write)
+    and its .dist-info directory; only paths inside the environment are touched. Returns the
+    number of files removed."""
+    files = [os.path.normpath(os.path.join(dist.site, row[0])) for row in _record_rows(dist)]
+    if wheel is not None:
+        files += wheel_targets(wheel, dist.site, paths)
+    removed = 0
+    dirs = set()
+    for path in dict.fromkeys(files):
+        if not _inside(path, paths.prefix) or _inside(path, dist.path):
+            continue
+        try:
+            if os.path.isfile(path) or os.path.islink(path):
+                os.remove(path)
+                removed += 1
+                dirs.add(os.path.dirname(path))
+        except OSError:
+            pass
+    shutil.rmtree(dist.path, ignore_errors=True)
+    _prune(dirs, paths)
+    return removed
+
+
+def _prune(dirs: Iterable[str], paths: SitePaths) -> None:
+    """Remove directories left empty (and their __pycache__), up to the site directories."""
+    stop = {os.path.realpath(p) for p in (*paths.sites, paths.scripts, paths.data, paths.prefix)}
+    for start in sorted(dirs, key=len, reverse=True):
+        d = start
+        while _inside(d, paths.prefix) and os.path.realpath(d) not in stop:
+            cache = os.path.join(d, "__pycache__")
+            try:
+                entries = os.listdir(d)
+            except OSError:
+                break
+            if entries == ["__pycache__"]:
+                shutil.rmtree(cache, ignore_errors=True)
+                entries = []
+            if entries:
+                break
+            try:
+                os.rmdir(d)
+            except OSError:
+                break
+            d = os.path.dirname(d)

@@ -1,0 +1,247 @@
+"""The target environment: its interpreter, whether the prefix may be used, the venv, and the
+pip and uv the bundle brings. Nothing here reads this machine's pip or uv configuration."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import tempfile
+import zipfile
+from dataclasses import dataclass
+
+from verl_bundle.airgap.install.dists import SitePaths
+from verl_bundle.airgap.install.options import EXIT_NOT_READY, EXIT_USAGE, InstallError, Options
+from verl_bundle.airgap.install.state import State
+from verl_bundle.airgap.manifest import Manifest
+
+# Variables that would let this machine change what an isolated install does.
+_DROP = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "PYTHONINSPECT")
+OFFLINE = {
+    # No config file, no index, no cache outside the prefix, no questions.
+    "PIP_CONFIG_FILE": os.devnull,
+    "PIP_NO_INDEX": "1",
+    "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+    "PIP_NO_INPUT": "1",
+    "PIP_NO_CACHE_DIR": "1",
+    "UV_NO_CONFIG": "1",
+    "UV_OFFLINE": "1",
+    "UV_NO_INDEX": "1",
+    "UV_PYTHON_DOWNLOADS": "never",
+    "PYTHONNOUSERSITE": "1",
+    "PYTHONDONTWRITEBYTECODE": "1",
+}
+
+
+def clean_environ() -> dict[str, str]:
+    """This process's environment with every PIP_*/UV_* variable and the PYTHONPATH family
+    removed, and the offline settings added: what every command of the install runs with."""
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_")) and k not in _DROP
+    }
+    env.update(OFFLINE)
+    return env
+
+
+def python_version(python: str) -> str | None:
+    try:
+        proc = subprocess.run(
+            [python, "-c", 'import sys; print("%d.%d" % sys.version_info[:2])'],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            timeout=60,
+            env=clean_environ(),
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout.strip() if proc.returncode == 0 and proc.stdout.strip() else None
+
+
+def _python_fix(m: Manifest) -> str:
+    v = m.target.python
+    return (
+        f"Install Python {v} from the OS install media or the intranet mirror (apt: python{v} "
+        f"python{v}-venv python{v}-dev; dnf/yum: python{v.replace('.', '')}) and pass "
+        f"--python /path/to/python{v}"
+    )
+
+
+def choose_python(opts: Options, m: Manifest, target: str) -> str:
+    """The interpreter the environment runs: --into-env's, --python, the prefix's own (a
+    rerun), python<X.Y>, python3. InstallError(4) when none is found."""
+    own = os.path.join(target, "bin", "python")
+    if opts.into_env:
+        return own
+    if opts.python:
+        return opts.python
+    if os.access(own, os.X_OK):
+        return own
+    for name in (f"python{m.target.python}", "python3"):
+        found = shutil.which(name)
+        if found:
+            return found
+    raise InstallError(
+        EXIT_NOT_READY,
+        f"no python3 found. This bundle needs Python {m.target.python}: {_python_fix(m)}",
+    )
+
+
+def check_python(python: str, m: Manifest) -> str:
+    """The interpreter's X.Y, or InstallError(4) with the "wrong or old Python" sentence."""
+    got = python_version(python) or "unknown"
+    want = m.target.python
+    if got != want:
+        raise InstallError(
+            EXIT_NOT_READY,
+            f"{python} is Python {got}, but this bundle's wheels are built for Python {want} "
+            f"({m.target.python_tag}).\n{_python_fix(m)}, or build a bundle for Python {got} "
+            f"(verl-bundle build --python {got}).",
+        )
+    return got
+
+
+def check_prefix(opts: Options, target: str) -> str:
+    """Whether the target may be installed into: "new", "ours" (a venv this installer made),
+    or "env" (--into-env). Anything else is refused: an existing Python installation, a venv
+    made by someone else, a non-empty directory."""
+    if opts.into_env:
+        if not os.access(os.path.join(target, "bin", "python"), os.X_OK):
+            raise InstallError(
+                EXIT_USAGE, f"--into-env {target}: no bin/python there; give a venv or conda env"
+            )
+        return "env"
+    if not os.path.lexists(target):
+        return "new"
+    if not os.path.isdir(target):
+        raise InstallError(EXIT_USAGE, f"--prefix {target}: not a directory; give a new directory")
+    state = State(target)
+    if state.made_venv() or (
+        state.legacy_venv() and os.path.isfile(os.path.join(target, "pyvenv.cfg"))
+    ):
+        return "ours"
+    if not os.listdir(target):
+        return "new"
+    on_purpose = f"give a new directory, or --into-env {target} to install into it on purpose"
+    if os.path.isfile(os.path.join(target, "pyvenv.cfg")):
+        what = "a venv this installer did not make"
+    elif any(os.path.exists(os.path.join(target, "bin", n)) for n in ("python", "python3")):
+        what = "an existing Python installation, not a venv this installer made"
+    else:
+        what = "a directory that is not empty and not a venv this installer made"
+    raise InstallError(EXIT_USAGE, f"--prefix {target}: {what}; {on_purpose}")
+
+
+def venv_command(python: str, target: str) -> list[str]:
+    return [python, "-m", "venv", "--without-pip", target]
+
+
+def site_paths(python: str, prefix: str) -> SitePaths:
+    """sysconfig's install paths of the target interpreter (a venv's or a conda env's)."""
+    code = "import json, sys, sysconfig; print(json.dumps(sysconfig.get_paths()))"
+    proc = subprocess.run(
+        [python, "-I", "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=clean_environ(),
+    )
+    if proc.returncode != 0:
+        raise InstallError(EXIT_NOT_READY, f"{python} does not run: {proc.stderr.strip()[-300:]}")
+    paths = json.loads(proc.stdout)
+    return SitePaths(prefix, paths["purelib"], paths["platlib"], paths["scripts"], paths["data"])
+
+
+def versions_in(python: str) -> dict[str, str]:
+    """name -> version of every distribution the interpreter sees (for --into-env)."""
+    code = (
+        "import json, re\n"
+        "from importlib import metadata as m\n"
+        "print(json.dumps({re.sub(r'[-_.]+', '-', d.metadata['Name']).lower(): d.version "
+        "for d in m.distributions() if d.metadata['Name']}))"
+    )
+    proc = subprocess.run(
+        [python, "-I", "-c", code],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        timeout=120,
+        env=clean_environ(),
+    )
+    try:
+        doc = json.loads(proc.stdout) if proc.returncode == 0 else {}
+    except ValueError:
+        doc = {}
+    return {str(k): str(v) for k, v in doc.items()}
+
+
+# -- pip and uv ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Tools:
+    """How packages get installed: the bundled pip (run from its wheel, or the venv's pip) and
+    the bundled uv where it runs on this machine."""
+
+    python: str  # the target interpreter
+    pip: tuple[str, ...]
+    uv: str | None
+    pip_wheel: str | None  # the bundled pip wheel (bootstrapped into a new venv)
+
+    def uv_env(self, state: State) -> dict[str, str]:
+        # uv's cache stays inside the prefix and goes when the phase is done (installed files
+        # are hard links or copies, not references into it).
+        return {"UV_CACHE_DIR": state.path("uv-cache")}
+
+
+def _uv_member(wheel: str) -> str | None:
+    with zipfile.ZipFile(wheel) as zf:
+        return next((n for n in zf.namelist() if n.endswith(".data/scripts/uv")), None)
+
+
+def _extract_uv(wheel: str, dest: str) -> bool:
+    try:
+        member = _uv_member(wheel)
+        if member is None:
+            return False
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        with zipfile.ZipFile(wheel) as zf, zf.open(member) as src, open(dest + ".tmp", "wb") as out:
+            shutil.copyfileobj(src, out, 1 << 20)
+        os.chmod(dest + ".tmp", stat.S_IRWXU)
+        os.replace(dest + ".tmp", dest)
+        return True
+    except (OSError, zipfile.BadZipFile):
+        return False
+
+
+def _runs(uv: str) -> bool:
+    try:
+        proc = subprocess.run(
+            [uv, "--version"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return proc.returncode == 0
+
+
+def find_tools(m: Manifest, bundle: str, python: str, state: State, dry_run: bool) -> Tools:
+    """pip and uv for this install. The bundled uv is unpacked into the state directory and
+    used where it runs; a dry run tries it in a temporary directory it removes again."""
+    pip_file, uv_file = m.bootstrap_file("pip"), m.bootstrap_file("uv")
+    pip_wheel = os.path.join(bundle, pip_file.path) if pip_file else None
+    pip = (python, os.path.join(pip_wheel, "pip")) if pip_wheel else (python, "-m", "pip")
+    uv = None
+    if uv_file is not None:
+        dest = state.path(os.path.join("uv", "uv"))
+        wheel = os.path.join(bundle, uv_file.path)
+        if os.path.exists(dest) and _runs(dest):
+            uv = dest
+        elif dry_run:
+            with tempfile.TemporaryDirectory(prefix="verl-bundle-uv-") as tmp:
+                trial = os.path.join(tmp, "uv")
+                uv = dest if _extract_uv(wheel, trial) and _runs(trial) else None
+        elif _extract_uv(wheel, dest) and _runs(dest):
+            uv = dest
+    return Tools(python, tuple(pip), uv, pip_wheel)

@@ -1,0 +1,76 @@
+"""--dry-run: the commands a real run would execute now, from the same planning code, not run.
+
+Nothing is written: the markers of earlier runs are read (so a rerun's plan shows what is
+already installed), and whether the bundled uv runs here is tried in a temporary directory.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from typing import TYPE_CHECKING
+
+from verl_bundle.airgap.install import env as envs
+from verl_bundle.airgap.install import phases as ph
+from verl_bundle.airgap.install.options import InstallError
+
+if TYPE_CHECKING:
+    from verl_bundle.airgap.install.main import Installer
+
+
+def dry_run(inst: Installer) -> None:
+    opts, m, say = inst.opts, inst.m, inst.out.say
+    kind = envs.check_prefix(opts, inst.target)
+    say(f"Plan for {m.name} (dry run: nothing is changed)")
+    say(f"  bundle:  {opts.bundle}")
+    try:
+        python = envs.choose_python(opts, m, inst.target)
+        got = envs.python_version(python) or "unknown"
+        say(f"  python:  {python} is {got} (must be {m.target.python})")
+    except InstallError:
+        python = f"python{m.target.python}"
+        say(f"  python:  none found (must be {m.target.python}; pass --python PATH)")
+    where = (
+        "existing environment"
+        if kind == "env"
+        else ("new venv" if kind == "new" else "venv made by an earlier run")
+    )
+    say(f"  target:  {inst.target} ({where})")
+    say(
+        "  1. verify: every file against SHA256SUMS and manifest.json; lib/ holds only listed files"
+    )
+    say(f"  2. python: {python} must be Python {m.target.python} ({m.target.python_tag})")
+    if opts.skip_doctor:
+        say("  3. doctor: skipped (--skip-doctor)")
+    else:
+        say(
+            f"  3. doctor --bundle {shlex.quote(opts.bundle)} --python {shlex.quote(python)} --prefix {shlex.quote(inst.target)}"
+        )
+    tools = envs.find_tools(m, opts.bundle, inst.target_py, inst.state, True)
+    if kind == "env":
+        say(f"  4. venv: none (into {inst.target}); its own pip is not changed")
+    else:
+        venv = (
+            "exists"
+            if os.access(inst.target_py, os.X_OK)
+            else shlex.join(envs.venv_command(python, inst.target))
+        )
+        say(f"  4. venv: {venv}")
+        boot = ph.pip_bootstrap(tools, inst.state)
+        if boot is not None:
+            say(f"     pip: {boot.show()}")
+    for i, plan in enumerate(ph.plan_phases(m, opts, inst.target, tools, inst.state), start=1):
+        phase = m.phase(plan.phase)
+        packages = " ".join(phase.packages) if phase else ""
+        if plan.action == "install":
+            extra = {
+                "interrupted": " (interrupted before: its incomplete distributions are removed by their files first)",
+                "changed": " (changed since installed: what differs is replaced)",
+            }.get(plan.why, "")
+            say(f"  5.{i} phase {plan.phase} ({plan.tool}){extra}: {plan.command.show()}")
+        else:
+            say(f"  5.{i} phase {plan.phase}: {plan.why}")
+        say(f"       {packages}")
+    skipped = list(opts.skip_phases)
+    say(f"  6. post-install checks: {inst.postinstall_command(skipped).show()}")
+    say(f"  7. activate: source {shlex.quote(inst.target + '/bin/activate')}")
