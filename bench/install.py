@@ -2,7 +2,7 @@
 same wheels.
 
 The bundle is built and extracted once (untimed). install.sh is timed with and without the
-doctor; its steps ("==> [k/7]" lines) are timed too, from when each line appears. The
+doctor; its steps are timed too, from its step events (--events). The
 reference is `pythonX.Y -m venv` (with pip) and `pip install --no-index --find-links` of the
 same wheels. Every contender runs once untimed first (warm page cache, compiled bytecode).
 Target: install.sh at most 0.5x the venv + pip time.
@@ -12,8 +12,6 @@ Target: install.sh at most 0.5x the venv + pip time.
 
 from __future__ import annotations
 
-import itertools
-import re
 import statistics
 import subprocess
 import sys
@@ -29,49 +27,38 @@ if __package__ in (None, ""):  # run as `python bench/install.py`
 from bench import harness, synthetic
 from bench.cold_build import build_cmd
 from bench.harness import BenchError, Contender, Options, Report
+from verl_bundle.airgap.events import read_events
 
 TARGET = 0.5
-STEP = re.compile(r"^==> \[(\d)/7\] (\S+(?: \S+)?)")
-STEP_NAMES = {
-    "1": "verify",
-    "2": "python",
-    "3": "doctor",
-    "4": "venv+pip",
-    "5": "phases",
-    "6": "post-install",
-    "7": "done",
-}
+# install.sh's step events (--events) -> the names in the notes.
+STEP_NAMES = {"venv": "venv+pip", "post-install": "post-install"}
 
 
 def timed_steps(cmd: list[str], log: Path, steps: dict[str, list[float]]) -> float:
-    """Run install.sh; add each step's seconds (to the next step's line) to `steps`."""
-    marks: list[tuple[str, float]] = [("start", 0.0)]
+    """Run install.sh; add each step's seconds (from its --events) to `steps`. The time before
+    the first step (the shim finding a Python, the installer's imports) is "start-up"."""
+    events = log.with_name("install-events.jsonl")
+    events.unlink(missing_ok=True)
     start = time.perf_counter()
     with log.open("ab") as out:
         out.write(f"$ {harness.show(cmd)}\n".encode())
-        proc = subprocess.Popen(
-            cmd,
-            stdout=subprocess.PIPE,
+        out.flush()
+        rc = subprocess.run(
+            [*cmd, "--events", str(events)],
+            stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             env=harness.clean_env(),
-        )
-        assert proc.stdout is not None
-        for raw in proc.stdout:
-            out.write(raw)
-            m = STEP.match(raw.decode(errors="replace"))
-            if m:
-                marks.append((STEP_NAMES[m.group(1)], time.perf_counter() - start))
-        rc = proc.wait()
+            check=False,
+        ).returncode
     elapsed = time.perf_counter() - start
     if rc != 0:
         raise BenchError(f"{harness.show(cmd)} exited {rc}; see {log}")
-    marks.append(("end", elapsed))
-    per: dict[str, float] = defaultdict(float)
-    # Time before the first line (bash start-up) counts to the first step.
-    for (name, t), (_, t_next) in itertools.pairwise(marks[1:]):
-        per[name] += t_next - t
-    per[marks[1][0]] += marks[1][1]
+    ended = [e for e in read_events(str(events)) if e["event"] == "step" and e["status"] != "start"]
+    per: dict[str, float] = {"start-up": elapsed - sum(float(e["seconds"]) for e in ended)}
+    for e in ended:
+        name = STEP_NAMES.get(str(e["step"]), str(e["step"]))
+        per[name] = per.get(name, 0.0) + float(e["seconds"])
     for name, seconds in per.items():
         steps[name].append(seconds)
     return elapsed

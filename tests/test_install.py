@@ -4,6 +4,7 @@ network cut (`unshare -n`), into a fresh venv of a Python other than the host's 
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -13,6 +14,8 @@ from pathlib import Path
 import pytest
 from airgap import extract, find_python, netns_prefix, python310, resign, run_install
 from conftest import NAME, Stack, build_bundle, clean_environ
+
+from verl_bundle.airgap.events import read_events
 
 pytestmark = pytest.mark.slow
 
@@ -50,25 +53,42 @@ def test_airgapped_install_into_a_fresh_python310_venv(
     bundle: Path, home: Path, tmp_path: Path
 ) -> None:
     prefix = tmp_path / "my venv"
+    events_file = tmp_path / "events.jsonl"
     before = sorted(p.relative_to(bundle) for p in bundle.rglob("*"))
-    proc = run_install(bundle, home, "--prefix", str(prefix), "--python", python310(), "--yes")
+    proc = run_install(
+        bundle,
+        home,
+        "--prefix",
+        str(prefix),
+        "--python",
+        python310(),
+        "--yes",
+        "--events",
+        str(events_file),
+    )
     assert proc.returncode == 0, output(proc)
     # Nothing outside the prefix changed: not the bundle, not the user's home (no pip cache).
     assert sorted(p.relative_to(bundle) for p in bundle.rglob("*")) == before
     assert list(home.rglob("*")) == []
+    events = read_events(str(events_file))
+    steps = [(e["step"], e["status"]) for e in events if e["event"] == "step"]
+    assert [s for s in steps if s[1] != "start"] == [
+        (name, "ok")
+        for name in ("verify", "python", "doctor", "venv", "phases", "post-install", "done")
+    ]
+    phases = [(e["phase"], e["status"], e["tool"]) for e in events if e["event"] == "phase"]
+    assert [p for p in phases if p[1] != "start"] == [
+        ("torch", "ok", "uv"),  # the bundled uv runs here, so wheel phases use it
+        ("wheels", "ok", "uv"),
+        ("flash-attn", "ok", "uv"),
+        ("verl", "ok", "uv"),
+    ]
+    assert events[-1]["event"] == "result" and events[-1]["exit_code"] == 0
     out = proc.stdout
     assert "[1/7] checking every file against SHA256SUMS" in out
-    assert "[3/7] doctor" in out
-    for phase in ("torch", "wheels", "flash-attn", "verl"):
-        assert f"phase {phase}" in out
-    assert (
-        out.index("phase torch")
-        < out.index("phase wheels")
-        < out.index("phase flash-attn")
-        < out.index("phase verl")
-    )
     assert "post-install checks: all passed" in out
-    assert "source " in out and "my\\ venv/bin/activate" in out
+    assert f"source {shlex.quote(str(prefix / 'bin' / 'activate'))}" in out
+    assert "skipped phases" not in out
     check = venv_python(
         prefix,
         "import sys, torch, triton, flash_attn, vllm, verl, transformers; "
@@ -78,9 +98,15 @@ def test_airgapped_install_into_a_fresh_python310_venv(
     assert check.stdout.strip() == "(3, 10) 2.1.2+cu118 11.8 0.3.1+cu118"
     pip = venv_python(prefix, "import pip; print(pip.__version__)")
     assert pip.stdout.strip() == next(bundle.glob("bootstrap/pip-*.whl")).name.split("-")[1]
-    assert "phase torch (uv)" in out  # the bundled uv runs here, so wheel phases use it
+    # The log holds everything from step 1: the verification and the doctor's report too.
     log = (prefix / ".verl-bundle" / "install.log").read_text()
+    assert log.startswith("==> [1/7] checking every file against SHA256SUMS")
+    assert "doctor: ready to install" in log
     assert "phase verl" in log and "post-install checks: all passed" in log
+    # The bundle tells the server's admin what it is and how to use it.
+    readme = (bundle / "README.txt").read_text()
+    for word in ("./install.sh", "Exit codes", "Uninstall", "Upgrade", "install.log"):
+        assert word in readme
 
 
 def test_a_flipped_byte_is_refused_before_anything_is_installed(
@@ -103,13 +129,22 @@ def test_dry_run_prints_the_plan_and_changes_nothing(
 ) -> None:
     prefix = tmp_path / "venv"
     before = sorted(p.relative_to(bundle) for p in bundle.rglob("*"))
-    proc = run_install(bundle, home, "--prefix", str(prefix), "--dry-run")
+    proc = run_install(bundle, home, "--prefix", str(prefix), "--python", python310(), "--dry-run")
     assert proc.returncode == 0, output(proc)
     assert "dry run: nothing is changed" in proc.stdout
     assert "torch==2.1.2+cu118" in proc.stdout and "verl==0.2.0.post2" in proc.stdout
     assert "pip install --no-index --no-deps --require-hashes" in proc.stdout
     assert not prefix.exists()
     assert sorted(p.relative_to(bundle) for p in bundle.rglob("*")) == before
+    # What it shows is exactly what a real run then executes (each phase log starts with the
+    # command it ran).
+    real = run_install(bundle, home, "--prefix", str(prefix), "--python", python310(), "--yes")
+    assert real.returncode == 0, output(real)
+    for phase in ("torch", "wheels", "flash-attn", "verl"):
+        ran = (prefix / ".verl-bundle" / f"phase-{phase}.log").read_text().splitlines()[0]
+        assert ran.startswith("$ ") and f"phase {phase} (uv): {ran[2:]}" in proc.stdout
+    again = run_install(bundle, home, "--prefix", str(prefix), "--dry-run")
+    assert "phase torch: already installed" in again.stdout
 
 
 def test_help_documents_options_and_exit_codes(bundle: Path, home: Path) -> None:

@@ -8,7 +8,6 @@ The tarball is verified and extracted into a temporary directory, its own instal
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import tarfile
@@ -19,23 +18,17 @@ from pathlib import Path
 from typing import Any
 
 from verl_bundle.airgap import doctor
-from verl_bundle.airgap.layout import read_manifest
+from verl_bundle.airgap.events import Event, read_events
+from verl_bundle.airgap.manifest import Manifest, load, to_dict
 from verl_bundle.airgap.verify import verify_tar
 from verl_bundle.errors import BundleError, UsageError
 from verl_bundle.interpreter import find_python
 from verl_bundle.interpreter import python_version as _python_version
 from verl_bundle.progress import Reporter
 
-# install.sh announces each step as "==> [N/7] what"; phases as "==> [5/7] phase NAME...".
-_STEP = re.compile(r"^==> \[(\d)/7\] (.*)$")
-_STEP_NAMES = {
-    "1": "verify",
-    "2": "python",
-    "3": "doctor",
-    "4": "venv",
-    "6": "post-install checks",
-    "7": "done",
-}
+# install.sh's steps (its --events) as rehearse reports them.
+_STEP_NAMES = {"post-install": "post-install checks"}
+_STATUS = {"ok": "pass", "fail": "fail", "skip": "skipped"}
 
 
 @dataclass(frozen=True)
@@ -81,49 +74,56 @@ def network_cut() -> list[str]:
     )
 
 
-def _unbuildable(manifest: dict[str, Any]) -> dict[str, str]:
+def _unbuildable(manifest: Manifest) -> dict[str, str]:
     """Phases with a CUDA source build this host's toolchain cannot do -> the reason."""
-    phases = [p for p in manifest.get("phases", []) if p.get("source_builds")]
+    phases = [p for p in manifest.phases if p.source_builds]
     if not phases:
         return {}
-    report = doctor.run_doctor(manifest)
+    report = doctor.run_doctor(to_dict(manifest))
     blocking = [c for c in report.checks if c.id in ("nvcc", "gcc", "ninja") and c.status == "fail"]
     if not blocking:
         return {}
     reason = "; ".join(f"{c.id}: {c.summary}" for c in blocking)
-    return {p["name"]: f"this host cannot build it ({reason})" for p in phases}
+    return {p.name: f"this host cannot build it ({reason})" for p in phases}
 
 
-def _follow(
-    stream: Any, steps: list[Step], skipped: dict[str, str], reporter: Reporter
-) -> tuple[list[str], tuple[str, float] | None]:
-    """Read install.sh's output as it comes, turning its step markers into timed steps."""
+def steps_from_events(events: list[Event], skipped: dict[str, str]) -> list[Step]:
+    """install.sh's step and phase events -> rehearse's steps. The "phases" step is shown as
+    its phases; a phase left out because this host cannot build it is "not rehearsed"."""
+    steps: list[Step] = []
+    for e in events:
+        if e.get("status") not in _STATUS:
+            continue
+        seconds = float(e.get("seconds") or 0.0)
+        detail = str(e.get("detail") or "")
+        if e["event"] == "phase":
+            phase = str(e.get("phase"))
+            if phase in skipped:
+                steps.append(Step(f"phase {phase}", "not rehearsed", 0.0, skipped[phase]))
+            elif e["status"] == "skip":
+                steps.append(Step(f"phase {phase}", "pass", seconds, detail))
+            else:
+                steps.append(Step(f"phase {phase}", _STATUS[e["status"]], seconds, detail))
+        elif e["event"] == "step" and e.get("step") != "phases":
+            name = str(e.get("step"))
+            steps.append(Step(_STEP_NAMES.get(name, name), _STATUS[e["status"]], seconds, detail))
+    return steps
+
+
+def _follow(stream: Any, events: str, reporter: Reporter) -> list[str]:
+    """Read install.sh's output as it comes (kept for the failure report), showing the step
+    it is in from its events."""
     lines: list[str] = []
-    current: tuple[str, float] | None = None
+    seen = 0
     for raw in stream:
-        line = raw.rstrip("\n")
-        lines.append(line)
-        m = _STEP.match(line)
-        if not m:
-            continue
-        now = time.monotonic()
-        if current is not None:
-            steps.append(Step(current[0], "pass", now - current[1]))
-            current = None
-        number, what = m.group(1), m.group(2)
-        if number == "5":
-            name = "phase " + what.split()[1].rstrip(":")
-            if name.split(" ", 1)[1] in skipped:
-                steps.append(Step(name, "not rehearsed", 0.0, skipped[name.split(" ", 1)[1]]))
-                continue
-        else:
-            name = _STEP_NAMES.get(number, what)
-        if "skipped" in what:
-            steps.append(Step(name, "skipped", 0.0, what))
-            continue
-        current = (name, now)
-        reporter.status(f"  {name} ...")
-    return lines, current
+        lines.append(raw.rstrip("\n"))
+        now = read_events(events)
+        for e in now[seen:]:
+            if e.get("status") == "start":
+                what = (e.get("phase") and f"phase {e['phase']}") or e.get("step")
+                reporter.status(f"  {what} ...")
+        seen = len(now)
+    return lines
 
 
 def rehearse(
@@ -161,8 +161,8 @@ def _rehearse(tarball: Path, python: str | None, reporter: Reporter, work: Path)
         tf.extractall(work / "bundle", filter="data")
     root = work / "bundle" / first.name.split("/")[0]
     steps.append(Step("extract", "pass", time.monotonic() - t0))
-    manifest = read_manifest(str(root))
-    want = manifest["target"]["python"]
+    manifest = load(str(root))
+    want = manifest.target.python
     py = python or find_python(want)
     if py is None:
         raise UsageError(
@@ -171,8 +171,9 @@ def _rehearse(tarball: Path, python: str | None, reporter: Reporter, work: Path)
     if _python_version(py) != want:
         raise UsageError(f"--python {py} is not Python {want}, which the bundle is for")
     skipped = _unbuildable(manifest)
+    events = work / "install-events.jsonl"
     args = [str(root / "install.sh"), "--prefix", str(work / "venv"), "--python", py]
-    args += ["--yes", "--skip-doctor"]
+    args += ["--yes", "--skip-doctor", "--events", str(events)]
     for phase in skipped:
         args += ["--skip-phase", phase]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
@@ -187,12 +188,10 @@ def _rehearse(tarball: Path, python: str | None, reporter: Reporter, work: Path)
         cwd=work,
     ) as proc:
         assert proc.stdout is not None  # noqa: S101 - stdout=PIPE sets it
-        lines, current = _follow(proc.stdout, steps, skipped, reporter)
+        lines = _follow(proc.stdout, str(events), reporter)
     code = proc.wait()
-    if current is not None:
-        status = "pass" if code == 0 else "fail"
-        detail = "" if code == 0 else f"install.sh exited {code}"
-        steps.append(Step(current[0], status, time.monotonic() - current[1], detail))
-    elif code != 0:
-        steps.append(Step("install.sh", "fail", 0.0, f"exited {code} before its first step"))
+    ran = steps_from_events(read_events(str(events)), skipped)
+    steps += ran
+    if code != 0 and not any(s.status == "fail" for s in ran):
+        steps.append(Step("install.sh", "fail", 0.0, f"exited {code}"))
     return Rehearsal(tarball, py, " ".join(prefix), tuple(steps), tuple(lines[-25:]))

@@ -1,0 +1,133 @@
+"""install.sh as a POSIX sh shim: any shell, no HOME, no usable Python, and code the bundle does
+not list never runs (issue 8 #6)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from airgap import extract, python310, run_install
+from conftest import clean_environ
+
+from verl_bundle.assemble import render_install
+
+pytestmark = pytest.mark.slow
+
+CONTEXT = {
+    "name": "verl-bundle-cu118-cp310-manylinux_2_17_x86_64",
+    "version": "0",
+    "profile": "cu118",
+    "python_version": "3.10",
+    "python_tag": "cp310",
+    "platform": "manylinux_2_17_x86_64",
+    "cuda": "11.8",
+    "phases": ["torch", "wheels"],
+}
+
+
+@pytest.fixture
+def bundle(built_bundle: tuple[Path, Path, dict[str, object]], tmp_path: Path) -> Path:
+    return extract(built_bundle[0], tmp_path / "b")
+
+
+def _run(cmd: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, timeout=300)
+
+
+def test_the_shim_is_short_and_passes_shellcheck(tmp_path: Path) -> None:
+    text = render_install(CONTEXT)
+    assert text.startswith("#!/bin/sh\n")
+    assert len(text.splitlines()) <= 80
+    if shutil.which("shellcheck") is None:
+        pytest.skip("shellcheck is not installed (apt-get install shellcheck)")
+    script = tmp_path / "install.sh"
+    script.write_text(text)
+    proc = subprocess.run(["shellcheck", "-s", "sh", str(script)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout
+
+
+def test_sh_bash_and_direct_runs_all_work_without_home(bundle: Path, tmp_path: Path) -> None:
+    env = clean_environ(tmp_path)
+    env.pop("HOME", None)
+    prefix = tmp_path / "p"
+    for shell in (["sh"], ["bash"], []):
+        cmd = [*shell, str(bundle / "install.sh"), "--prefix", str(prefix), "--dry-run"]
+        proc = _run([*cmd, "--python", python310()], env, tmp_path)
+        assert proc.returncode == 0, (shell, proc.stderr)
+        assert "dry run: nothing is changed" in proc.stdout
+        assert "unbound variable" not in proc.stderr and "Illegal option" not in proc.stderr
+    no_prefix = _run([str(bundle / "install.sh"), "--python", python310()], env, tmp_path)
+    assert no_prefix.returncode == 2
+    assert no_prefix.stderr.strip().splitlines() == [
+        "install.sh: HOME is not set, so there is no default prefix; pass --prefix DIR"
+    ]
+    assert not prefix.exists()
+
+
+def test_no_python_that_can_run_the_installer_gets_the_sentence(
+    bundle: Path, tmp_path: Path
+) -> None:
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    old = fake / "python3"
+    old.write_text("#!/bin/sh\necho 3.6\n")  # what an old python3 prints for the version probe
+    old.chmod(0o755)
+    for tool in ("dirname", "tr"):
+        found = shutil.which(tool)
+        assert found
+        (fake / tool).symlink_to(found)
+    env = clean_environ(tmp_path)
+    env["PATH"] = str(fake)
+    proc = _run(
+        ["/bin/sh", str(bundle / "install.sh"), "--prefix", str(tmp_path / "p")], env, tmp_path
+    )
+    assert proc.returncode == 4, proc.stderr
+    assert "no Python 3.8 or newer found" in proc.stderr and "Python 3.10 (cp310)" in proc.stderr
+    assert "apt: python3.10 python3.10-venv python3.10-dev" in proc.stderr
+    given = _run([str(bundle / "install.sh"), "--python", str(old)], env, tmp_path)
+    assert given.returncode == 4
+    assert (
+        f"{old} is Python 3.6, but this bundle's wheels are built for Python 3.10" in given.stderr
+    )
+    assert "Traceback" not in given.stderr and "SyntaxError" not in given.stderr
+
+
+def test_a_planted_sitecustomize_never_runs(bundle: Path, tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    (bundle / "lib" / "sitecustomize.py").write_text(f"open({str(marker)!r}, 'w').write('x')\n")
+    home = tmp_path / "home"
+    home.mkdir()
+    proc = run_install(bundle, home, "--prefix", str(tmp_path / "p"), "--python", python310())
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "sitecustomize.py" in proc.stderr and "nothing was installed" in proc.stderr
+    assert not marker.exists()
+    assert not (tmp_path / "p").exists()
+
+
+def test_planted_bytecode_never_replaces_the_verifier(bundle: Path, tmp_path: Path) -> None:
+    """A .pyc in lib/'s __pycache__ that matches verify.py's size and time (so Python would
+    take it for verify.py's) is neither run nor accepted."""
+    marker = tmp_path / "ran"
+    source = bundle / "lib" / "verl_bundle" / "airgap" / "verify.py"
+    original, stat = source.read_bytes(), source.stat()
+    evil = f"open({str(marker)!r}, 'w').write('x')\n".encode()
+    source.write_bytes(evil + b"#" * (len(original) - len(evil) - 1) + b"\n")
+    os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    py = python310()  # compiled by the interpreter that runs the installer: its magic number
+    compile_it = "import py_compile, sys; print(py_compile.compile(sys.argv[1], doraise=True))"
+    pyc = subprocess.run(
+        [py, "-c", compile_it, str(source)], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert "__pycache__" in pyc
+    source.write_bytes(original)
+    os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    home = tmp_path / "home"
+    home.mkdir()
+    proc = run_install(bundle, home, "--prefix", str(tmp_path / "p"), "--python", py, "--yes")
+    assert not marker.exists()
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "lib/verl_bundle/airgap/__pycache__/" in proc.stderr
+    assert not (tmp_path / "p").exists()
