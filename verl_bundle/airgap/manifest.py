@@ -146,6 +146,21 @@ class Checks:
 
 
 @dataclass(frozen=True)
+class Readiness:
+    """What the bundle is for, proven after install by importing what verl's trainer loads.
+
+    `modules` empty: the modules behind `main_ppo` for the installed verl version and this
+    purpose (airgap/readiness.json). `limit`: a known limit of the stack, one line, printed by
+    build, profiles and the readiness report. Bundles written before this field read as the
+    defaults."""
+
+    purpose: str = "PPO with FSDP and vLLM rollout"
+    modules: tuple[str, ...] = ()
+    config: str = "ppo_trainer"
+    limit: str = ""
+
+
+@dataclass(frozen=True)
 class ProfileInfo:
     name: str
     description: str = ""
@@ -169,6 +184,7 @@ class Manifest:
     generated: tuple[Generated, ...] = ()
     installed_size: int = 0
     schema: int = SCHEMA
+    readiness: Readiness = Readiness()
 
     # -- questions every server tool asks ------------------------------------------------------
 
@@ -294,6 +310,12 @@ def to_dict(m: Manifest) -> dict[str, Any]:
             }
             for p in m.phases
         ],
+        "readiness": {
+            "purpose": m.readiness.purpose,
+            "modules": list(m.readiness.modules),
+            "config": m.readiness.config,
+            "limit": m.readiness.limit,
+        },
         "installed_size": m.installed_size,
         "files": [_file_dict(f) for f in m.files],
         "generated": [{"path": g.path, "sha256": g.sha256, "size": g.size} for g in m.generated],
@@ -468,6 +490,7 @@ def from_dict(data: Any) -> Manifest:
             f"({SCHEMA}): run the bundle's own ./install.sh, or rebuild the bundle"
         )
     r = _Reader(data, "manifest")
+    ready = r.table("readiness", required=False)
     prof, tgt, tool, chk = (
         r.table("profile"),
         r.table("target"),
@@ -545,6 +568,12 @@ def from_dict(data: Any) -> Manifest:
         generated=generated,
         installed_size=r.number("installed_size", 0),
         schema=schema,
+        readiness=Readiness(
+            purpose=ready.text("purpose", Readiness.purpose),
+            modules=ready.texts("modules"),
+            config=ready.text("config", Readiness.config),
+            limit=ready.text("limit", ""),
+        ),
     )
 
 
