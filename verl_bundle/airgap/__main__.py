@@ -5,6 +5,7 @@ verify      check every file of the bundle against SHA256SUMS and the manifest
 explain     match a failed install's log to known causes and fixes
 postinstall check the installed environment (run with the venv's python)
 install     install the bundle DIR (what its install.sh runs): install DIR [options]
+readiness   prove the venv can start the bundle's verl trainer (run with the venv's python)
 max-jobs    the MAX_JOBS a source build should use on this machine's RAM
 """
 
@@ -39,6 +40,10 @@ def main(argv: list[str] | None = None) -> int:
         from verl_bundle.airgap.install.main import main as install
 
         return install(rest)
+    if command == "readiness":
+        from verl_bundle.airgap import readiness
+
+        return readiness.main(rest)
     if command == "max-jobs":
         from verl_bundle.airgap import doctor
 

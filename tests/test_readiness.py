@@ -1,0 +1,472 @@
+"""Readiness: a bundle whose trainer cannot import is reported not ready; one that can is ready.
+
+Real wheels of a fake verl, vllm, torch and flash_attn (built here, installed with uv into a
+real venv), with the real hydra-core and omegaconf copied in from this test environment, so the
+config compose step runs the real Hydra. The fake verl carries verl's own vLLM gate logic
+(verl/third_party/vllm/__init__.py at v0.2.0.post2 and v0.3.0.post1) and the imports that
+break on torch 2.1 (torch.distributed.device_mesh) and without flash_attn.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import ROOT, clean_environ
+from packaging.requirements import Requirement
+
+from verl_bundle.airgap import manifest as mf
+from verl_bundle.airgap import readiness
+
+# verl/third_party/vllm/__init__.py at v0.2.0.post2: exact version strings (abridged: the
+# adapters themselves are not needed to refuse or accept a version).
+GATE_V02 = """
+from importlib.metadata import version, PackageNotFoundError
+from packaging import version as vs
+package_version = version('vllm')
+if package_version in ('0.3.1', '0.4.2', '0.5.4', '0.6.3'):
+    vllm_version = package_version
+elif vs.parse(package_version) >= vs.parse('0.6.6.post2.dev252+g8027a724'):
+    from vllm import LLM
+else:
+    raise ValueError(
+        f'vllm version {package_version} not supported. Currently supported versions are '
+        '0.3.1, 0.4.2, 0.5.4, 0.6.3 and 0.7.0+'
+    )
+"""
+# ... and at v0.3.0.post1: 0.6.3 exactly, or anything packaging parses as >= 0.7.0.
+GATE_V03 = """
+from importlib.metadata import version
+from packaging import version as vs
+package_version = version('vllm')
+if package_version in ('0.3.1', '0.4.2', '0.5.4', '0.6.3', '0.6.3+rocm624'):
+    vllm_version = package_version
+elif vs.parse(package_version) >= vs.parse('0.7.0'):
+    from vllm import LLM
+else:
+    raise ValueError(
+        f'vllm version {package_version} not supported and SGLang also not Found. '
+        'Currently supported vllm versions are 0.3.1, 0.4.2, 0.5.4, 0.6.3 and 0.7.0+'
+    )
+"""
+CONFIG = """\
+data:
+  train_batch_size: 1024
+actor_rollout_ref:
+  actor:
+    strategy: fsdp
+    ppo_mini_batch_size: 256
+  rollout:
+    name: vllm
+    log_prob_micro_batch_size: ${actor_rollout_ref.actor.ppo_mini_batch_size}
+critic:
+  strategy: ${actor_rollout_ref.actor.strategy}
+trainer:
+  project_name: verl_examples
+  default_local_dir: checkpoints/${trainer.project_name}
+"""
+MAIN_PPO = """
+import hydra
+
+@hydra.main(config_path='config', config_name='ppo_trainer', version_base=None)
+def main(config):
+    raise SystemExit('readiness must never start a run')
+"""
+# verl 0.3.0.post1's vllm_rollout/__init__.py asks for the device name at import.
+ROLLOUT_V03 = """
+import torch
+if "AMD" in torch.cuda.get_device_name():
+    raise SystemExit("not on this test")
+from verl.third_party.vllm import LLM
+"""
+ROLLOUT_V02 = "from verl.third_party.vllm import LLM\n"
+
+
+def wheel(directory: Path, name: str, version: str, files: dict[str, str]) -> Path:
+    """A real wheel holding `files` (path -> text)."""
+    dist = re.sub(r"[-_.]+", "_", name)
+    info = f"{dist}-{version}.dist-info"
+    content = {p: t.encode() for p, t in files.items()}
+    content[f"{info}/METADATA"] = (
+        f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode()
+    )
+    content[f"{info}/WHEEL"] = (
+        b"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    )
+    record = [
+        f"{p},sha256={base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b'=').decode()},{len(d)}"
+        for p, d in content.items()
+    ]
+    content[f"{info}/RECORD"] = ("\n".join([*record, f"{info}/RECORD,,"]) + "\n").encode()
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{dist}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as zf:
+        for p, d in content.items():
+            zf.writestr(p, d)
+    return path
+
+
+def packages(files: dict[str, str]) -> dict[str, str]:
+    """`files` plus an empty __init__.py in every package directory above a .py file."""
+    out = dict(files)
+    for path in files:
+        parts = path.split("/")[:-1]
+        for i in range(1, len(parts) + 1):
+            out.setdefault("/".join(parts[:i]) + "/__init__.py", "")
+    return out
+
+
+def fake_torch(version: str, device_mesh: bool) -> dict[str, str]:
+    files = {
+        "torch/__init__.py": f"__version__ = {version!r}\nfrom torch import cuda, distributed\n",
+        "torch/distributed/__init__.py": "",
+        # A CUDA build of torch on a host without a driver: is_available() is False, and asking
+        # for a device raises what torch raises there.
+        "torch/cuda/__init__.py": (
+            "def is_available():\n    return False\n"
+            "def get_device_name(device=None):\n"
+            "    raise RuntimeError('Found no NVIDIA driver on your system. Please check that you "
+            "have an NVIDIA GPU and installed a driver')\n"
+        ),
+    }
+    if device_mesh:
+        files["torch/distributed/device_mesh.py"] = "def init_device_mesh(*a, **k):\n    pass\n"
+    return files
+
+
+def fake_verl(gate: str, rollout: str, config: str = CONFIG) -> dict[str, str]:
+    return packages(
+        {
+            "verl/trainer/main_ppo.py": MAIN_PPO,
+            "verl/trainer/config/ppo_trainer.yaml": config,
+            "verl/workers/fsdp_workers.py": (
+                "import torch\nfrom torch.distributed.device_mesh import init_device_mesh\n"
+            ),
+            "verl/workers/actor/dp_actor.py": "from flash_attn.bert_padding import pad_input\n",
+            "verl/third_party/vllm/__init__.py": gate,
+            "verl/workers/rollout/vllm_rollout/__init__.py": rollout,
+        }
+    )
+
+
+def copy_dist(name: str, site: Path, done: set[str]) -> None:
+    """Copy an installed distribution of this test environment (and what it requires) into a
+    venv's site-packages: the real package, file by file from its RECORD."""
+    dist = metadata.distribution(name)
+    key = re.sub(r"[-_.]+", "-", dist.metadata["Name"]).lower()
+    if key in done:
+        return
+    done.add(key)
+    for f in dist.files or []:
+        src = Path(str(dist.locate_file(f)))
+        if ".." in f.parts or not src.is_file() or "__pycache__" in f.parts:
+            continue
+        dest = site / f
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dest)
+    for text in dist.requires or []:
+        req = Requirement(text)
+        if req.marker is None or req.marker.evaluate({"extra": ""}):
+            copy_dist(req.name, site, done)
+
+
+def make_env(root: Path, wheels: list[Path]) -> Path:
+    """A real venv with the fake wheels installed by uv, hydra-core copied in, and a uv beside
+    its python (as the bundled uv would be) for the pip check."""
+    venv = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    py = venv / "bin" / "python"
+    uv = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")
+    assert uv, "uv is a dependency of verl-bundle"
+    env = clean_environ(root)
+    subprocess.run(
+        [uv, "pip", "install", "--python", str(py), "--offline", "--no-deps", *map(str, wheels)],
+        check=True,
+        capture_output=True,
+        env=env,
+    )
+    site = Path(
+        subprocess.run(
+            [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
+    copy_dist("hydra-core", site, set())
+    (venv / "bin" / "uv").symlink_to(uv)
+    return py
+
+
+def bundle(root: Path, versions: dict[str, str], **ready: Any) -> Path:
+    """A bundle directory whose manifest lists these distributions."""
+    doc: dict[str, Any] = {
+        "schema": 2,
+        "name": "verl-bundle-test",
+        "profile": {"name": "test"},
+        "target": {
+            "python": "3.10",
+            "python_tag": "cp310",
+            "platform": "manylinux_2_17_x86_64",
+            "cuda": "11.8",
+        },
+        "toolchain": {},
+        "phases": [{"name": "wheels", "requirements": "requirements/01-wheels.txt"}],
+        "files": [
+            {
+                "path": f"wheels/{name}-{version}-py3-none-any.whl",
+                "name": name,
+                "version": version,
+                "sha256": hashlib.sha256(name.encode()).hexdigest(),
+                "size": 1,
+                "phase": "wheels",
+                "kind": "wheel",
+            }
+            for name, version in versions.items()
+        ],
+    }
+    if ready:
+        doc["readiness"] = ready
+    out = root / "bundle"
+    out.mkdir()
+    (out / mf.MANIFEST).write_text(json.dumps(doc))
+    return out
+
+
+def run(py: Path, bundle_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`python -m verl_bundle.airgap readiness` run by the environment's python, as post-install
+    runs it (the bundle's lib/ on the path)."""
+    env = clean_environ(bundle_dir.parent)
+    env["PYTHONPATH"] = str(ROOT)
+    return subprocess.run(
+        [str(py), "-m", "verl_bundle.airgap", "readiness", "--bundle", str(bundle_dir), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+
+
+@pytest.fixture(scope="module")
+def legacy(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """torch 2.1.2 (no device_mesh), vllm 0.3.1+cu118 and verl 0.2.0.post2's gate; no flash_attn."""
+    root = tmp_path_factory.mktemp("legacy")
+    w = root / "wheels"
+    py = make_env(
+        root,
+        [
+            wheel(w, "torch", "2.1.2+cu118", fake_torch("2.1.2+cu118", device_mesh=False)),
+            wheel(w, "vllm", "0.3.1+cu118", {"vllm/__init__.py": "LLM = object\n"}),
+            wheel(w, "verl", "0.2.0.post2", fake_verl(GATE_V02, ROLLOUT_V02)),
+        ],
+    )
+    versions = {"torch": "2.1.2+cu118", "vllm": "0.3.1+cu118", "verl": "0.2.0.post2"}
+    return py, bundle(root, versions, limit="torch 2.1.2: verl's FSDP trainer cannot start")
+
+
+@pytest.fixture(scope="module")
+def current(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """torch 2.5.1 with device_mesh, vllm 0.7.3+cu118, verl 0.3.0.post1's gate, flash_attn."""
+    root = tmp_path_factory.mktemp("current")
+    w = root / "wheels"
+    py = make_env(
+        root,
+        [
+            wheel(w, "torch", "2.5.1+cu118", fake_torch("2.5.1+cu118", device_mesh=True)),
+            wheel(w, "vllm", "0.7.3+cu118", {"vllm/__init__.py": "LLM = object\n"}),
+            wheel(w, "verl", "0.3.0.post1", fake_verl(GATE_V03, ROLLOUT_V03)),
+            wheel(
+                w,
+                "flash-attn",
+                "2.7.3",
+                packages({"flash_attn/bert_padding.py": "def pad_input(*a):\n    pass\n"}),
+            ),
+        ],
+    )
+    versions = {
+        "torch": "2.5.1+cu118",
+        "vllm": "0.7.3+cu118",
+        "verl": "0.3.0.post1",
+        "flash-attn": "2.7.3",
+    }
+    return py, bundle(root, versions)
+
+
+@pytest.mark.slow
+def test_a_trainer_that_cannot_import_is_not_ready(legacy: tuple[Path, Path]) -> None:
+    py, where = legacy
+    out = run(py, where)
+    assert out.returncode == 1, out.stderr
+    text = out.stdout
+    first = text.splitlines()[0]
+    assert first == (
+        "not ready: verl.workers.fsdp_workers: No module named 'torch.distributed.device_mesh'"
+    )
+    assert "all passed" not in text
+    assert "torch has only from 2.2" in text  # the cause from readiness.json
+    # verl's own gate refuses the +cu118 label, and the rollout behind it fails the same way.
+    assert "fail     import:verl.third_party.vllm: vllm version 0.3.1+cu118 not supported" in text
+    assert "fail     import:verl.workers.rollout.vllm_rollout: vllm version 0.3.1+cu118" in text
+    assert "fail     import:verl.workers.actor.dp_actor: No module named 'flash_attn'" in text
+    assert "ok       import:verl.trainer.main_ppo: imports" in text
+    assert "ok       config: composes offline" in text
+    assert text.rstrip().endswith("known limit: torch 2.1.2: verl's FSDP trainer cannot start")
+
+
+@pytest.mark.slow
+def test_a_trainer_that_imports_is_ready(current: tuple[Path, Path]) -> None:
+    py, where = current
+    out = run(py, where, "--json")
+    assert out.returncode == 0, out.stdout + out.stderr
+    doc = json.loads(out.stdout)
+    assert (doc["schema"], doc["command"], doc["ok"]) == (1, "readiness", True)
+    result = doc["result"]
+    assert set(result) == {"purpose", "ready", "headline", "limit", "versions", "checks"}
+    status = {c["id"]: c["status"] for c in result["checks"]}
+    assert status == {
+        "import:verl.trainer.main_ppo": "ok",
+        "import:verl.workers.fsdp_workers": "ok",
+        "import:verl.workers.actor.dp_actor": "ok",
+        "import:verl.third_party.vllm": "ok",
+        # It asks torch for the device name at import: not provable without a GPU.
+        "import:verl.workers.rollout.vllm_rollout": "untested",
+        "import:flash_attn": "ok",
+        "config": "ok",
+        "pip-check": "ok",
+    }
+    assert result["headline"] == (
+        "ready: PPO with FSDP and vLLM rollout (verl.workers.rollout.vllm_rollout: imports only "
+        "with a GPU, not proven here)"
+    )
+    assert result["versions"]["vllm"] == "0.7.3+cu118"
+
+
+@pytest.mark.slow
+def test_require_gpu_without_a_gpu_is_not_ready(current: tuple[Path, Path]) -> None:
+    py, where = current
+    out = run(py, where, "--require-gpu")
+    assert out.returncode == 1
+    assert (
+        out.stdout.splitlines()[0] == "not ready: gpu smoke test: NoGPU: torch sees no CUDA device"
+    )
+
+
+@pytest.mark.slow
+def test_a_config_that_does_not_resolve_is_not_ready(tmp_path: Path) -> None:
+    broken = CONFIG.replace("${trainer.project_name}", "${trainer.no_such_key}")
+    w = tmp_path / "wheels"
+    py = make_env(
+        tmp_path,
+        [
+            wheel(w, "torch", "2.5.1", fake_torch("2.5.1", device_mesh=True)),
+            wheel(w, "vllm", "0.7.3", {"vllm/__init__.py": "LLM = object\n"}),
+            wheel(w, "verl", "0.3.0.post1", fake_verl(GATE_V03, ROLLOUT_V02, broken)),
+        ],
+    )
+    where = bundle(
+        tmp_path,
+        {"torch": "2.5.1", "vllm": "0.7.3", "verl": "0.3.0.post1"},
+        modules=["verl.trainer.main_ppo", "verl.third_party.vllm"],
+        purpose="PPO with FSDP and vLLM rollout",
+        config="ppo_trainer",
+    )
+    out = run(py, where)
+    assert out.returncode == 1
+    first = out.stdout.splitlines()[0]
+    assert first.startswith("not ready: config ppo_trainer: InterpolationKeyError:"), first
+    assert "no_such_key" in first
+    # The declared modules, not the table's, were imported.
+    assert "fsdp_workers" not in out.stdout
+
+
+@pytest.mark.slow
+def test_an_inconsistent_set_fails_the_pip_check(tmp_path: Path) -> None:
+    w = tmp_path / "wheels"
+    needs = wheel(w, "verl", "0.3.0.post1", fake_verl(GATE_V03, ROLLOUT_V02))
+    # Rewrite verl's METADATA to require a torch the environment does not have.
+    py = make_env(
+        tmp_path,
+        [
+            wheel(w, "torch", "2.5.1", fake_torch("2.5.1", device_mesh=True)),
+            wheel(w, "vllm", "0.7.3", {"vllm/__init__.py": "LLM = object\n"}),
+            needs,
+        ],
+    )
+    meta = next((py.parent.parent / "lib").glob("python*/site-packages/verl-*.dist-info/METADATA"))
+    meta.write_text(meta.read_text() + "Requires-Dist: torch==2.6.0\n")
+    where = bundle(tmp_path, {"torch": "2.5.1", "vllm": "0.7.3", "verl": "0.3.0.post1"})
+    out = run(py, where)
+    assert out.returncode == 1
+    assert "fail     pip-check:" in out.stdout and "torch" in out.stdout
+
+
+def test_a_bundle_without_a_manifest_is_one_line(tmp_path: Path) -> None:
+    code = readiness.main(["--bundle", str(tmp_path)])
+    assert code == 2
+
+
+# -- the table ---------------------------------------------------------------------------------
+
+
+def test_every_known_cause_matches_its_sample() -> None:
+    table = readiness.load_table()
+    for entry in table["causes"]:
+        assert re.search(entry["match"], entry["sample"]), entry["id"]
+        cause, fix = readiness.explain(entry["sample"], table)
+        assert "{" not in cause + fix, entry["id"]
+        assert (cause, fix) != readiness.explain("nothing known", table)
+    for pattern in table["gpu_only"]["patterns"]:
+        assert pattern["match"] in pattern["sample"]
+
+
+def test_the_vllm_gate_cause_names_the_version() -> None:
+    cause, _ = readiness.explain("ValueError: vllm version 0.3.1+cu118 not supported.")
+    assert "refuses 0.3.1+cu118" in cause
+
+
+@pytest.mark.parametrize(
+    ("verl", "workers"),
+    [
+        ("0.2.0.post2", "verl.workers.fsdp_workers"),
+        ("0.3.0.post1", "verl.workers.fsdp_workers"),
+        ("0.4.1", "verl.workers.fsdp_workers"),
+        ("0.9.1", "verl.workers.engine_workers"),
+    ],
+)
+def test_modules_follow_the_bundles_verl_release(verl: str, workers: str, tmp_path: Path) -> None:
+    m = mf.load(str(bundle(tmp_path, {"verl": verl, "flash-attn": "2.7.3"})))
+    plan = readiness.plan_for(m)
+    assert plan.modules[0] == "verl.trainer.main_ppo"
+    assert workers in plan.modules
+    assert plan.modules[-1] == "flash_attn"
+    assert plan.purpose == "PPO with FSDP and vLLM rollout"
+    megatron = readiness.plan_for(m, "ppo-megatron-vllm")
+    assert megatron.purpose == "PPO with Megatron and vLLM rollout"
+    if verl.startswith("0.9"):
+        assert "verl.workers.fsdp_workers" not in plan.modules
+    else:
+        assert "verl.workers.megatron_workers" in megatron.modules
+
+
+def test_an_unknown_purpose_is_refused(tmp_path: Path) -> None:
+    m = mf.load(str(bundle(tmp_path, {"verl": "0.3.0.post1"})))
+    with pytest.raises(ValueError, match="not a known purpose"):
+        readiness.plan_for(m, "dpo-everything")
+
+
+def test_the_probe_is_carried_in_every_bundle() -> None:
+    """assemble carries airgap's .py and .json files: the probe and the table are among them."""
+    here = Path(readiness.__file__).parent
+    assert (here / "readiness_probe.py").is_file() and (here / "readiness.json").is_file()
+    assert os.path.basename(readiness.PROBE) == "readiness_probe.py"
