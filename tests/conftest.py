@@ -17,7 +17,7 @@ from pkgindex import Server
 from stack import UPLOADED, StackDirs, build_stack
 
 ROOT = Path(__file__).resolve().parents[1]
-NAME = "verl-bundle-cu118-cp310-manylinux_2_17_x86_64"
+NAME = "verl-bundle-cu118-legacy-cp310-manylinux_2_17_x86_64"
 
 
 def clean_environ(scratch: Path) -> dict[str, str]:
@@ -84,7 +84,9 @@ class Stack:
             str(cache),
         ]
         if "--profile" not in extra:
-            args += ["--cuda", "11.8"]
+            # The toy stack is the design card's torch 2.1.2 stack (profile cu118-legacy);
+            # `--cuda 11.8` picks the newer cu118 stack.
+            args += ["--profile", "cu118-legacy"]
         return [*args, *extra]
 
     def servers(self) -> list[Server]:

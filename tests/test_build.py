@@ -45,7 +45,7 @@ def test_build_writes_the_named_tarball_and_its_sha256(
         f"{NAME}.tar",
         f"{NAME}.tar.sha256",
     ]
-    assert "torch >= 2.4" in result.err  # the profile's note is printed
+    assert "Known limit: not ready to train" in result.err  # the profile's limit is printed
     assert run(["verify", str(tarball)], capsys).code == 0
 
 
@@ -191,8 +191,8 @@ def test_cached_rebuild_downloads_nothing(
         run(
             [
                 "lock",
-                "--cuda",
-                "11.8",
+                "--profile",
+                "cu118-legacy",
                 *stack.mirrors(),
                 "-o",
                 str(lock_path),
@@ -245,8 +245,8 @@ def test_failed_fetch_leaves_no_tarball(
     out = tmp_path / "out"
     args = [
         "build",
-        "--cuda",
-        "11.8",
+        "--profile",
+        "cu118-legacy",
         *stack.mirrors(),
         "-o",
         str(out),
@@ -290,7 +290,7 @@ def test_build_json_shape(built: tuple[Path, Path, dict[str, object]]) -> None:
             "notes",
         ]
     )
-    assert doc["profile"] == "cu118" and doc["lock"] == "resolved" and doc["host_built"] == 2
+    assert doc["profile"] == "cu118-legacy" and doc["lock"] == "resolved" and doc["host_built"] == 2
     assert isinstance(doc["size"], int) and isinstance(doc["notes"], list)
 
 
@@ -302,7 +302,12 @@ def test_a_lock_made_upstream_builds_against_intranet_mirrors(
     from pkgindex import Server
 
     lock_path = tmp_path / "upstream.toml"
-    assert run(["lock", "--cuda", "11.8", *stack.mirrors(), "-o", str(lock_path)], capsys).code == 0
+    assert (
+        run(
+            ["lock", "--profile", "cu118-legacy", *stack.mirrors(), "-o", str(lock_path)], capsys
+        ).code
+        == 0
+    )
     mirrors = [
         Server(stack.dirs.pytorch).start(),
         Server(stack.dirs.pypi).start(),  # an HTML-only mirror, like many intranet ones
@@ -322,8 +327,8 @@ def test_a_lock_made_upstream_builds_against_intranet_mirrors(
         result = run(
             [
                 "build",
-                "--cuda",
-                "11.8",
+                "--profile",
+                "cu118-legacy",
                 *args,
                 "--lock",
                 str(lock_path),
@@ -345,8 +350,8 @@ def test_a_lock_made_upstream_builds_against_intranet_mirrors(
         bad = run(
             [
                 "build",
-                "--cuda",
-                "11.8",
+                "--profile",
+                "cu118-legacy",
                 *args,
                 "--lock",
                 str(lock_path),

@@ -29,19 +29,28 @@ else:  # pragma: no cover - exercised on 3.10 hosts only
 
 # What each built-in profile is named for: torch, triton, flash-attn, vllm and verl, exactly.
 STACKS: dict[str, dict[str, str]] = {
-    "cu118": {
+    # The design card's literal pins: installs, cannot train (its readiness limit says so).
+    "cu118-legacy": {
         "torch": "2.1.2",
         "triton": "2.1.0",
         "flash-attn": "2.5.8",
         "vllm": "0.3.1",
         "verl": "0.2.0.post2",
     },
+    # The CUDA 11.8 stack whose trainer imports, and its CUDA 12 twin from the default index.
+    "cu118": {
+        "torch": "2.5.1",
+        "triton": "3.1.0",
+        "flash-attn": "2.7.3",
+        "vllm": "0.7.3",
+        "verl": "0.3.0.post1",
+    },
     "cu121": {
-        "torch": "2.1.2",
-        "triton": "2.1.0",
-        "flash-attn": "2.5.8",
-        "vllm": "0.3.1",
-        "verl": "0.2.0.post2",
+        "torch": "2.5.1",
+        "triton": "3.1.0",
+        "flash-attn": "2.7.3",
+        "vllm": "0.7.3",
+        "verl": "0.3.0.post1",
     },
     "cu124": {
         "torch": "2.6.0",
@@ -96,7 +105,7 @@ def test_the_catalog_is_the_issue_list() -> None:
 @pytest.mark.parametrize("name", sorted(STACKS))
 def test_profile_pins_the_stack_it_is_named_for(name: str) -> None:
     profile = by_name(PROFILES)[name]
-    assert profile.name == name == "cu" + profile.cuda.replace(".", "")
+    assert profile.name == name and name.split("-")[0] == "cu" + profile.cuda.replace(".", "")
     assert pins(profile) == STACKS[name]
 
 
@@ -105,8 +114,14 @@ def test_profile_checks_name_the_torch_it_pins(profile: Profile) -> None:
     torch_version = profile.checks.torch_version
     assert torch_version is not None
     assert Version(torch_version).public == STACKS[profile.name]["torch"]
-    assert Version(torch_version).local == "cu" + profile.cuda.replace(".", "")
-    assert profile.checks.torch_cuda == profile.cuda
+    torch_cuda = profile.checks.torch_cuda
+    assert torch_cuda is not None
+    assert Version(torch_version).local == "cu" + torch_cuda.replace(".", "")
+    # torch's CUDA is the profile's, or a later minor of the same major that a driver of the
+    # profile's CUDA runs under minor-version compatibility (cu121: the default index's torch
+    # 2.5.1 is its CUDA 12.4 build).
+    assert Version(torch_cuda).major == Version(profile.cuda).major
+    assert Version(torch_cuda) >= Version(profile.cuda)
     assert profile.toolchain.nvcc is not None
     assert Version(profile.toolchain.nvcc).major == Version(profile.cuda).major
 

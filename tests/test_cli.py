@@ -58,21 +58,33 @@ def test_profiles_list_and_show(capsys: pytest.CaptureFixture[str]) -> None:
     doc = json.loads(run(["profiles", "--json"], capsys).out)
     assert (doc["schema"], doc["command"], doc["ok"]) == (1, "profiles", True)
     cu118 = next(p for p in doc["result"] if p["name"] == "cu118")
-    assert sorted(cu118) == ["cuda", "description", "name", "path", "platform", "python", "sources"]
+    assert sorted(cu118) == [
+        "cuda",
+        "description",
+        "name",
+        "path",
+        "platform",
+        "python",
+        "readiness",
+        "sources",
+    ]
+    assert cu118["readiness"] == {"purpose": "PPO with FSDP and vLLM rollout", "limit": ""}
     assert cu118["sources"]["needs_extra_index"] is True
     assert cu118["sources"]["needs_release_assets"] is True
     shown = run(["profiles", "show", "cu118"], capsys)
     assert "needs the PyTorch index" in shown.out
     assert (
-        "pytorch-cu118        https://download.pytorch.org/whl/cu118  (torch, triton, xformers)"
-        in shown.out
+        "pytorch-cu118        https://download.pytorch.org/whl/cu118  "
+        "(torch, torchaudio, torchvision, triton, xformers)" in shown.out
     )
     assert 'name = "cu118"' in shown.out
 
 
 def test_lock_json_shape(stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "l.toml"
-    result = run(["lock", "--cuda", "11.8", *stack.mirrors(), "-o", str(out), "--json"], capsys)
+    result = run(
+        ["lock", "--profile", "cu118-legacy", *stack.mirrors(), "-o", str(out), "--json"], capsys
+    )
     assert result.code == 0, result.err
     doc = json.loads(result.out)["result"]
     assert sorted(doc) == ["lock", "notes", "packages", "profile", "target"]

@@ -23,8 +23,9 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 def test_builtin_cu118_is_the_stack_the_issue_names() -> None:
-    p = profile_for_cuda("11.8")
-    assert p.name == "cu118"
+    """The design card's literal pins, kept as a named profile that states its limit."""
+    p = find_profile("cu118-legacy")
+    assert p.cuda == "11.8"
     assert "torch==2.1.2" in p.requirements
     assert "triton==2.1.0" in p.requirements
     assert "flash-attn==2.5.8" in p.requirements
@@ -40,7 +41,32 @@ def test_builtin_cu118_is_the_stack_the_issue_names() -> None:
     build = p.source_build("flash-attn")
     assert build is not None and build.env["FLASH_ATTENTION_FORCE_BUILD"] == "TRUE"
     assert [ph.name for ph in p.phases] == ["torch", "wheels", "flash-attn", "verl"]
-    assert p.notes and "torch >= 2.4" in p.notes[0]
+    # build prints the notes: the known limit comes first, in one line.
+    assert p.readiness.limit.startswith("not ready to train: torch 2.1.2")
+    assert p.notes[0] == f"Known limit: {p.readiness.limit}"
+
+
+def test_cuda_118_picks_the_stack_that_can_train() -> None:
+    p = profile_for_cuda("11.8")
+    assert p.name == "cu118"
+    assert "torch==2.5.1" in p.requirements and "triton==3.1.0" in p.requirements
+    assert "vllm==0.7.3" in p.requirements and "verl==0.3.0.post1" in p.requirements
+    assert p.bindings["torch"] == p.bindings["xformers"] == "pytorch-cu118"
+    vllm = p.artifact("vllm")
+    assert vllm is not None and vllm.fallback == "error"
+    assert vllm.path_for("0.7.3", p.target()) == (
+        "v0.7.3/vllm-0.7.3+cu118-cp38-abi3-manylinux1_x86_64.whl"
+    )
+    flash = p.artifact("flash-attn")
+    assert flash is not None
+    assert flash.path_for("2.7.3", p.target()).endswith(
+        "flash_attn-2.7.3+cu11torch2.5cxx11abiFALSE-cp310-cp310-linux_x86_64.whl"
+    )
+    build = p.source_build("flash-attn")
+    assert build is not None and build.env["NVCC_THREADS"] == "2"
+    assert build.max_jobs.gib_per_job == 12
+    assert p.readiness.purpose == "PPO with FSDP and vLLM rollout" and not p.readiness.limit
+    assert "verl.workers.fsdp_workers" in p.readiness.modules
 
 
 def test_every_builtin_profile_parses() -> None:
@@ -103,7 +129,7 @@ def test_bad_profile_is_one_line_naming_file_and_key(
 
 
 def test_python_outside_the_profile_range_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
-    result = run(["lock", "--cuda", "11.8", "--python", "3.12"], capsys)
+    result = run(["lock", "--profile", "cu118-legacy", "--python", "3.12"], capsys)
     assert result.code == 2
     assert "supports Python >=3.8,<3.12" in result.err
     # ... and names the built-in profiles that do support 3.12.

@@ -13,13 +13,13 @@ from pkgindex import Server, make_certificates
 from verl_bundle.lock import read_lock
 from verl_bundle.target import Target
 
-CU118 = (ROOT / "profiles" / "cu118.toml").read_text()
+CU118 = (ROOT / "profiles" / "cu118-legacy.toml").read_text()
 
 
 def derived_profile(tmp_path: Path, old: str, new: str) -> Path:
     assert old in CU118
     path = tmp_path / "derived.toml"
-    path.write_text(CU118.replace(old, new).replace('name = "cu118"', 'name = "derived"'))
+    path.write_text(CU118.replace(old, new).replace('name = "cu118-legacy"', 'name = "derived"'))
     return path
 
 
@@ -164,7 +164,8 @@ def test_missing_vllm_cu118_wheel_is_an_error(
 ) -> None:
     stack.files.faults.missing.add("vllm-0.3.1+cu118-cp310-cp310-manylinux1_x86_64.whl")
     result = run(
-        ["lock", "--cuda", "11.8", *stack.mirrors(), "-o", str(tmp_path / "l.toml")], capsys
+        ["lock", "--profile", "cu118-legacy", *stack.mirrors(), "-o", str(tmp_path / "l.toml")],
+        capsys,
     )
     assert result.code == 1
     line = result.err.strip().splitlines()[-1]
@@ -197,7 +198,9 @@ def test_unreachable_mirror_is_one_line(
         m if not m.startswith("pypi=") else "pypi=http://127.0.0.1:9/simple"
         for m in stack.mirrors()
     ]
-    result = run(["lock", "--cuda", "11.8", *mirrors, "-o", str(tmp_path / "l.toml")], capsys)
+    result = run(
+        ["lock", "--profile", "cu118-legacy", *mirrors, "-o", str(tmp_path / "l.toml")], capsys
+    )
     assert result.code == 1
     lines = result.err.strip().splitlines()
     assert lines[-1].startswith("error:") and "pypi" in lines[-1] and "127.0.0.1:9" in lines[-1]
@@ -225,8 +228,8 @@ def test_mirror_credentials_never_reach_output_or_lock(
         result = run(
             [
                 "lock",
-                "--cuda",
-                "11.8",
+                "--profile",
+                "cu118-legacy",
                 *mirrors,
                 "-o",
                 str(out),

@@ -237,6 +237,7 @@ def plan(
         files=files,
         generated=tuple(mf.Generated(e.arcname, e.sha256, e.size) for e in generated),
         installed_size=sum(_installed_size(a) for a in wheelhouse.artifacts),
+        readiness=mf.Readiness(**vars(profile.readiness)),
     )
     manifest_entry = _entry(layout.MANIFEST, mf.dumps(manifest).encode())
     everything = [manifest_entry, *generated, *payload]

@@ -131,6 +131,16 @@ class Toolchain:
 
 
 @dataclass(frozen=True)
+class Readiness:
+    """What the stack is for, proven after install (airgap/readiness.py), and a known limit."""
+
+    purpose: str = "PPO with FSDP and vLLM rollout"
+    modules: tuple[str, ...] = ()  # empty: the modules behind main_ppo for the verl release
+    config: str = "ppo_trainer"
+    limit: str = ""  # one line, printed by build, profiles and the readiness report
+
+
+@dataclass(frozen=True)
 class Profile:
     name: str
     path: Path
@@ -154,6 +164,7 @@ class Profile:
     checks: Checks
     toolchain: Toolchain
     lock: Path | None = None  # a committed lock to build from by default
+    readiness: Readiness = Readiness()
 
     def location(self, name: str) -> Location:
         return self.locations[name]

@@ -27,6 +27,7 @@ from verl_bundle.profile import (
     MaxJobs,
     Phase,
     Profile,
+    Readiness,
     SourceBuild,
     StaticMetadata,
     Toolchain,
@@ -183,6 +184,7 @@ _TOP_KEYS = {
     "checks",
     "toolchain",
     "lock",
+    "readiness",
 }
 
 
@@ -348,6 +350,14 @@ def load_profile(path: Path) -> Profile:
         driver_compat=tool_t.text("driver-compat"),
     )
     lock_rel = top.text("lock")
+    ready_t = top.table("readiness")
+    ready_t.check_keys({"purpose", "modules", "config", "limit"})
+    readiness = Readiness(
+        purpose=ready_t.text("purpose", Readiness.purpose) or Readiness.purpose,
+        modules=ready_t.texts("modules"),
+        config=ready_t.text("config", Readiness.config) or Readiness.config,
+        limit=ready_t.text("limit", "") or "",
+    )
     return Profile(
         name=name,
         path=path,
@@ -358,7 +368,9 @@ def load_profile(path: Path) -> Profile:
         python_versions=_specifier(top, "python-versions"),
         platform=platform,
         exclude_newer=_cutoff(top, "exclude-newer"),
-        notes=top.texts("notes"),
+        # build prints the notes: a known limit comes first.
+        notes=((f"Known limit: {readiness.limit}",) if readiness.limit else ())
+        + top.texts("notes"),
         requirements=requirements,
         constraints=constraints,
         bootstrap=bootstrap,
@@ -371,6 +383,7 @@ def load_profile(path: Path) -> Profile:
         checks=checks,
         toolchain=toolchain,
         lock=(path.parent / lock_rel) if lock_rel else None,
+        readiness=readiness,
     )
 
 

@@ -153,6 +153,7 @@ def profile_summary(p: Profile) -> dict[str, Any]:
         "python": p.python,
         "platform": p.platform,
         "description": p.description,
+        "readiness": {"purpose": p.readiness.purpose, "limit": p.readiness.limit},
         "path": str(p.path),
         "sources": profile_sources(p),
     }
@@ -161,7 +162,10 @@ def profile_summary(p: Profile) -> dict[str, Any]:
 def profiles_text(profiles: list[Profile]) -> str:
     width = max((len(p.name) for p in profiles), default=4)
     lines = [f"{'NAME':<{width}}  CUDA   PYTHON  DESCRIPTION"]
-    lines += [f"{p.name:<{width}}  {p.cuda:<5}  {p.python:<6}  {p.description}" for p in profiles]
+    for p in profiles:
+        lines.append(f"{p.name:<{width}}  {p.cuda:<5}  {p.python:<6}  {p.description}")
+        limit = f"; known limit: {p.readiness.limit}" if p.readiness.limit else ""
+        lines.append(f"{'':<{width}}  ready for: {p.readiness.purpose}{limit}")
     return "\n".join(lines)
 
 
