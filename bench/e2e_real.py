@@ -1,8 +1,10 @@
-"""`make e2e-real`: the cu121 stack for real, from the real index (about 3 GB).
+"""`make e2e-real`: the default-index stacks for real, from the real index (several GB each).
 
-Builds cu121 for cp310 on this host (whatever its Python), rehearses the bundle with Python 3.10
-and the network cut, then imports torch, vllm, verl and transformers from the resulting venv,
-still without network. Prints what the README records: packages, bytes, build and install times.
+For each profile (cu121, cu124, cu130 by default) builds the bundle for cp310 on this host
+(whatever its Python), rehearses it with Python 3.10 and the network cut, imports torch, vllm,
+verl and transformers from the resulting venv, then runs readiness there (still without network):
+whether verl's trainer can start, and if not, which module fails and why. Prints what the README
+records: packages, bytes, build and install times, and one readiness verdict per profile.
 Not part of `make test`: it needs the internet and several GB of disk.
 """
 
@@ -48,7 +50,11 @@ def run_json(args: list[str]) -> tuple[dict[str, Any], float, int]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/verl-bundle-e2e-real"))
-    parser.add_argument("--cuda", default="12.1")
+    parser.add_argument(
+        "--profiles",
+        default="cu121,cu124,cu130",
+        help="comma-separated built-in profiles to build, rehearse and check for readiness",
+    )
     parser.add_argument("--python", default="3.10")
     parser.add_argument(
         "--compare-pip",
@@ -60,15 +66,30 @@ def main() -> int:
     if args.workdir.exists():
         shutil.rmtree(args.workdir)
     args.workdir.mkdir(parents=True)
-    print(
-        f"e2e-real {dt.date.today()}: build --cuda {args.cuda} --python {args.python}", flush=True
-    )
+    verdicts: dict[str, str] = {}
+    failed = False
+    for i, name in enumerate(p.strip() for p in args.profiles.split(",") if p.strip()):
+        code, verdict = one_profile(
+            name, args.python, args.workdir / name, args.compare_pip and i == 0
+        )
+        verdicts[name] = verdict
+        failed = failed or code != 0
+    print("readiness per profile (rehearsed here: no GPU, no nvcc):")
+    for name, verdict in verdicts.items():
+        print(f"  {name:<8} {verdict}")
+    return 1 if failed else 0
+
+
+def one_profile(name: str, python: str, workdir: Path, compare: bool) -> tuple[int, str]:
+    """Build, rehearse, import and check readiness of one profile; (exit code, verdict)."""
+    workdir.mkdir(parents=True)
+    print(f"e2e-real {dt.date.today()}: build --profile {name} --python {python}", flush=True)
     built, build_s, code = run_json(
-        ["build", "--cuda", args.cuda, "--python", args.python, "-o", str(args.workdir / "out")]
+        ["build", "--profile", name, "--python", python, "-o", str(workdir / "out")]
     )
     if code != 0:
         print(f"build failed (exit {code})")
-        return 1
+        return 1, f"not built (build exit {code})"
     print(
         f"build: {built['packages']} packages, bundle {built['size']:,} bytes, "
         f"downloaded {built['downloaded']['files']} files ({built['downloaded']['bytes']:,} bytes), "
@@ -76,7 +97,7 @@ def main() -> int:
         flush=True,
     )
     rehearsal, rehearse_s, code = run_json(
-        ["rehearse", built["bundle"], "--keep", str(args.workdir / "rehearsal")]
+        ["rehearse", built["bundle"], "--keep", str(workdir / "rehearsal")]
     )
     for step in rehearsal.get("steps", []):
         print(
@@ -85,8 +106,8 @@ def main() -> int:
     print(f"rehearse: {'passed' if code == 0 else 'FAILED'} in {rehearse_s:.1f} s", flush=True)
     if code != 0:
         print("\n".join(rehearsal.get("log_tail", [])))
-        return 1
-    venv_python = args.workdir / "rehearsal" / "venv" / "bin" / "python"
+        return 1, f"not installed (rehearse exit {code})"
+    venv_python = workdir / "rehearsal" / "venv" / "bin" / "python"
     proc = subprocess.run(
         ["unshare", "-n", str(venv_python), "-c", IMPORTS],
         capture_output=True,
@@ -95,8 +116,10 @@ def main() -> int:
     )
     print("imports with no network:")
     print("  " + (proc.stdout.strip() or proc.stderr.strip()[-2000:]).replace("\n", "\n  "))
-    if args.compare_pip:
-        compare_pip(args.workdir, Path(built["bundle"]), build_s, rehearsal)
+    verdict = readiness(venv_python, next((workdir / "rehearsal" / "bundle").iterdir()))
+    print(f"readiness: {verdict}", flush=True)
+    if compare:
+        compare_pip(workdir, Path(built["bundle"]), build_s, rehearsal)
     installed = sum(
         s["seconds"] for s in rehearsal["steps"] if s["name"].startswith(("phase ", "venv"))
     )
@@ -105,7 +128,33 @@ def main() -> int:
         f"build {build_s:.0f} s, install (venv + phases) {installed:.0f} s, "
         f"imports {'ok' if proc.returncode == 0 else 'FAILED'}"
     )
-    return 0 if proc.returncode == 0 else 1
+    return (0 if proc.returncode == 0 else 1), verdict
+
+
+def readiness(venv_python: Path, bundle: Path) -> str:
+    """The bundle's own readiness check, run by the rehearsed venv's python with no network.
+    Skipped phases (a source build this host cannot do) are left out, as post-install does."""
+    env = dict(os.environ, PYTHONPATH=str(bundle / "lib"))
+    proc = subprocess.run(
+        [
+            *("unshare", "-n", str(venv_python), "-m", "verl_bundle.airgap", "readiness"),
+            *("--bundle", str(bundle), "--json"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+    )
+    try:
+        doc = json.loads(proc.stdout)
+    except ValueError:
+        return f"readiness did not run (exit {proc.returncode}): {proc.stderr.strip()[-300:]}"
+    result = doc["result"]
+    for c in result["checks"]:
+        print(f"  {c['status']:<8} {c['id']}: {c['summary']}")
+    failed = next((c for c in result["checks"] if c["status"] == "fail"), None)
+    cause = f" (cause: {failed['cause']})" if failed else ""
+    return str(result["headline"]) + cause
 
 
 def compare_pip(workdir: Path, tarball: Path, build_s: float, rehearsal: dict[str, Any]) -> None:
