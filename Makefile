@@ -36,14 +36,18 @@ typecheck: $(STAMP)
 # Build a bundle from the real indexes (needs the internet): make bundle CUDA=11.8 PY=3.10
 # Through intranet mirrors: make bundle MIRRORS="pypi=https://nexus/simple pytorch-cu118=https://..."
 # (one --mirror NAME=URL each; the command is not echoed, so credentials in a URL stay unseen).
+# A profile by name instead of --cuda: make bundle PROFILE=cu118-legacy
 MIRRORS ?=
+PROFILE ?=
+STACK = $(if $(PROFILE),--profile $(PROFILE),--cuda $(CUDA))
 bundle: $(STAMP)
-	@echo "$(BIN)/verl-bundle build --cuda $(CUDA) --python $(PY) --output $(OUT)$(if $(MIRRORS), [$(words $(MIRRORS)) --mirror])"
-	@$(BIN)/verl-bundle build --cuda $(CUDA) --python $(PY) --output $(OUT) $(foreach m,$(MIRRORS),--mirror '$(m)')
+	@echo "$(BIN)/verl-bundle build $(STACK) --python $(PY) --output $(OUT)$(if $(MIRRORS), [$(words $(MIRRORS)) --mirror])"
+	@$(BIN)/verl-bundle build $(STACK) --python $(PY) --output $(OUT) $(foreach m,$(MIRRORS),--mirror '$(m)')
 	@echo "the CLI is $(BIN)/verl-bundle (or: source $(BIN)/activate)"
 
-# The real stack from the real index (about 3 GB; needs the internet): build cu121 for cp310,
-# rehearse it with Python 3.10 and no network, import torch, vllm, verl and transformers.
+# The real stacks from the real index (several GB each; needs the internet): build cu121, cu124
+# and cu130 for cp310, rehearse each with Python 3.10 and no network, import torch, vllm, verl and
+# transformers, and run readiness in each rehearsed venv.
 e2e-real: $(STAMP)
 	$(BIN)/python bench/e2e_real.py --compare-pip
 

@@ -344,7 +344,7 @@ def test_every_json_output_is_the_versioned_envelope(
         ("profiles", "show", "cu121"): (
             "profiles show",
             True,
-            ["cuda", "description", "name", "path", "platform", "python", "sources"],
+            ["cuda", "description", "name", "path", "platform", "python", "readiness", "sources"],
         ),
     }
     for args, (command, ok, keys) in expected.items():
@@ -529,7 +529,11 @@ def test_make_bundle_passes_each_mirror_and_shows_no_secret(stack: Stack, tmp_pa
     urls[0] = urls[0].replace("http://", "http://builder:s3cret@")
     out = tmp_path / "out"
     proc = subprocess.run(
-        ["make", "-s", "-C", str(ROOT), "bundle", f"MIRRORS={' '.join(urls)}", f"OUT={out}"],
+        # The toy stack is the design card's torch 2.1.2 stack: PROFILE picks it by name.
+        [
+            *("make", "-s", "-C", str(ROOT), "bundle", "PROFILE=cu118-legacy"),
+            *(f"MIRRORS={' '.join(urls)}", f"OUT={out}"),
+        ],
         capture_output=True,
         text=True,
         env=clean_environ(tmp_path),
