@@ -53,6 +53,12 @@ def cuda_ranges(profiles: list[Profile]) -> str:
     """ "cu118 (CUDA 11.8-11.x), cu121 (12.1-12.3), ..." - the driver versions each built-in is the
     newest fit for, under minor-version compatibility."""
     ordered = sorted(profiles, key=lambda p: (_cuda(p), p.name))
+    # A profile that shares its CUDA with the one --cuda prefers (cu118-legacy beside cu118) is
+    # picked by name only: listed last, as such.
+    by_name = [
+        p for p in ordered if p is not _preferred([q for q in ordered if _cuda(q) == _cuda(p)])
+    ]
+    ordered = [p for p in ordered if p not in by_name]
     parts = []
     for i, p in enumerate(ordered):
         major, minor = _cuda(p)
@@ -60,6 +66,7 @@ def cuda_ranges(profiles: list[Profile]) -> str:
         upper = f"{major}.{_cuda(later[0])[1] - 1}" if later else f"{major}.x"
         span = p.cuda if upper == p.cuda else f"{p.cuda}-{upper}"
         parts.append(f"{p.name} (CUDA {span})")
+    parts += [f"{p.name} (CUDA {p.cuda}, by --profile only)" for p in by_name]
     return ", ".join(parts)
 
 
