@@ -216,7 +216,7 @@ def test_server_tools_run_on_python38(built_bundle: tuple[Path, Path, dict[str, 
         env=env,
         timeout=120,
     )
-    assert doctor.returncode in (0, 1) and json.loads(doctor.stdout)["checks"]
+    assert doctor.returncode in (0, 1) and json.loads(doctor.stdout)["result"]["checks"]
     post = subprocess.run(
         [str(PY38), "-m", "verl_bundle.airgap", "postinstall", "--bundle", str(root), "--json"],
         capture_output=True,
@@ -253,7 +253,7 @@ def test_our_wheel_carries_profiles_and_templates(tmp_path: Path) -> None:
     for profile in (ROOT / "profiles").glob("*.toml"):
         assert f"verl_bundle/profiles/{profile.name}" in names
     assert "verl_bundle/templates/install.sh.j2" in names
-    assert "verl_bundle/airgap/doctor.py" in names
+    assert "verl_bundle/airgap/doctor/__init__.py" in names
     # ... and, installed (not editable), the tool finds them inside the package.
     target = tmp_path / "site"
     inst = subprocess.run(

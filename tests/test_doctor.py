@@ -31,12 +31,12 @@ from toolchain import (
 from verl_bundle.airgap import doctor
 from verl_bundle.airgap.doctor import (
     TIMEOUT,
+    Plan,
     Report,
     max_jobs,
     parse_apps,
     parse_gpus,
     parse_version,
-    read_needs,
     render_json,
     render_text,
     run_doctor,
@@ -44,6 +44,7 @@ from verl_bundle.airgap.doctor import (
     version_matches,
     visible_devices,
 )
+from verl_bundle.airgap.manifest import Manifest, from_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = f"{sys.version_info[0]}.{sys.version_info[1]}"
@@ -147,6 +148,7 @@ def examine(
     *,
     python: str | None = None,
     require_gpu: bool = False,
+    skipped: tuple[str, ...] = (),
     extra: dict[str, str] | None = None,
     **env: str,
 ) -> Report:
@@ -155,7 +157,11 @@ def examine(
     for key, value in {**machine.environ(), **(extra or {}), **env}.items():
         monkeypatch.setenv(key, value)
     return run_doctor(
-        data, python=python or sys.executable, prefix=str(machine.root), require_gpu=require_gpu
+        from_dict(data),
+        python=python or sys.executable,
+        prefix=str(machine.root),
+        require_gpu=require_gpu,
+        skipped=skipped,
     )
 
 
@@ -245,23 +251,36 @@ def test_max_jobs_main_prints_the_number(capsys: pytest.CaptureFixture[str]) -> 
 # -- reading needs and nvidia-smi output ---------------------------------------------------------
 
 
-def test_read_needs_takes_the_manifest_subset() -> None:
-    n = read_needs(needs(build=True, limit=3))
+def manifest(data: dict[str, Any]) -> Manifest:
+    return from_dict(data)
+
+
+def test_the_plan_reads_the_typed_manifest() -> None:
+    n = Plan.of(manifest(needs(build=True, limit=3)))
     assert (n.python, n.arch, n.glibc, n.cuda, n.gcc) == (PY, "x86_64", "2.17", "11.8", ">=6,<12")
-    assert [(b.package, b.gib_per_job, b.limit, b.needs_cuda) for b in n.builds] == [
-        ("flash-attn", 9.0, 3, True)
+    assert [(b.package, b.phase, b.gib_per_job, b.limit, b.needs_cuda) for b in n.builds] == [
+        ("flash-attn", "flash-attn", 9.0, 3, True)
     ]
-    assert n.cuda_build and n.installed_size == 7052973
-    assert not read_needs(SAMPLE).builds
+    assert n.cuda_build and n.installed_size == 7052973 and not n.generic
+    assert not Plan.of(manifest(SAMPLE)).builds
+    assert Plan.of(None).generic and Plan.of(None).builds == ()
 
 
 @pytest.mark.parametrize(
-    "bad",
-    [{"installed_size": "7 GB"}, {"phases": {"torch": []}}, {"target": {"python": 3.1}}],
+    ("bad", "field"),
+    [
+        ({"installed_size": "7 GB"}, "installed_size"),
+        ({"phases": {"torch": []}}, "phases"),
+        ({"target": {"python": 3.1}}, "target.python"),
+    ],
 )
-def test_read_needs_refuses_malformed_needs(bad: dict[str, Any]) -> None:
-    with pytest.raises(ValueError, match="needs"):
-        read_needs({**SAMPLE, **bad})
+def test_the_doctor_refuses_a_malformed_manifest_in_one_line(
+    machine: FakeMachine, tmp_path: Path, bad: dict[str, Any], field: str
+) -> None:
+    bundle = write_bundle(tmp_path / "bad", {**SAMPLE, **bad})
+    r = run_cli(["--bundle", str(bundle)], machine)
+    assert r.returncode == 2 and field in r.stderr
+    assert len(r.stderr.splitlines()) == 1 and "Traceback" not in r.stderr
 
 
 def test_parse_recorded_nvidia_smi_output() -> None:
@@ -721,7 +740,7 @@ def test_disk_checks_the_nearest_existing_parent(
     for key, value in machine.environ().items():
         monkeypatch.setenv(key, value)
     target = machine.root / "not" / "yet" / "there"
-    report = run_doctor(needs(), prefix=str(target))
+    report = run_doctor(manifest(needs()), prefix=str(target))
     assert f"install prefix {target} (on {machine.root}): " in report.check("disk").summary
 
 
@@ -863,8 +882,9 @@ def test_exit_codes(machine: FakeMachine, tmp_path: Path) -> None:
     r = run_cli(["--bundle", str(good), "--json"], machine)
     assert r.returncode == 1
     data = json.loads(r.stdout)
-    assert data["ok"] is False
-    assert [c["status"] for c in data["checks"] if c["id"] == "ninja"] == ["fail"]
+    assert (data["schema"], data["command"], data["ok"]) == (1, "doctor", False)
+    assert data["result"]["ok"] is False
+    assert [c["status"] for c in data["result"]["checks"] if c["id"] == "ninja"] == ["fail"]
 
     r = run_cli(["--bundle", str(tmp_path / "missing")], machine)
     assert r.returncode == 2
@@ -879,8 +899,10 @@ def test_exit_codes(machine: FakeMachine, tmp_path: Path) -> None:
     r = run_cli(["--bundle", str(bad)], machine)
     assert r.returncode == 2 and "installed_size" in r.stderr
 
-    r = run_cli([], machine)  # the repository is not a bundle
-    assert r.returncode == 2 and "--bundle DIR is required" in r.stderr
+    # The repository is not a bundle: the host on its own, where a missing ninja is no failure.
+    r = run_cli([], machine)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "checked without a bundle" in r.stdout.splitlines()[-1]
 
     r = run_cli(["--bundle", str(good), "--frobnicate"], machine)
     assert r.returncode == 2
@@ -894,7 +916,8 @@ def test_driver_probe_through_the_cli(machine: FakeMachine, tmp_path: Path) -> N
     lenient = run_cli(["--bundle", str(bundle), "--json"], machine)
     strict = run_cli(["--bundle", str(bundle), "--json", "--require-gpu"], machine)
     statuses = [
-        {c["id"]: c["status"] for c in json.loads(r.stdout)["checks"]} for r in (lenient, strict)
+        {c["id"]: c["status"] for c in json.loads(r.stdout)["result"]["checks"]}
+        for r in (lenient, strict)
     ]
     assert (statuses[0]["driver"], statuses[1]["driver"]) == ("warn", "fail")
     assert strict.returncode == 1
@@ -925,14 +948,17 @@ def test_runs_from_inside_a_bundle(machine: FakeMachine, tmp_path: Path, interpr
     ).stdout.strip()
     bundle = write_bundle(tmp_path / "bundle", needs(python=version))
     lib = bundle / "lib" / "verl_bundle"
-    (lib / "airgap").mkdir(parents=True)
+    lib.mkdir(parents=True)
     shutil.copy(ROOT / "verl_bundle" / "__init__.py", lib)
-    for name in ("__init__.py", "__main__.py", "layout.py", "manifest.py", "names.py", "doctor.py"):
-        shutil.copy(ROOT / "verl_bundle" / "airgap" / name, lib / "airgap")
+    shutil.copytree(
+        ROOT / "verl_bundle" / "airgap",
+        lib / "airgap",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
     ready(machine, gpus=SAME_GPUS)
     r = run_cli(["--json"], machine, python=python, pythonpath=bundle / "lib", cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
-    data = json.loads(r.stdout)
+    data = json.loads(r.stdout)["result"]
     assert data["host"]["python"].startswith(version + ".")
     assert {c["id"]: c["status"] for c in data["checks"]}["python"] == "ok"
 
@@ -954,7 +980,7 @@ def test_this_machine_against_the_sample_bundle(monkeypatch: pytest.MonkeyPatch)
         monkeypatch.delenv(var, raising=False)
     python = _interpreter("3.10")
     assert python is not None
-    report = run_doctor(SAMPLE, python=python)
+    report = run_doctor(manifest(SAMPLE), python=python)
     status = {c.id: c.status for c in report.checks}
     nvcc = report.check("nvcc")
     assert nvcc.status == "warn"

@@ -491,7 +491,7 @@ def test_the_bundled_doctor_runs_on_its_own(bundle: Path, tmp_path: Path) -> Non
     )
     import json
 
-    doc = json.loads(proc.stdout)
+    doc = json.loads(proc.stdout)["result"]
     assert proc.returncode == (0 if doc["ok"] else 1)
     assert {c["id"] for c in doc["checks"]} >= {
         "os",

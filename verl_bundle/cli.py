@@ -360,23 +360,30 @@ def doctor_cmd(
 
     OS and glibc, Python and its headers, gcc/g++ that nvcc accepts, ninja, nvcc and
     CUDA_HOME, CUDA libraries, the driver, GPU placement (CUDA_VISIBLE_DEVICES, busy GPUs,
-    RANK/LOCAL_RANK...), disk and memory. --python (default: this python3) is the interpreter
-    the venv will be made from. Exit 0 with no failure, 1 with any."""
+    RANK/LOCAL_RANK...), disk and memory. Without --bundle, --cuda or --profile it checks the
+    bundle it is run from, or else the host on its own. --python (default: this python3) is the
+    interpreter the venv will be made from. Exit 0 with no failure, 1 with any."""
     from verl_bundle import render
     from verl_bundle.airgap import doctor
+    from verl_bundle.airgap.manifest import load
     from verl_bundle.interpreter import interpreter
-    from verl_bundle.needs import needs_for
 
     py = interpreter(python) if python else None
-    try:
-        report = doctor.run_doctor(
-            needs_for(bundle, cuda, profile),
-            python=py,
-            prefix=str(prefix) if prefix else None,
-            require_gpu=require_gpu,
-        )
-    except ValueError as exc:  # a manifest that does not say what the doctor needs
-        raise UsageError(f"--bundle {bundle}: {exc}") from None
+    if bundle is not None and (cuda or profile):
+        raise UsageError("give --bundle, or --cuda/--profile, not both")
+    manifest = None  # none: the host on its own
+    if cuda or profile:  # what a bundle of that profile would need, before it is built
+        from verl_bundle.assemble import manifest_for_profile
+        from verl_bundle.catalog import select_profile
+
+        chosen = select_profile(cuda, profile)
+        manifest = manifest_for_profile(chosen, chosen.target())
+    elif (root := doctor.locate(str(bundle) if bundle else None)) is not None:
+        try:
+            manifest = load(root)
+        except ValueError as exc:  # no manifest there, or one the doctor cannot read
+            raise UsageError(f"--bundle {bundle or root}: {exc}") from None
+    report = doctor.run_doctor(manifest, py, str(prefix) if prefix else None, require_gpu)
     _show(ctx, render.doctor(report), json_out)
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from verl_bundle.airgap import doctor
 from verl_bundle.airgap.events import Event, read_events
-from verl_bundle.airgap.manifest import Manifest, load, to_dict
+from verl_bundle.airgap.manifest import Manifest, load
 from verl_bundle.airgap.verify import verify_tar
 from verl_bundle.errors import BundleError, UsageError
 from verl_bundle.interpreter import find_python
@@ -79,7 +79,7 @@ def _unbuildable(manifest: Manifest) -> dict[str, str]:
     phases = [p for p in manifest.phases if p.source_builds]
     if not phases:
         return {}
-    report = doctor.run_doctor(to_dict(manifest))
+    report = doctor.run_doctor(manifest)
     blocking = [c for c in report.checks if c.id in ("nvcc", "gcc", "ninja") and c.status == "fail"]
     if not blocking:
         return {}

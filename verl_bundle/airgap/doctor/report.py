@@ -1,0 +1,60 @@
+"""The doctor's result, and how it is shown: the shared checks table of airgap/render.py for
+people, and one JSON result (wrapped in the versioned envelope by whoever prints it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from verl_bundle.airgap import render
+from verl_bundle.airgap.doctor.facts import Facts
+from verl_bundle.airgap.doctor.registry import Check
+
+
+@dataclass(frozen=True)
+class Report:
+    checks: list[Check]
+    host: dict[str, Any] = field(default_factory=dict)
+    generic: bool = False  # no bundle: the host was checked on its own
+
+    @property
+    def ok(self) -> bool:
+        """No check failed (warnings do not stop an install)."""
+        return all(c.status != "fail" for c in self.checks)
+
+    def check(self, check_id: str) -> Check:
+        for c in self.checks:
+            if c.id == check_id:
+                return c
+        raise KeyError(check_id)
+
+
+def host_of(facts: Facts) -> dict[str, Any]:
+    """The machine in a few facts, for a fleet report."""
+    return {
+        "os": facts.distro.name,
+        "kernel": facts.system.kernel,
+        "arch": facts.system.arch,
+        "glibc": facts.system.glibc,
+        "python": facts.python.version,
+        "python_executable": facts.python.path,
+        "cpus": facts.memory.cpus,
+        "mem_available": facts.memory.available,
+        "gpus": len(facts.gpus.gpus),
+        "nvcc": facts.toolkit.version,
+    }
+
+
+def render_text(report: Report) -> str:
+    if report.generic:
+        verdict = (
+            "no failures on this host" if report.ok else "this host has failures: fix them"
+        ) + " (checked without a bundle; --bundle DIR, or run it from one, for a bundle's needs)"
+    else:
+        verdict = "ready to install" if report.ok else "NOT ready: fix the failures above"
+    return render.checks_text(report.checks, f"doctor: {verdict}")
+
+
+def render_json(report: Report) -> dict[str, Any]:
+    """{"ok", "checks": [{id, status, summary, detail, fix}], "host": {...}}"""
+    return {"ok": report.ok, "checks": render.checks_json(report.checks), "host": dict(report.host)}
