@@ -3,7 +3,6 @@ so the server builds nothing but the profile's declared source builds."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import tempfile
@@ -12,6 +11,7 @@ from pathlib import Path
 
 from packaging.utils import parse_wheel_filename
 
+from verl_bundle.airgap.hashing import sha256_file
 from verl_bundle.credentials import Redactor
 from verl_bundle.errors import HostBuildError
 from verl_bundle.fetch import Cache
@@ -73,8 +73,4 @@ def build_pure_wheel(
 
 
 def _describe(path: Path) -> BuiltWheel:
-    data = hashlib.sha256()
-    with path.open("rb") as fh:
-        while chunk := fh.read(1 << 20):
-            data.update(chunk)
-    return BuiltWheel(path, path.name, data.hexdigest(), path.stat().st_size)
+    return BuiltWheel(path, path.name, sha256_file(path), path.stat().st_size)
