@@ -28,7 +28,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check verl_bundle tests bench
 	$(BIN)/ruff format --check verl_bundle tests bench
 	$(BIN)/mypy
-	$(BIN)/python -c 'import sys; sys.path.insert(0, "tests"); from test_install_shim import CONTEXT; from verl_bundle.assemble import render_install; print(render_install(CONTEXT), end="")' | shellcheck -s sh -
+	$(BIN)/python -c 'import sys; sys.path.insert(0, "tests"); from test_install_shim import CONTEXT; from verl_bundle.bundle.plan import render_install; print(render_install(CONTEXT), end="")' | shellcheck -s sh -
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

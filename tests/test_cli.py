@@ -477,7 +477,7 @@ def test_version_and_help_load_no_framework(args: list[str]) -> None:
     [
         (
             ["profiles"],
-            {"requests", "jinja2", "rich", "verl_bundle.resolve", "verl_bundle.assemble"},
+            {"requests", "jinja2", "rich", "verl_bundle.resolve", "verl_bundle.bundle"},
         ),
         (["explain", "{log}"], {"requests", "jinja2", "rich", "packaging", "verl_bundle.profile"}),
         (["verify", "{missing}"], {"requests", "jinja2", "rich", "verl_bundle.pipeline"}),

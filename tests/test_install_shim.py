@@ -12,7 +12,7 @@ import pytest
 from airgap import extract, python310, run_install
 from conftest import clean_environ
 
-from verl_bundle.assemble import render_install
+from verl_bundle.bundle.plan import render_install
 
 pytestmark = pytest.mark.slow
 

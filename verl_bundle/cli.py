@@ -373,7 +373,7 @@ def doctor_cmd(
         raise UsageError("give --bundle, or --cuda/--profile, not both")
     manifest = None  # none: the host on its own
     if cuda or profile:  # what a bundle of that profile would need, before it is built
-        from verl_bundle.assemble import manifest_for_profile
+        from verl_bundle.bundle.plan import manifest_for_profile
         from verl_bundle.catalog import select_profile
 
         chosen = select_profile(cuda, profile)

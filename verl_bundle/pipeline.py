@@ -6,11 +6,12 @@ the reporter, so the CLI (or a test) decides how results are shown.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from verl_bundle.assemble import Bundle, Compression, assemble, bundle_name
+from verl_bundle.bundle import Bundle, Compression, Damaged, assemble, bundle_name
+from verl_bundle.bundle.plan import check_phases
 from verl_bundle.errors import LockError
 from verl_bundle.fetch import Cache, Fetcher
 from verl_bundle.lock import Lock, diff_locks, read_lock, write_lock
@@ -115,6 +116,7 @@ def load_matching_lock(req: Request, path: Path) -> tuple[Lock, list[str]]:
         raise LockError(
             f"{path}: this lock is for {lock.target.platform}, not {req.target.platform}"
         )
+    check_phases(lock, req.profile, str(path))
     if lock.profile_sha256 != req.profile.sha256:
         notes.append(
             f"note: {req.profile.path} changed since {path} was made; building from the lock as "
@@ -147,5 +149,14 @@ def build(request: BuildRequest, reporter: Reporter) -> BuildResult:
     reporter.status(f"fetching {len(lock.packages)} files ...")
     wheelhouse = prepare(lock, req.profile, fetcher, reporter)
     reporter.status("writing the bundle ...")
-    bundle = assemble(req.profile, lock, wheelhouse, request.output, request.compress, reporter)
+
+    def refetch(damaged: Sequence[Damaged]) -> Wheelhouse:
+        for d in damaged:  # only files of the cache: a damaged one is never used again
+            if d.entry.source and Path(d.entry.source).is_relative_to(fetcher.cache.root):
+                Path(d.entry.source).unlink(missing_ok=True)
+        return prepare(lock, req.profile, fetcher, reporter)
+
+    bundle = assemble(
+        req.profile, lock, wheelhouse, request.output, request.compress, reporter, refetch
+    )
     return BuildResult(bundle, lock, source, wheelhouse, tuple(notes))

@@ -1,0 +1,169 @@
+"""The assemble stage: a damaged cache never ships, stale partial tarballs go, locks that put a
+package in no phase are refused, and the same lock gives the same tarball byte for byte."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+from cli import Result, run
+from conftest import NAME, Stack
+
+from verl_bundle.bundle import Entry, bundle_name
+from verl_bundle.bundle.tarball import DamagedCacheError, write_bundle
+from verl_bundle.lock import read_lock
+from verl_bundle.progress import Silent
+
+WHEEL = "einops-1.1.0-py3-none-any.whl"
+
+
+def make_lock(stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
+    lock = tmp_path / "pylock.toml"
+    result = run(stack.args("lock", lock, tmp_path / "lock-cache"), capsys)
+    assert result.code == 0, result.err
+    return lock
+
+
+def build_lock(
+    stack: Stack, lock: Path, out: Path, cache: Path, capsys: pytest.CaptureFixture[str]
+) -> Result:
+    return run(stack.args("build", out, cache, "--lock", str(lock)), capsys)
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "grow"])
+def test_a_damaged_cache_blob_is_fetched_again_and_never_ships(
+    stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str], damage: str
+) -> None:
+    lock = make_lock(stack, tmp_path, capsys)
+    cache = tmp_path / "cache"
+    assert build_lock(stack, lock, tmp_path / "a", cache, capsys).code == 0
+    locked = next(p.file for p in read_lock(lock).packages if p.file.filename == WHEEL)
+    blob = cache / "sha256" / locked.sha256[:2] / locked.sha256
+    assert sha256(blob) == locked.sha256
+    data = bytearray(blob.read_bytes())
+    if damage == "flip":
+        data[len(data) // 2] ^= 0x01
+        blob.write_bytes(bytes(data))
+    elif damage == "truncate":
+        blob.write_bytes(bytes(data[:-1]))
+    else:
+        blob.write_bytes(bytes(data) + b"\0")
+    stack.reset()
+    result = build_lock(stack, lock, tmp_path / "b", cache, capsys)
+    assert result.code == 0, result.err
+    said = [line for line in result.err.splitlines() if f"wheels/{WHEEL}: the cached copy" in line]
+    assert len(said) == 1 and "fetching it again" in said[0], result.err
+    fetched = [r.path for s in stack.servers() for r in s.file_requests()]
+    assert [p.rsplit("/", 1)[-1] for p in fetched] == [WHEEL]  # that file alone
+    assert sha256(blob) == locked.sha256  # the cache holds good bytes again
+    tarball = Path(result.last_line)
+    assert run(["verify", str(tarball)], capsys).code == 0
+    with tarfile.open(tarball) as tf:
+        member = tf.extractfile(f"{NAME}/wheels/{WHEEL}")
+        assert member is not None and hashlib.sha256(member.read()).hexdigest() == locked.sha256
+    assert sorted(p.name for p in tarball.parent.iterdir()) == [
+        tarball.name,
+        f"{tarball.name}.sha256",
+    ]
+
+
+def test_a_damaged_file_leaves_no_tarball_and_names_itself(tmp_path: Path) -> None:
+    good, bad = tmp_path / "good.whl", tmp_path / "bad.whl"
+    good.write_bytes(b"g" * 3000)
+    bad.write_bytes(b"b" * 3000)
+    entries = [
+        Entry("wheels/good.whl", sha256(good), 3000, source=str(good)),
+        Entry("wheels/bad.whl", hashlib.sha256(b"x" * 3000).hexdigest(), 3000, source=str(bad)),
+        Entry("wheels/short.whl", sha256(good), 3001, source=str(good)),
+    ]
+    out = tmp_path / "out"
+    with pytest.raises(DamagedCacheError) as exc:
+        write_bundle("b", entries, out, "none", Silent(quiet=True))
+    assert [d.entry.arcname for d in exc.value.damaged] == ["wheels/bad.whl", "wheels/short.whl"]
+    assert exc.value.damaged[0].got_sha256 == sha256(bad)
+    assert exc.value.damaged[1].got_size == 3000
+    assert "\n" not in str(exc.value) and "wheels/bad.whl" in str(exc.value)
+    assert list(out.iterdir()) == []  # neither the tarball, its .sha256 nor a partial file
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_a_partial_tarball_left_by_a_killed_build_is_removed(
+    stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A build killed with -9 leaves `.NAME.partial-PID` (its process gone); the next build in
+    that directory removes it and says so. A live build's partial file is left alone."""
+    out = tmp_path / "out"
+    out.mkdir()
+    dead, alive = (
+        _dead_pid(),
+        subprocess.Popen([sys.executable, "-c", "input()"], stdin=subprocess.PIPE),
+    )
+    stale = out / f".{NAME}.tar.partial-{dead}"
+    stale.write_bytes(b"\0" * 4096)
+    stale_side = out / f".{NAME}.tar.sha256.partial-{dead}"
+    stale_side.write_text("x")
+    busy = out / f".{NAME}.tar.partial-{alive.pid}"
+    busy.write_bytes(b"\0")
+    keep = out / "notes.partial-1"  # not hidden: not ours
+    keep.write_text("mine")
+    try:
+        result = run(stack.args("build", out, tmp_path / "cache"), capsys)
+    finally:
+        alive.communicate(b"\n")
+    assert result.code == 0, result.err
+    assert not stale.exists() and not stale_side.exists()
+    assert busy.exists() and keep.exists()
+    lines = [line for line in result.err.splitlines() if line.startswith("removed ")]
+    assert len(lines) == 2 and f"process {dead} is gone" in lines[0], result.err
+    assert str(stale) in "\n".join(lines)
+
+
+def test_a_lock_with_a_package_in_an_unknown_phase_is_refused(
+    stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lock = make_lock(stack, tmp_path, capsys)
+    text = lock.read_text()
+    needle = 'role = "requirement", phase = "wheels"'
+    assert needle in text
+    lock.write_text(text.replace(needle, 'role = "requirement", phase = "later"', 1))
+    stack.reset()
+    result = build_lock(stack, lock, tmp_path / "out", tmp_path / "cache", capsys)
+    assert result.code == 2
+    lines = result.err.strip().splitlines()
+    assert len(lines) == 1 and "phase 'later'" in lines[0] and str(lock) in lines[0], result.err
+    assert "verl-bundle lock" in lines[0]
+    assert not (tmp_path / "out").exists()
+    assert [r for s in stack.servers() for r in s.requests] == []  # refused before fetching
+
+
+@pytest.mark.xfail(
+    reason="host-built wheels (antlr4, pylatexenc) differ between builds until they are made "
+    "reproducible (issue 8, the fetch side); everything else is already byte-identical",
+    strict=True,
+)
+def test_two_cold_builds_of_one_lock_give_the_same_tarball(
+    stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lock = make_lock(stack, tmp_path, capsys)
+    one = build_lock(stack, lock, tmp_path / "a", tmp_path / "cache-a", capsys)
+    two = build_lock(stack, lock, tmp_path / "b", tmp_path / "cache-b", capsys)
+    assert one.code == 0 and two.code == 0, one.err + two.err
+    name = f"{bundle_name(read_lock(lock))}.tar"
+    a, b = tmp_path / "a" / name, tmp_path / "b" / name
+    assert a.read_bytes() == b.read_bytes()
+    assert (tmp_path / "a" / f"{name}.sha256").read_text() == (
+        tmp_path / "b" / f"{name}.sha256"
+    ).read_text()

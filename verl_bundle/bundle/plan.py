@@ -1,0 +1,303 @@
+"""The plan of a bundle: every file it will hold, with its hash, and the typed manifest, worked
+out before a byte of the tarball is written (the tarball module only copies what is planned)."""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+import tarfile
+import zipfile
+from dataclasses import dataclass
+from typing import Any
+
+import jinja2
+from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
+
+from verl_bundle import __version__
+from verl_bundle.airgap import manifest as mf
+from verl_bundle.errors import LockError
+from verl_bundle.lock import Lock, dumps, group_by_phase
+from verl_bundle.profile import Profile
+from verl_bundle.profile import SourceBuild as ProfileSourceBuild
+from verl_bundle.resources import airgap_dir, data_dir
+from verl_bundle.target import Target
+from verl_bundle.wheelhouse import Artifact, Wheelhouse
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One file of the bundle: bytes made here, or a file streamed from the cache (whose bytes
+    must hash to `sha256`, the lock's hash, while they are copied)."""
+
+    arcname: str
+    sha256: str
+    size: int
+    data: bytes | None = None
+    source: str | None = None
+
+
+@dataclass(frozen=True)
+class BundlePlan:
+    """What `plan` decided: the bundle's name (its top directory), its files in tar order
+    (SHA256SUMS first, then manifest.json), and the manifest written into it."""
+
+    name: str
+    entries: tuple[Entry, ...]
+    manifest: mf.Manifest
+
+
+def bundle_name(lock: Lock) -> str:
+    return f"verl-bundle-{lock.profile}-{lock.target.python_tag}-{lock.target.platform}"
+
+
+def check_phases(lock: Lock, profile: Profile, where: str = "the lock") -> None:
+    """Every locked package installs in one of the profile's phases (pip and uv in the
+    bootstrap): a package in another phase would be bundled and never installed."""
+    known = [p.name for p in profile.phases]
+    for pkg in lock.packages:
+        bootstrap = pkg.role == "bootstrap" and pkg.phase == mf.BOOTSTRAP_PHASE
+        if pkg.phase not in known and not bootstrap:
+            raise LockError(
+                f"{where}: {pkg.name} is in phase {pkg.phase!r}, which profile {profile.name} "
+                f"does not have ({', '.join(known)}); make the lock again with `verl-bundle lock`"
+            )
+
+
+def _entry(arcname: str, data: bytes) -> Entry:
+    return Entry(arcname, hashlib.sha256(data).hexdigest(), len(data), data=data)
+
+
+def _folder(a: Artifact) -> str:
+    if a.package.role == "bootstrap":
+        return mf.BOOTSTRAP
+    if a.package.kind == "sdist":
+        return mf.SOURCES
+    return mf.WHEELS
+
+
+def _installed_size(a: Artifact) -> int:
+    """What the file takes once installed: a wheel's unpacked size; for an sdist built on the
+    server, its unpacked size plus room for the build (an estimate)."""
+    try:
+        if a.filename.endswith(".whl"):
+            with zipfile.ZipFile(a.path) as zf:
+                return sum(i.file_size for i in zf.infolist())
+        with tarfile.open(a.path) as tf:
+            return sum(m.size for m in tf.getmembers()) * 4 + (2 << 30)
+    except (OSError, zipfile.BadZipFile, tarfile.TarError):
+        return a.size * 3
+
+
+def _requirement_line(a: Artifact) -> str:
+    # The version is the one in the file name (a local label such as +cu118 included), so that
+    # pip matches exactly this file among --find-links.
+    return f"{a.package.name}=={_file_version(a)} --hash=sha256:{a.sha256}"
+
+
+def _file_version(a: Artifact) -> str:
+    if a.filename.endswith(".whl"):
+        return str(parse_wheel_filename(a.filename)[1])
+    return str(parse_sdist_filename(a.filename)[1])
+
+
+def render_install(context: dict[str, Any], template: str = "install.sh.j2") -> str:
+    # A shell script, not HTML: values are quoted for the shell with the `sh` filter instead.
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,  # noqa: S701
+    )
+    env.filters["sh"] = lambda v: shlex.quote(str(v))
+    return env.get_template(template).render(**context)
+
+
+def _airgap_entries() -> list[Entry]:
+    """The standard-library server code (modules, subpackages and their data files), as
+    lib/verl_bundle/airgap/..."""
+    entries = [_entry(f"{mf.LIB}/verl_bundle/__init__.py", b'"""verl-bundle server side."""\n')]
+    root = airgap_dir()
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if path.is_file() and path.suffix in (".py", ".json") and "__pycache__" not in rel:
+            entries.append(_entry(f"{mf.LIB}/verl_bundle/airgap/{rel}", path.read_bytes()))
+    return entries
+
+
+def _phases(
+    lock: Lock, profile: Profile, by_name: dict[str, Artifact]
+) -> tuple[list[mf.Phase], list[Entry]]:
+    """One manifest phase and one hash-pinned requirements file per install phase, in profile
+    order."""
+    phases: list[mf.Phase] = []
+    files: list[Entry] = []
+    order = [p.name for p in profile.phases]
+    for i, (phase, locked) in enumerate(group_by_phase(lock, order), start=1):
+        members = [by_name[m.name] for m in locked]
+        req_path = f"{mf.REQUIREMENTS}/{i:02d}-{phase}.txt"
+        text = "".join(_requirement_line(a) + "\n" for a in members)
+        files.append(_entry(req_path, text.encode()))
+        builds = []
+        for a in members:
+            build = profile.source_build(a.package.name) if a.package.kind == "sdist" else None
+            if build is not None:
+                builds.append(source_build_of(build))
+        phases.append(
+            mf.Phase(
+                name=phase,
+                requirements=req_path,
+                packages=tuple(f"{a.package.name}=={_file_version(a)}" for a in members),
+                source_builds=tuple(builds),
+            )
+        )
+    return phases, files
+
+
+def _manifest_file(e: Entry, a: Artifact) -> mf.File:
+    return mf.File(
+        path=e.arcname,
+        name=a.package.name,
+        version=_file_version(a),
+        sha256=a.sha256,
+        size=a.size,
+        location=a.package.location,
+        url=a.package.file.url,
+        phase=a.package.phase,
+        kind=_manifest_kind(a),
+        built_from=mf.BuiltFrom(a.built_from.filename, a.built_from.sha256)
+        if a.built_from
+        else None,
+    )
+
+
+def plan(profile: Profile, lock: Lock, wheelhouse: Wheelhouse) -> BundlePlan:
+    """Everything the bundle will hold, with hashes, before a byte of the tar is written."""
+    check_phases(lock, profile)
+    name = bundle_name(lock)
+    by_name = {a.package.name: a for a in wheelhouse.artifacts}
+    ordered = sorted(wheelhouse.artifacts, key=lambda a: (_folder(a), a.filename))
+    payload = [
+        Entry(f"{_folder(a)}/{a.filename}", a.sha256, a.size, source=a.path) for a in ordered
+    ]
+    phases, generated = _phases(lock, profile, by_name)
+    generated.append(_entry(mf.LOCK, dumps(lock).encode()))
+    generated += _airgap_entries()
+    glibc = [
+        lock.target.highest_glibc(a.filename)
+        for a in wheelhouse.artifacts
+        if a.filename.endswith(".whl")
+    ]
+    glibc_needed = max((g for g in glibc if g), default=None)
+    flash = next(
+        (a for a in wheelhouse.artifacts if a.package.name == canonicalize_name("flash-attn")), None
+    )
+    # install.sh is a shim that finds a Python and hands over to lib/'s installer, which reads
+    # everything else from the manifest; README.txt is for the server's admin.
+    context = {
+        "name": name,
+        "version": __version__,
+        "profile": profile.name,
+        "python_version": lock.target.python_version,
+        "python_tag": lock.target.python_tag,
+        "platform": lock.target.platform,
+        "cuda": lock.cuda,
+        "phases": [p.name for p in phases],
+    }
+    generated.insert(0, _entry(mf.INSTALL, render_install(context).encode()))
+    generated.insert(1, _entry(mf.README, render_install(context, "README.txt.j2").encode()))
+    generated.append(_entry(mf.DOCTOR, _doctor_script().encode()))
+    manifest = mf.Manifest(
+        name=name,
+        created_by=f"verl-bundle {__version__}",
+        created=lock.created,
+        profile=profile_info(profile),
+        target=target_of(lock.target, lock.cuda, glibc_needed),
+        toolchain=toolchain_of(profile),
+        checks=mf.Checks(
+            imports=tuple(profile.checks.imports),
+            torch_version=profile.checks.torch_version,
+            torch_cuda=profile.checks.torch_cuda,
+            flash_attn_wheel=flash.filename if flash and flash.filename.endswith(".whl") else None,
+        ),
+        phases=tuple(phases),
+        files=tuple(_manifest_file(e, a) for e, a in zip(payload, ordered, strict=True)),
+        generated=tuple(mf.Generated(e.arcname, e.sha256, e.size) for e in generated),
+        installed_size=sum(_installed_size(a) for a in wheelhouse.artifacts),
+        readiness=mf.Readiness(**vars(profile.readiness)),
+    )
+    manifest_entry = _entry(mf.MANIFEST, mf.dumps(manifest).encode())
+    everything = [manifest_entry, *generated, *payload]
+    sums = "".join(
+        f"{e.sha256}  {e.arcname}\n" for e in sorted(everything, key=lambda e: e.arcname)
+    )
+    return BundlePlan(name, (_entry(mf.SUMS, sums.encode()), *everything), manifest)
+
+
+def source_build_of(build: ProfileSourceBuild) -> mf.SourceBuild:
+    return mf.SourceBuild(
+        package=build.package,
+        env=tuple(sorted(dict(build.env).items())),
+        max_jobs=mf.MaxJobs(build.max_jobs.gib_per_job, build.max_jobs.limit),
+        needs_cuda=build.needs_cuda,
+    )
+
+
+def profile_info(profile: Profile) -> mf.ProfileInfo:
+    return mf.ProfileInfo(
+        name=profile.name,
+        description=profile.description,
+        sha256=profile.sha256,
+        notes=tuple(profile.notes),
+    )
+
+
+def toolchain_of(profile: Profile) -> mf.Toolchain:
+    return mf.Toolchain(
+        nvcc=profile.toolchain.nvcc,
+        gcc=profile.toolchain.gcc,
+        driver=profile.toolchain.driver,
+        driver_compat=profile.toolchain.driver_compat,
+    )
+
+
+def target_of(target: Target, cuda: str, glibc: tuple[int, int] | None) -> mf.Target:
+    return mf.Target(
+        python=target.python_version,
+        python_tag=target.python_tag,
+        platform=target.platform,
+        arch=target.arch,
+        glibc=f"{glibc[0]}.{glibc[1]}" if glibc else None,
+        cuda=cuda,
+    )
+
+
+def manifest_for_profile(profile: Profile, target: Target) -> mf.Manifest:
+    """What a bundle of this profile will need from a server, before it is built (for the
+    doctor run without a bundle). The worst case: its declared source builds happen."""
+    builds = tuple(source_build_of(b) for b in profile.source_builds)
+    return mf.Manifest(
+        name=f"profile {profile.name}",
+        created_by=f"verl-bundle {__version__}",
+        created="",
+        profile=profile_info(profile),
+        target=target_of(target, profile.cuda, target.glibc),
+        toolchain=toolchain_of(profile),
+        checks=mf.Checks(),
+        phases=(mf.Phase("source-builds", "requirements/source-builds.txt", (), builds),)
+        if builds
+        else (),
+    )
+
+
+def _manifest_kind(a: Artifact) -> str:
+    if a.package.role == "bootstrap":
+        return "bootstrap"
+    if a.package.kind == "sdist":
+        return "sdist"
+    if a.package.role == "build-dep":
+        return "build-dep"
+    return "wheel"
+
+
+def _doctor_script() -> str:
+    return (data_dir("templates") / "doctor.sh").read_text()
