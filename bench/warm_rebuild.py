@@ -1,10 +1,12 @@
 """Warm rebuild: `verl-bundle build` with everything cached vs `tar cf` of the same wheels.
 
 The rebuild is timed from a lock (`--lock FILE`, from `verl-bundle lock`) and re-resolving
-(no lock). The reference is tar writing the same wheel files into one archive; every contender
-runs once untimed first, so the page cache is warm for all. `tar cf` followed by `sync FILE` is
-shown too (not a target): the build fsyncs its tarball, tar does not.
-Target: the rebuild at most 1.5x tar's time.
+(no lock). The reference is tar writing the same wheel files into one archive; `cat` of the
+same files into one file is shown as the disk/copy limit (info). Every contender runs once
+untimed first, so the page cache is warm for all. Neither the build nor tar fsyncs its output.
+The build reads each cached byte once and hashes it twice on two threads: against the lock's
+sha256 (a damaged cache never ships) and into the tarball's .sha256.
+Target: the rebuild with a lock at most 1.1x tar's time.
 
     python bench/warm_rebuild.py [--runs N] [--size 1G] [--json]
 """
@@ -23,7 +25,8 @@ from bench import harness, synthetic
 from bench.cold_build import build_cmd
 from bench.harness import Contender, Options, Report
 
-TARGET = 1.5
+TARGET = 1.1
+TARGET_RESOLVING = 1.5  # uv's resolution comes on top
 
 
 def bench(opts: Options, progress: TextIO | None) -> Report:
@@ -63,7 +66,12 @@ def bench(opts: Options, progress: TextIO | None) -> Report:
         )
         tarball = out / "wheels.tar"
         tar_cmd = ["tar", "cf", str(tarball), "-C", str(stack.index), "."]
-        tar_sync = ["bash", "-c", f"{shlex.join(tar_cmd)} && sync {shlex.quote(str(tarball))}"]
+        cat_cmd = [
+            "bash",
+            "-c",
+            f"find {shlex.quote(str(stack.index))} -type f -print0 | sort -z | "
+            f"xargs -0 cat > {shlex.quote(str(out / 'all.bin'))}",
+        ]
         contenders = [
             Contender(
                 "build --lock (warm)",
@@ -77,9 +85,9 @@ def bench(opts: Options, progress: TextIO | None) -> Report:
             ),
             Contender("tar cf", harness.show(tar_cmd), lambda: harness.run(tar_cmd, log)),
             Contender(
-                "tar cf + sync FILE (info)",
-                harness.show(tar_sync),
-                lambda: harness.run(tar_sync, log),
+                "cat of the same files (info: the copy limit)",
+                harness.show(cat_cmd),
+                lambda: harness.run(cat_cmd, log),
             ),
         ]
         for c in contenders:
@@ -100,7 +108,7 @@ def bench(opts: Options, progress: TextIO | None) -> Report:
         measured=results,
         comparisons=(
             harness.ratio("ratio build --lock/tar", lock_m, tar_m, TARGET),
-            harness.ratio("ratio build resolving/tar", resolve_m, tar_m, TARGET),
+            harness.ratio("ratio build resolving/tar", resolve_m, tar_m, TARGET_RESOLVING),
         ),
     )
 
