@@ -1,4 +1,46 @@
 #!/bin/sh
-# Check this server before installing: ./doctor [--json] [--require-gpu]
-here=$(cd "$(dirname "$0")" && pwd)
-PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$here/lib${PYTHONPATH:+:$PYTHONPATH}" exec "${PYTHON:-python3}" -m verl_bundle.airgap doctor --bundle "$here" "$@"
+# Check this server before installing: ./doctor [--json] [--require-gpu] [--python PATH] ...
+# The doctor runs on a Python 3.8 or newer ($PYTHON, else --python, else python3), isolated:
+# -I (no PYTHON* variables, no user site, not the current directory), -B and a pycache prefix
+# that cannot exist (no bytecode read from or written to the bundle), the bundle's lib/ alone
+# added to the path.
+here=$(CDPATH='' cd -- "$(dirname -- "$0")" && pwd -P) || {
+  echo "doctor: cannot find the bundle directory of $0" >&2
+  exit 2
+}
+
+py=${PYTHON:-}
+if [ -z "$py" ]; then
+  want_next=""
+  for arg in "$@"; do
+    if [ -n "$want_next" ]; then py=$arg; want_next=""; continue; fi
+    case "$arg" in
+      --python) want_next=1 ;;
+      --python=*) py=${arg#--python=} ;;
+    esac
+  done
+fi
+py=${py:-python3}
+
+# X.Y of the interpreter, asked in a form Python 2 understands too, with nothing from the
+# environment or site (-E -s -S); nothing when it does not run.
+got=$("$py" -E -s -S -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+case "$got" in
+  3.[89] | 3.[1-9][0-9]) ;;
+  "")
+    echo "doctor: $py does not run: needs Python 3.8+; use --python PATH or PYTHON=PATH ./doctor with a Python 3.8 or newer (from the intranet OS mirror or the install media)." >&2
+    exit 4
+    ;;
+  *)
+    echo "doctor: $py is Python $got, too old: needs Python 3.8+; use --python PATH or PYTHON=PATH ./doctor with a Python 3.8 or newer (from the intranet OS mirror or the install media)." >&2
+    exit 4
+    ;;
+esac
+
+exec "$py" -I -B -c '
+import sys
+sys.pycache_prefix = "/dev/null/none"
+sys.path.insert(0, sys.argv.pop(1))
+from verl_bundle.airgap.__main__ import main
+sys.exit(main(sys.argv[1:]))
+' "$here/lib" doctor --bundle "$here" "$@"

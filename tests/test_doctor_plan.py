@@ -1,0 +1,150 @@
+"""The doctor knows the plan: a skipped phase or a prebuilt wheel removes what only a source
+build needs, the bundle's ninja wheel counts, and with no bundle the host is checked on its
+own (or the bundle the doctor is run from is picked up)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cli import run
+from test_doctor import CLEARED, IDS, examine, needs, run_cli, write_bundle
+from toolchain import FakeMachine
+
+GENERIC = ["os", "python", "driver", "gpus", "placement", "disk", "memory"]
+
+
+@pytest.fixture
+def machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeMachine:
+    for var in CLEARED:
+        monkeypatch.delenv(var, raising=False)
+    return FakeMachine(tmp_path / "machine")
+
+
+def with_wheel(data: dict[str, Any], name: str, phase: str) -> dict[str, Any]:
+    entry = {
+        "path": f"wheels/{name}-1.11.1-py3-none-any.whl",
+        "name": name,
+        "version": "1.11.1",
+        "sha256": "1" * 64,
+        "size": 1,
+        "phase": phase,
+        "kind": "wheel",
+    }
+    return {**data, "files": [*data.get("files", []), entry]}
+
+
+def unfit(machine: FakeMachine) -> None:
+    """A server that cannot build flash-attn for CUDA 11.8: gcc 12, no ninja, no CUDA 11."""
+    machine.gcc("12.2.0")
+
+
+def test_skipping_the_build_phase_drops_what_only_the_build_needs(
+    machine: FakeMachine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    unfit(machine)
+    building = examine(machine, monkeypatch, needs(build=True))
+    assert {c.id: c.status for c in building.checks if c.id in ("nvcc", "gcc", "ninja")} == {
+        "nvcc": "fail",
+        "gcc": "fail",
+        "ninja": "fail",
+    }
+    assert not building.ok
+    skipped = examine(machine, monkeypatch, needs(build=True), skipped=("flash-attn",))
+    status = {c.id: c.status for c in skipped.checks}
+    assert (status["nvcc"], status["gcc"], status["ninja"]) == ("warn", "warn", "ok")
+    assert skipped.ok, [(c.id, c.summary) for c in skipped.checks if c.status == "fail"]
+    assert "flash-attn's build left out (--skip-phase flash-attn)" in skipped.check("ninja").summary
+    assert "--skip-phase flash-attn" in skipped.check("gcc").detail
+    # Another phase skipped leaves the build in place.
+    other = examine(machine, monkeypatch, needs(build=True), skipped=("verl",))
+    assert other.check("nvcc").status == "fail"
+
+
+def test_a_prebuilt_wheel_needs_no_toolkit(
+    machine: FakeMachine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """flash-attn as a wheel (no source build in the manifest): nothing to compile here."""
+    unfit(machine)
+    report = examine(machine, monkeypatch, with_wheel(needs(), "flash-attn", "flash-attn"))
+    assert report.check("nvcc").status == "warn"
+    assert "No CUDA source build" in report.check("nvcc").detail
+    assert report.check("ninja").status == "ok"
+    assert report.ok
+
+
+def test_the_bundles_ninja_wheel_counts(
+    machine: FakeMachine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    machine.toolkit("11.8")
+    machine.gcc("11.4.0")
+    plain = examine(machine, monkeypatch, needs(build=True)).check("ninja")
+    assert plain.status == "fail"
+    carried = with_wheel(needs(build=True), "ninja", "wheels")
+    ninja = examine(machine, monkeypatch, carried).check("ninja")
+    assert ninja.status == "ok" and "the bundle's wheel" in ninja.summary
+
+
+def test_skip_phase_on_the_command_line(machine: FakeMachine, tmp_path: Path) -> None:
+    unfit(machine)
+    bundle = write_bundle(tmp_path / "b", needs(build=True))
+    assert run_cli(["--bundle", str(bundle)], machine).returncode == 1
+    both = ["--skip-phase", "flash-attn", "--skip-phase", "verl", "--json"]
+    r = run_cli(["--bundle", str(bundle), *both], machine)
+    assert r.returncode == 0, r.stdout
+    checks = {c["id"]: c for c in json.loads(r.stdout)["result"]["checks"]}
+    assert checks["ninja"]["status"] == "ok"
+    r = run_cli(["--bundle", str(bundle), "--skip-phase", "nope"], machine)
+    assert r.returncode == 2
+    assert r.stderr == (
+        "doctor: --skip-phase nope: no such phase (phases: torch, wheels, flash-attn, verl)\n"
+    )
+
+
+def test_no_bundle_checks_the_host_on_its_own(machine: FakeMachine, tmp_path: Path) -> None:
+    r = run_cli(["--json"], machine, cwd=tmp_path)
+    doc = json.loads(r.stdout)
+    assert [c["id"] for c in doc["result"]["checks"]] == GENERIC
+    assert r.returncode == (0 if doc["ok"] else 1)
+    text = run_cli([], machine, cwd=tmp_path)
+    assert "checked without a bundle" in text.stdout.splitlines()[-1]
+    r = run_cli(["--skip-phase", "verl"], machine, cwd=tmp_path)
+    assert r.returncode == 2 and "needs a bundle" in r.stderr
+
+
+def extracted(where: Path, data: dict[str, Any]) -> Path:
+    """A bundle directory as extracted: manifest.json and SHA256SUMS mark it."""
+    bundle = write_bundle(where, data)
+    (bundle / "SHA256SUMS").write_text("")
+    (bundle / "wheels").mkdir()
+    return bundle
+
+
+def test_run_from_inside_a_bundle_it_picks_the_bundle_up(
+    machine: FakeMachine, tmp_path: Path
+) -> None:
+    bundle = extracted(tmp_path / "verl-bundle-x", needs(build=True))
+    for cwd in (bundle, bundle / "wheels"):
+        r = run_cli(["--json"], machine, cwd=cwd)
+        assert [c["id"] for c in json.loads(r.stdout)["result"]["checks"]] == IDS
+        assert r.returncode == 1  # no nvcc, no ninja for the flash-attn build
+
+
+def test_verl_bundle_doctor_without_a_stack(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`verl-bundle doctor` alone: the host generically, or the bundle it is run from."""
+    monkeypatch.chdir(tmp_path)
+    result = run(["doctor", "--json", "--python", sys.executable], capsys)
+    assert result.code in (0, 1), result.err
+    doc = json.loads(result.out)
+    assert [c["id"] for c in doc["result"]["checks"]] == GENERIC
+    bundle = extracted(tmp_path / "bundle", needs())
+    monkeypatch.chdir(bundle / "wheels")
+    inside = run(["doctor", "--json", "--python", sys.executable], capsys)
+    assert [c["id"] for c in json.loads(inside.out)["result"]["checks"]] == IDS
+    text = run(["doctor", "--bundle", str(tmp_path / "none")], capsys)
+    assert text.code == 2 and text.err.count("\n") == 1 and "cannot read" in text.err
