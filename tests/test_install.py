@@ -21,6 +21,10 @@ pytestmark = pytest.mark.slow
 
 FLASH_WHEEL = "flash_attn-2.5.8+cu118torch2.1cxx11abiFALSE-cp310-cp310-linux_x86_64.whl"
 
+# The toy stack is cu118-legacy's: it installs, every check passes, and readiness reports that
+# verl cannot train with it, which that profile declares (so the install stands).
+LEGACY_VERDICT = "post-install checks: passed, but not ready to train (the profile's known limit)"
+
 
 @pytest.fixture
 def bundle(built_bundle: tuple[Path, Path, dict[str, object]], tmp_path: Path) -> Path:
@@ -86,7 +90,11 @@ def test_airgapped_install_into_a_fresh_python310_venv(
     assert events[-1]["event"] == "result" and events[-1]["exit_code"] == 0
     out = proc.stdout
     assert "[1/7] checking every file against SHA256SUMS" in out
-    assert "post-install checks: all passed" in out
+    assert LEGACY_VERDICT in out
+    # Readiness: the toy verl has no trainer, and the profile says why it cannot train.
+    assert "not ready: verl.trainer.main_ppo: No module named 'verl.trainer'" in out
+    assert "known limit: not ready to train: torch 2.1.2 lacks" in out
+    assert "all passed" not in out
     assert f"source {shlex.quote(str(prefix / 'bin' / 'activate'))}" in out
     assert "skipped phases" not in out
     check = venv_python(
@@ -102,7 +110,7 @@ def test_airgapped_install_into_a_fresh_python310_venv(
     log = (prefix / ".verl-bundle" / "install.log").read_text()
     assert log.startswith("==> [1/7] checking every file against SHA256SUMS")
     assert "doctor: ready to install" in log
-    assert "phase verl" in log and "post-install checks: all passed" in log
+    assert "phase verl" in log and LEGACY_VERDICT in log
     # The bundle tells the server's admin what it is and how to use it.
     readme = (bundle / "README.txt").read_text()
     for word in ("./install.sh", "Exit codes", "Uninstall", "Upgrade", "install.log"):
@@ -206,7 +214,7 @@ def test_site_pip_configuration_cannot_redirect_the_install(
     assert proc.returncode == 0, output(proc)
     assert "127.0.0.1:9" not in output(proc)
     assert time.monotonic() - started < 300  # no 600 s timeout was honoured
-    assert "post-install checks: all passed" in proc.stdout
+    assert LEGACY_VERDICT in proc.stdout
 
 
 def test_install_into_an_existing_environment_keeps_its_pip(
@@ -284,7 +292,7 @@ def test_install_killed_inside_a_phase_completes_when_run_again(
     # The same end state as an uninterrupted install: every distribution at its bundled
     # version, every installed file as its wheel recorded it.
     assert "ok   versions" in again.stdout and "ok   files" in again.stdout
-    assert "post-install checks: all passed" in again.stdout
+    assert LEGACY_VERDICT in again.stdout
 
 
 def test_ctrl_c_stops_with_a_resume_hint(bundle: Path, home: Path, tmp_path: Path) -> None:

@@ -470,3 +470,56 @@ def test_the_probe_is_carried_in_every_bundle() -> None:
     here = Path(readiness.__file__).parent
     assert (here / "readiness_probe.py").is_file() and (here / "readiness.json").is_file()
     assert os.path.basename(readiness.PROBE) == "readiness_probe.py"
+
+
+# -- post-install ------------------------------------------------------------------------------
+
+
+def postinstall(py: Path, bundle_dir: Path) -> subprocess.CompletedProcess[str]:
+    env = clean_environ(bundle_dir.parent)
+    env["PYTHONPATH"] = str(ROOT)
+    return subprocess.run(
+        [str(py), "-m", "verl_bundle.airgap", "postinstall", "--bundle", str(bundle_dir)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+
+
+@pytest.mark.slow
+def test_post_install_fails_when_the_trainer_cannot_start(
+    legacy: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """Every install check passes, but verl cannot train and the profile declares no such
+    limit: a failed install, and never "all passed"."""
+    py, limited = legacy
+    doc = json.loads((limited / mf.MANIFEST).read_text())
+    del doc["readiness"]
+    plain = tmp_path / "bundle"
+    plain.mkdir()
+    (plain / mf.MANIFEST).write_text(json.dumps(doc))
+    out = postinstall(py, plain)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "ok   versions" in out.stdout
+    assert out.stdout.splitlines()[0].startswith("not ready: verl.workers.fsdp_workers")
+    assert out.stdout.rstrip().endswith("post-install checks: 1 failed; not ready to train")
+    assert "all passed" not in out.stdout
+    # With the limit declared (cu118-legacy), the same environment is reported, not failed.
+    kept = postinstall(py, limited)
+    assert kept.returncode == 0, kept.stdout + kept.stderr
+    assert kept.stdout.rstrip().endswith(
+        "post-install checks: passed, but not ready to train (the profile's known limit)"
+    )
+
+
+@pytest.mark.slow
+def test_post_install_says_ready(current: tuple[Path, Path]) -> None:
+    py, where = current
+    out = postinstall(py, where)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert (
+        out.stdout.rstrip()
+        .splitlines()[-1]
+        .startswith("post-install checks: all passed; ready: PPO with FSDP and vLLM rollout")
+    )

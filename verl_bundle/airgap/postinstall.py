@@ -337,13 +337,59 @@ def main(argv: list[str]) -> int:
         return 2
     results = run_checks(manifest, args.require_gpu, args.skip_phase, args.check_files)
     failed = [r for r in results if r.status == "fail"]
+    ready, why = _readiness(root, args.require_gpu, args.skip_phase)
+    if ready is not None and ready.status == "fail":
+        failed.append(ready)
     if args.json:
         doc: dict[str, Any] = {"ok": not failed, "checks": [asdict(r) for r in results]}
+        doc["readiness"] = asdict(ready) if ready is not None else None
         print(json.dumps(doc, indent=2))
     else:
+        # Readiness first: the checks' table and the verdict stay the last lines (a failed
+        # install shows its output's tail).
+        if ready is not None:
+            print(ready.summary)
         for r in results:
             print(f"{r.status:<4} {r.id:<18} {r.summary}")
             if r.fix and r.status in ("fail", "warn"):
                 print(f"     fix: {r.fix}")
-        print("post-install checks: " + ("all passed" if not failed else f"{len(failed)} failed"))
+        print("post-install checks: " + _verdict(failed, ready, why))
     return 1 if failed else 0
+
+
+def _readiness(root: str, require_gpu: bool, skipped: list[str]) -> tuple[Result | None, str]:
+    """Ready to train, not just installed (airgap/readiness.py), for a bundle with verl.
+
+    Not ready fails the post-install checks, unless the profile declares that limit or phases
+    were skipped on purpose: then it is reported (with why) and the install stands."""
+    from verl_bundle.airgap import manifest as mf
+    from verl_bundle.airgap import readiness
+
+    m = mf.load(root).without_phases(skipped)
+    if not m.has("verl"):
+        return None, ""
+    try:
+        report = readiness.run_readiness(m, sys.executable, require_gpu)
+    except readiness.ReadinessError as exc:
+        return Result("readiness", "fail", f"readiness: {exc}", "rerun ./install.sh"), ""
+    text = readiness.render_text(report)
+    if report.ready:
+        return Result("readiness", "ok", text), ""
+    why = ""
+    if report.limit:
+        why = "the profile's known limit"
+    elif skipped:
+        why = f"skipped phases: {', '.join(skipped)}"
+        text += f"\nskipped phases ({', '.join(skipped)}) are not installed: that is why"
+    first = next(c for c in report.checks if c.status == "fail")
+    return Result("readiness", "warn" if why else "fail", text, first.fix), why
+
+
+def _verdict(failed: list[Result], ready: Result | None, why: str) -> str:
+    """The last line; never "all passed" when the trainer cannot start."""
+    if failed:
+        return f"{len(failed)} failed" + ("; not ready to train" if ready in failed else "")
+    if ready is None or ready.status == "ok":
+        head = ready.summary.splitlines()[0] if ready else ""
+        return "all passed" + (f"; {head}" if head else "")
+    return f"passed, but not ready to train ({why})"
