@@ -62,6 +62,9 @@ def main() -> int:
         help="also time pip on the same files: `pip download --no-deps` of the locked URLs, and "
         "`pip install --no-index --find-links` of the bundle's wheels into a fresh venv",
     )
+    parser.add_argument(
+        "--keep", action="store_true", help="keep each profile's bundle and rehearsal (disk!)"
+    )
     args = parser.parse_args()
     if args.workdir.exists():
         shutil.rmtree(args.workdir)
@@ -74,6 +77,8 @@ def main() -> int:
         )
         verdicts[name] = verdict
         failed = failed or code != 0
+        if not args.keep:  # several GB each: the next profile needs the disk
+            shutil.rmtree(args.workdir / name, ignore_errors=True)
     print("readiness per profile (rehearsed here: no GPU, no nvcc):")
     for name, verdict in verdicts.items():
         print(f"  {name:<8} {verdict}")
