@@ -491,7 +491,8 @@ def test_a_command_imports_only_what_it_uses(
     argv = [a.format(log=log, missing=tmp_path / "nope") for a in args]
     code = (
         "import sys\n"
-        "from verl_bundle.cli import Session, run\n"
+        "from verl_bundle.cli import run\n"
+        "from verl_bundle.cli_options import Session\n"
         f"code = run({argv!r}, Session())\n"
         "print(' '.join(sorted(sys.modules)), file=sys.stderr)"
     )

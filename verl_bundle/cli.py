@@ -8,9 +8,7 @@ output is written. `main` is the one place errors become a line on stderr and an
 
 from __future__ import annotations
 
-import enum
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -18,11 +16,24 @@ import typer
 
 from verl_bundle import __version__
 from verl_bundle.airgap.render import printable
-from verl_bundle.credentials import Redactor
+from verl_bundle.cli_options import (
+    CacheDir,
+    Compress,
+    Cuda,
+    Interpreter,
+    Jobs,
+    Json,
+    Mirror,
+    Platform,
+    ProfileOpt,
+    Session,
+    StackOptions,
+    TargetPython,
+    session_of,
+)
 from verl_bundle.errors import EXIT_FAILED, EXIT_USAGE, BundleError, UsageError
 
 if TYPE_CHECKING:
-    from verl_bundle.pipeline import Request
     from verl_bundle.render import Shown
 
 EXIT_INTERRUPTED = 130
@@ -54,123 +65,10 @@ profiles_app = typer.Typer(
 app.add_typer(profiles_app, name="profiles")
 
 
-@dataclass
-class Session:
-    """One run's settings: made by `main`, reached by commands through typer's context (never a
-    module global), read again by `main` when an error is reported."""
-
-    debug: bool = False
-    redact: Redactor = field(default_factory=Redactor)
-
-
-def _session(ctx: typer.Context) -> Session:
-    found = ctx.find_object(Session)
-    if found is None:  # run without `main` (typer's own runner): a session of its own
-        found = ctx.ensure_object(Session)
-    return found
-
-
-# -- options used by several commands, declared once ----------------------------------------
-Cuda = Annotated[
-    str | None,
-    typer.Option(
-        help="Pick the built-in profile for this CUDA version (nvidia-smi's 'CUDA Version'), "
-        "e.g. 11.8.",
-        metavar="X.Y",
-    ),
-]
-ProfileOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--profile",
-        help="A built-in profile by name (see `verl-bundle profiles`) or a path to your own TOML.",
-        metavar="NAME|PATH",
-    ),
-]
-TargetPython = Annotated[
-    str | None,
-    typer.Option(
-        "--python",
-        help="The server's Python (default: the profile's). Wheels are chosen for it, not for "
-        "the Python running this command.",
-        metavar="X.Y",
-    ),
-]
-Interpreter = Annotated[
-    str | None,
-    typer.Option(
-        "--python",
-        help="The interpreter to use: a path, or a version X.Y looked up on PATH and in pyenv.",
-        metavar="PATH|X.Y",
-    ),
-]
-Platform = Annotated[
-    str | None,
-    typer.Option(
-        help="The server's wheel platform (default: the profile's, e.g. manylinux_2_17_x86_64)."
-    ),
-]
-Mirror = Annotated[
-    list[str] | None,
-    typer.Option(
-        help="Replace a profile location by name, e.g. pypi=https://nexus.corp/repository/pypi/simple "
-        "or pytorch-cu118=https://artifactory.corp/api/pypi/torch-cu118/simple. Repeatable. "
-        "Credentials in the URL are used and never shown.",
-        metavar="NAME=URL",
-    ),
-]
-CacheDir = Annotated[
-    Path | None,
-    typer.Option(help="Download cache (content-addressed; default: $XDG_CACHE_HOME/verl-bundle)."),
-]
-Jobs = Annotated[int, typer.Option(min=1, max=64, help="Parallel downloads.")]
-Json = Annotated[bool, typer.Option("--json", help="Print a JSON document instead of text.")]
-
-
-class Compress(str, enum.Enum):
-    none = "none"
-    gz = "gz"
-    zstd = "zstd"
-
-
-@dataclass(frozen=True)
-class StackOptions:
-    """The options that name a stack and where its files come from (lock and build)."""
-
-    cuda: str | None
-    profile: str | None
-    python: str | None
-    platform: str | None
-    mirror: list[str] | None
-    cache_dir: Path | None
-    jobs: int
-
-    def request(self, session: Session) -> Request:
-        from verl_bundle.catalog import select_profile, target_for
-        from verl_bundle.fetch import default_cache_dir
-        from verl_bundle.pipeline import Request
-        from verl_bundle.profile import parse_mirror
-
-        mirrors = dict(parse_mirror(m) for m in (self.mirror or []))
-        session.redact = Redactor.for_urls(list(mirrors.values()))
-        chosen = select_profile(self.cuda, self.profile).with_mirrors(mirrors)
-        # A profile file may carry credentials in its own location URLs: keep those out too.
-        urls = [loc.url for loc in chosen.locations.values() if loc.url]
-        session.redact = Redactor.for_urls(urls)
-        return Request(
-            profile=chosen,
-            target=target_for(chosen, self.python, self.platform),
-            mirrors=mirrors,
-            cache_dir=self.cache_dir or default_cache_dir(),
-            jobs=self.jobs,
-            python_given=self.python is not None,
-        )
-
-
 def _show(ctx: typer.Context, shown: Shown, json_out: bool) -> None:
     """The one place a result is written: the JSON envelope, or notes on stderr and text on
     stdout; then exit 1 when the result is a failure."""
-    redact = _session(ctx).redact
+    redact = session_of(ctx).redact
     if json_out:
         typer.echo(redact(shown.json()))
     else:
@@ -199,7 +97,7 @@ def _main(
         ),
     ] = False,
 ) -> None:
-    _session(ctx).debug = debug
+    session_of(ctx).debug = debug
 
 
 @app.command(short_help="Resolve a stack for the server and write its lock.")
@@ -238,7 +136,7 @@ def lock(
     from verl_bundle.progress import reporter
 
     options = StackOptions(cuda, profile, python, platform, mirror, cache_dir, jobs)
-    req = options.request(_session(ctx))
+    req = options.request(session_of(ctx))
     with reporter(quiet=json_out) as rep:
         if check:
             shown = render.lock_check(check_lock(req, output, rep))
@@ -281,7 +179,7 @@ def build_cmd(
     from verl_bundle.progress import reporter
 
     options = StackOptions(cuda, profile, python, platform, mirror, cache_dir, jobs)
-    req = BuildRequest(options.request(_session(ctx)), output, lock_file, compress.value)
+    req = BuildRequest(options.request(session_of(ctx)), output, lock_file, compress.value)
     with reporter(quiet=json_out) as rep:
         shown = render.build(build(req, rep))
     _show(ctx, shown, json_out)

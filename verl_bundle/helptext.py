@@ -34,7 +34,8 @@ if __name__ == "__main__":  # pragma: no cover - regenerates this file
     import io
     from pathlib import Path
 
-    from verl_bundle.cli import Session, run
+    from verl_bundle.cli import run
+    from verl_bundle.cli_options import Session
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):

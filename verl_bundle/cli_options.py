@@ -1,0 +1,129 @@
+"""The command line's shared pieces: the options several commands take (declared once, as
+`Annotated` aliases), the request they build, and the session a run's commands share."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from verl_bundle.credentials import Redactor
+
+if TYPE_CHECKING:
+    from verl_bundle.pipeline import Request
+
+
+@dataclass
+class Session:
+    """One run's settings: made by `main`, reached by commands through typer's context (never a
+    module global), read again by `main` when an error is reported."""
+
+    debug: bool = False
+    redact: Redactor = field(default_factory=Redactor)
+
+
+def session_of(ctx: typer.Context) -> Session:
+    found = ctx.find_object(Session)
+    if found is None:  # run without `main` (typer's own runner): a session of its own
+        found = ctx.ensure_object(Session)
+    return found
+
+
+# -- options used by several commands, declared once ----------------------------------------
+Cuda = Annotated[
+    str | None,
+    typer.Option(
+        help="Pick the built-in profile for this CUDA version (nvidia-smi's 'CUDA Version'), "
+        "e.g. 11.8.",
+        metavar="X.Y",
+    ),
+]
+ProfileOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--profile",
+        help="A built-in profile by name (see `verl-bundle profiles`) or a path to your own TOML.",
+        metavar="NAME|PATH",
+    ),
+]
+TargetPython = Annotated[
+    str | None,
+    typer.Option(
+        "--python",
+        help="The server's Python (default: the profile's). Wheels are chosen for it, not for "
+        "the Python running this command.",
+        metavar="X.Y",
+    ),
+]
+Interpreter = Annotated[
+    str | None,
+    typer.Option(
+        "--python",
+        help="The interpreter to use: a path, or a version X.Y looked up on PATH and in pyenv.",
+        metavar="PATH|X.Y",
+    ),
+]
+Platform = Annotated[
+    str | None,
+    typer.Option(
+        help="The server's wheel platform (default: the profile's, e.g. manylinux_2_17_x86_64)."
+    ),
+]
+Mirror = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="Replace a profile location by name, e.g. pypi=https://nexus.corp/repository/pypi/simple "
+        "or pytorch-cu118=https://artifactory.corp/api/pypi/torch-cu118/simple. Repeatable. "
+        "Credentials in the URL are used and never shown.",
+        metavar="NAME=URL",
+    ),
+]
+CacheDir = Annotated[
+    Path | None,
+    typer.Option(help="Download cache (content-addressed; default: $XDG_CACHE_HOME/verl-bundle)."),
+]
+Jobs = Annotated[int, typer.Option(min=1, max=64, help="Parallel downloads.")]
+Json = Annotated[bool, typer.Option("--json", help="Print a JSON document instead of text.")]
+
+
+class Compress(str, enum.Enum):
+    none = "none"
+    gz = "gz"
+    zstd = "zstd"
+
+
+@dataclass(frozen=True)
+class StackOptions:
+    """The options that name a stack and where its files come from (lock and build)."""
+
+    cuda: str | None
+    profile: str | None
+    python: str | None
+    platform: str | None
+    mirror: list[str] | None
+    cache_dir: Path | None
+    jobs: int
+
+    def request(self, session: Session) -> Request:
+        from verl_bundle.catalog import select_profile, target_for
+        from verl_bundle.fetch import default_cache_dir
+        from verl_bundle.pipeline import Request
+        from verl_bundle.profile import parse_mirror
+
+        mirrors = dict(parse_mirror(m) for m in (self.mirror or []))
+        session.redact = Redactor.for_urls(list(mirrors.values()))
+        chosen = select_profile(self.cuda, self.profile).with_mirrors(mirrors)
+        # A profile file may carry credentials in its own location URLs: keep those out too.
+        urls = [loc.url for loc in chosen.locations.values() if loc.url]
+        session.redact = Redactor.for_urls(urls)
+        return Request(
+            profile=chosen,
+            target=target_for(chosen, self.python, self.platform),
+            mirrors=mirrors,
+            cache_dir=self.cache_dir or default_cache_dir(),
+            jobs=self.jobs,
+            python_given=self.python is not None,
+        )
