@@ -15,10 +15,11 @@ import json
 import re
 import subprocess
 import sys
+import warnings
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from verl_bundle.airgap.layout import find_root, read_manifest
+from verl_bundle.airgap.manifest import Checks, Manifest, ManifestError, find_root, load
 
 try:  # Python 3.8+
     from importlib import metadata as importlib_metadata
@@ -42,7 +43,7 @@ def _norm_version(version: str) -> str:
     return version.lower()
 
 
-def check_versions(manifest: dict[str, Any]) -> list[Result]:
+def check_versions(manifest: Manifest) -> list[Result]:
     """Every distribution the bundle installs is present at the bundled version."""
     installed: dict[str, str] = {}
     if importlib_metadata is not None:
@@ -52,15 +53,13 @@ def check_versions(manifest: dict[str, Any]) -> list[Result]:
                 installed[_norm(name)] = dist.version
     wrong = []
     missing = []
-    for entry in manifest.get("files", []):
-        if entry.get("kind") == "bootstrap":
-            continue
-        name = _norm(entry["name"])
+    for entry in manifest.installed:
+        name = _norm(entry.name)
         got = installed.get(name)
         if got is None:
             missing.append(name)
-        elif _norm_version(got) != _norm_version(entry["version"]):
-            wrong.append("{} {} (bundle: {})".format(name, got, entry["version"]))
+        elif _norm_version(got) != _norm_version(entry.version):
+            wrong.append(f"{name} {got} (bundle: {entry.version})")
     if missing or wrong:
         return [
             Result(
@@ -71,16 +70,16 @@ def check_versions(manifest: dict[str, Any]) -> list[Result]:
                 "run ./install.sh again; it reinstalls the phase that did not finish",
             )
         ]
-    count = sum(1 for e in manifest.get("files", []) if e.get("kind") != "bootstrap")
+    count = len(manifest.installed)
     return [Result("versions", "ok", f"{count} distributions installed at the bundled versions")]
 
 
-def check_files(manifest: dict[str, Any]) -> list[Result]:
+def check_files(manifest: Manifest) -> list[Result]:
     """Every installed file of the bundled distributions matches its RECORD hash: nothing was
     left half-written by an interrupted install."""
     if importlib_metadata is None:
         return []
-    wanted = {_norm(e["name"]) for e in manifest.get("files", []) if e.get("kind") != "bootstrap"}
+    wanted = {_norm(e.name) for e in manifest.installed}
     bad: list[str] = []
     checked = 0
     for dist in importlib_metadata.distributions():
@@ -135,10 +134,10 @@ def check_imports(modules: list[str]) -> list[Result]:
     return out
 
 
-def check_torch(checks: dict[str, Any]) -> list[Result]:
-    want_version = checks.get("torch_version")
-    want_cuda = checks.get("torch_cuda")
-    wheel = checks.get("flash_attn_wheel")
+def check_torch(checks: Checks) -> list[Result]:
+    want_version = checks.torch_version
+    want_cuda = checks.torch_cuda
+    wheel = checks.flash_attn_wheel
     if not (want_version or want_cuda or wheel):
         return []
     try:
@@ -220,7 +219,7 @@ def check_gpu(require_gpu: bool, has_flash: bool) -> list[Result]:
     out = [Result("gpu", "ok", f"torch sees {torch.cuda.device_count()} GPU(s)")]
     if has_flash:
         proc = subprocess.run(
-            [sys.executable, "-c", GPU_SMOKE],
+            [sys.executable, "-W", f"ignore:{DISTUTILS_NOISE}", "-c", GPU_SMOKE],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -282,38 +281,27 @@ def check_requirements() -> list[Result]:
     ]
 
 
-def without_phases(manifest: dict[str, Any], skipped: list[str]) -> dict[str, Any]:
-    """The manifest as if the skipped phases were not in the bundle (a rehearsal that could
-    not do a source build): their packages and their imports are not checked."""
-    if not skipped:
-        return manifest
-    gone = {_norm(e["name"]) for e in manifest.get("files", []) if e.get("phase") in skipped}
-    out = dict(manifest)
-    out["files"] = [e for e in manifest.get("files", []) if _norm(e["name"]) not in gone]
-    checks = dict(manifest.get("checks", {}))
-    checks["imports"] = [m for m in checks.get("imports", []) if _norm(m) not in gone]
-    if "flash-attn" in gone:
-        checks["flash_attn_wheel"] = None
-    out["checks"] = checks
-    return out
+# Printed by setuptools' distutils shim when something imports distutils after setuptools: noise
+# for a user, not a finding.
+DISTUTILS_NOISE = "Setuptools is replacing distutils"
 
 
 def run_checks(
-    manifest: dict[str, Any],
+    manifest: Manifest,
     require_gpu: bool = False,
     skipped: list[str] | None = None,
     files: bool = False,
 ) -> list[Result]:
-    manifest = without_phases(manifest, skipped or [])
-    checks = manifest.get("checks", {})
-    results = check_versions(manifest)
-    if files:
-        results += check_files(manifest)
-    results += check_imports(list(checks.get("imports", [])))
-    results += check_torch(checks)
-    results += check_requirements()
-    has_flash = any(_norm(e["name"]) == "flash-attn" for e in manifest.get("files", []))
-    results += check_gpu(require_gpu, has_flash)
+    manifest = manifest.without_phases(skipped or [])
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=DISTUTILS_NOISE)
+        results = check_versions(manifest)
+        if files:
+            results += check_files(manifest)
+        results += check_imports(list(manifest.checks.imports))
+        results += check_torch(manifest.checks)
+        results += check_requirements()
+        results += check_gpu(require_gpu, manifest.has("flash-attn"))
     return results
 
 
@@ -331,9 +319,9 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     root = find_root(args.bundle)
     try:
-        manifest = read_manifest(root)
-    except (OSError, ValueError) as exc:
-        print(f"postinstall: cannot read {root}/manifest.json: {exc}", file=sys.stderr)
+        manifest = load(root)
+    except ManifestError as exc:
+        print(f"postinstall: {exc}", file=sys.stderr)
         return 2
     results = run_checks(manifest, args.require_gpu, args.skip_phase, args.check_files)
     failed = [r for r in results if r.status == "fail"]

@@ -96,15 +96,20 @@ def problem(dist: Dist, check_hashes: bool) -> str | None:
         return "no RECORD (it was being unpacked)"
     if not check_hashes:
         return None
+    listed = set()
     for row in rows:
+        path = os.path.normpath(os.path.join(dist.site, row[0]))
+        listed.add(path)
+        if not os.path.isfile(path):
+            return f"{row[0]} is missing"
         if len(row) < 2 or not row[1].startswith("sha256="):
             continue
-        path = os.path.normpath(os.path.join(dist.site, row[0]))
-        try:
-            if _digest(path) != row[1][len("sha256=") :]:
-                return f"{row[0]} differs from its RECORD"
-        except OSError:
-            return f"{row[0]} is missing"
+        if _digest(path) != row[1][len("sha256=") :]:
+            return f"{row[0]} differs from its RECORD"
+    # A file the installer was writing when it stopped (a temporary name) is not in RECORD.
+    for name in os.listdir(dist.path):
+        if os.path.normpath(os.path.join(dist.path, name)) not in listed:
+            return f"{os.path.basename(dist.path)}/{name} is not in its RECORD"
     return None
 
 

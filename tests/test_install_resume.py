@@ -1,0 +1,189 @@
+"""A rerun always resumes (issue 8 #1) and a newer bundle upgrades in place (issue 8 #5).
+
+Interrupted inside a large wheel (kill -9 or Ctrl-C while its files appear and before its
+RECORD is written), the rerun ends in the same state as an uninterrupted install: the same
+distributions at the same versions, the same files with the same RECORD hashes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from airgap import extract, netns_prefix, python310, run_install
+from bundlefix import drop_package, replace_wheel
+from conftest import clean_environ
+
+from verl_bundle.airgap.events import read_events
+
+pytestmark = pytest.mark.slow
+
+BIG = "transformers"
+
+
+@pytest.fixture(scope="module")
+def big_bundle(
+    built_bundle: tuple[Path, Path, dict[str, object]], tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """The cu118 bundle with a transformers wheel of 20,000 files: it takes uv or pip a
+    while to unpack, so an interruption can land inside it."""
+    root = extract(built_bundle[0], tmp_path_factory.mktemp("big"))
+    replace_wheel(root, BIG, bulk=20000)
+    return root
+
+
+def site(prefix: Path) -> Path:
+    return prefix / "lib" / "python3.10" / "site-packages"
+
+
+def snapshot(prefix: Path) -> dict[str, str]:
+    """Every installed distribution's RECORD (site-packages rows: scripts carry the prefix in
+    their shebang) and every file under site-packages."""
+    out: dict[str, str] = {}
+    for record in sorted(site(prefix).glob("*.dist-info/RECORD")):
+        rows = [r for r in record.read_text().splitlines() if not r.startswith("../")]
+        out[record.parent.name] = "\n".join(sorted(rows))
+    files = sorted(
+        p.relative_to(site(prefix)).as_posix()
+        for p in site(prefix).rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    )
+    out["(files)"] = "\n".join(files)
+    return out
+
+
+def _install(bundle: Path, prefix: Path, home: Path) -> subprocess.Popen[str]:
+    env = clean_environ(home)
+    env["HOME"] = str(home)
+    return subprocess.Popen(
+        [
+            *netns_prefix(),
+            str(bundle / "install.sh"),
+            "--prefix",
+            str(prefix),
+            "--python",
+            python310(),
+            "--yes",
+            "--skip-doctor",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+
+
+def _inside_big_wheel(prefix: Path) -> bool:
+    """Its files are appearing and its RECORD is not written yet."""
+    return (site(prefix) / BIG / "_bulk").is_dir() and not any(
+        site(prefix).glob(f"{BIG}-*.dist-info/RECORD")
+    )
+
+
+def _interrupt(bundle: Path, prefix: Path, home: Path, sig: int) -> bool:
+    proc = _install(bundle, prefix, home)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        if _inside_big_wheel(prefix):
+            os.killpg(proc.pid, sig)
+            proc.wait(timeout=120)
+            return _inside_big_wheel(prefix) or not any(
+                site(prefix).glob(f"{BIG}-*.dist-info/RECORD")
+            )
+        time.sleep(0.0005)
+    proc.kill()
+    proc.wait()
+    return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["kill-9", "ctrl-c"])
+def test_interrupted_inside_a_large_wheel_resumes_to_the_same_state(
+    big_bundle: Path, tmp_path: Path, sig: int
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    reference = tmp_path / "reference"
+    done = run_install(big_bundle, home, "--prefix", str(reference), "--python", python310())
+    assert done.returncode == 0, done.stdout + done.stderr
+    for attempt in range(5):
+        prefix = tmp_path / f"venv{attempt}"
+        if _interrupt(big_bundle, prefix, home, sig):
+            break
+    else:
+        pytest.fail("could not interrupt the install inside the large wheel in 5 tries")
+    events = tmp_path / "events.jsonl"
+    again = run_install(
+        big_bundle,
+        home,
+        "--prefix",
+        str(prefix),
+        "--python",
+        python310(),
+        "--yes",
+        "--skip-doctor",
+        "--events",
+        str(events),
+    )
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "uninstall-no-record-file" not in again.stdout + again.stderr
+    wheels = next(e for e in read_events(str(events)) if e.get("phase") == "wheels")
+    assert wheels["why"] == "interrupted"
+    assert "ok   files" in again.stdout  # every installed file checked against its RECORD
+    assert snapshot(prefix) == snapshot(reference)
+    # ... and a third run has nothing left to do.
+    third = run_install(big_bundle, home, "--prefix", str(prefix), "--python", python310())
+    assert third.returncode == 0 and third.stdout.count("already installed") == 4
+
+
+def test_a_rebuilt_bundle_upgrades_in_place(
+    built_bundle: tuple[Path, Path, dict[str, object]], tmp_path: Path
+) -> None:
+    """One pin changed and one package gone: the changed phase is installed again, the others
+    are left alone, the package that left is removed, and a rerun changes nothing."""
+    home = tmp_path / "home"
+    home.mkdir()
+    prefix = tmp_path / "venv"
+    old = extract(built_bundle[0], tmp_path / "old")
+    first = run_install(old, home, "--prefix", str(prefix), "--python", python310(), "--yes")
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert any(site(prefix).glob("pylatexenc-*.dist-info"))
+    new = extract(built_bundle[0], tmp_path / "new")
+    replace_wheel(new, "aioprometheus", version="1.0.1")
+    drop_package(new, "pylatexenc")
+    events = tmp_path / "events.jsonl"
+    upgrade = run_install(
+        new,
+        home,
+        "--prefix",
+        str(prefix),
+        "--python",
+        python310(),
+        "--yes",
+        "--events",
+        str(events),
+    )
+    assert upgrade.returncode == 0, upgrade.stdout + upgrade.stderr
+    phases = {
+        e["phase"]: (e["status"], e["why"] if e["status"] == "ok" else e["detail"])
+        for e in read_events(str(events))
+        if e["event"] == "phase" and e["status"] != "start"
+    }
+    assert phases == {
+        "torch": ("skip", "already installed"),
+        "wheels": ("ok", "changed"),
+        "flash-attn": ("skip", "already installed"),
+        "verl": ("skip", "already installed"),
+    }
+    assert [p.name for p in site(prefix).glob("aioprometheus-*.dist-info")] == [
+        "aioprometheus-1.0.1.dist-info"
+    ]
+    assert not list(site(prefix).glob("pylatexenc*"))
+    assert "removed pylatexenc 2.10: no longer in the bundle" in upgrade.stdout
+    assert "post-install checks: all passed" in upgrade.stdout
+    rerun = run_install(new, home, "--prefix", str(prefix), "--python", python310(), "--yes")
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert rerun.stdout.count("already installed") == 4
