@@ -3,6 +3,7 @@ not list never runs (issue 8 #6)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -131,3 +132,19 @@ def test_planted_bytecode_never_replaces_the_verifier(bundle: Path, tmp_path: Pa
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert "lib/verl_bundle/airgap/__pycache__/" in proc.stderr
     assert not (tmp_path / "p").exists()
+
+
+def test_json_result_is_one_envelope_on_stdout(bundle: Path, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    prefix = tmp_path / "p"
+    proc = run_install(bundle, home, "--prefix", str(prefix), "--dry-run", "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["schema"] == 1 and doc["command"] == "install" and doc["ok"] is True
+    assert doc["result"]["exit_code"] == 0 and doc["result"]["target"] == str(prefix)
+    assert "dry run: nothing is changed" in proc.stderr  # people's text goes to stderr
+    bad = run_install(
+        bundle, home, "--prefix", str(tmp_path / "b"), "--python", "/nonexistent", "--json"
+    )
+    assert bad.returncode == 4 and "is Python unknown" in bad.stderr

@@ -15,7 +15,7 @@ from verl_bundle.airgap.install import phases as ph
 from verl_bundle.airgap.install.options import InstallError
 
 if TYPE_CHECKING:
-    from verl_bundle.airgap.install.main import Installer
+    from verl_bundle.airgap.install.steps import Installer
 
 
 def dry_run(inst: Installer) -> None:

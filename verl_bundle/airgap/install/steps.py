@@ -1,0 +1,396 @@
+"""The install's steps, in order: verify, Python, doctor, venv, phases, post-install, done.
+
+Each step is announced to people (terminal and log) and emitted as a structured event with
+its status and time (`--events FILE`, the `--json` result).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import shlex
+import sys
+import time
+from typing import Any, Iterator
+
+from verl_bundle.airgap import manifest as mf
+from verl_bundle.airgap.events import EventLog
+from verl_bundle.airgap.install import env as envs
+from verl_bundle.airgap.install import phases as ph
+from verl_bundle.airgap.install.options import (
+    EXIT_DAMAGED,
+    EXIT_FAILED,
+    EXIT_NOT_READY,
+    EXIT_OK,
+    EXIT_USAGE,
+    InstallError,
+    Options,
+)
+from verl_bundle.airgap.install.output import Output
+from verl_bundle.airgap.install.state import State
+
+STEPS = (
+    ("verify", "checking every file against SHA256SUMS"),
+    ("python", "Python"),
+    ("doctor", "doctor"),
+    ("venv", "venv"),
+    ("phases", "phases"),
+    ("post-install", "post-install checks"),
+    ("done", "done"),
+)
+_NUMBER = {name: i for i, (name, _) in enumerate(STEPS, start=1)}
+# The interpreter flags and bootstrap every server tool runs with: no PYTHON* variables, no
+# user site, no current directory on the path, no bytecode read from or written to the bundle.
+ISOLATED = ("-I", "-B")
+BOOT = (
+    "import sys; sys.pycache_prefix = '/dev/null/none'; sys.path.insert(0, sys.argv.pop(1)); "
+    "from verl_bundle.airgap.__main__ import main; sys.exit(main(sys.argv[1:]))"
+)
+
+
+def heading(step: str, text: str) -> str:
+    return f"==> [{_NUMBER[step]}/{len(STEPS)}] {text}"
+
+
+class Installer:
+    """One run of install.sh over a bundle's typed manifest."""
+
+    def __init__(self, opts: Options, m: mf.Manifest, out: Output, events: EventLog) -> None:
+        self.opts, self.m, self.out, self.events = opts, m, out, events
+        self.target = opts.target
+        self.state = State(self.target)
+        self.target_py = os.path.join(self.target, "bin", "python")
+        self.current = "(start)"
+        self.resumed = False
+        self.kind = ""
+
+    # -- steps as events ------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def step(self, name: str, text: str | None = None) -> Iterator[dict[str, Any]]:
+        """Announce a step, time it, and emit its start and end events. The body may set
+        result["status"] ("skip") and result["detail"]."""
+        self.current = name
+        if text is not None:
+            self.out.say(heading(name, text))
+        self.events.emit("step", step=name, status="start")
+        result: dict[str, Any] = {"status": "ok", "detail": ""}
+        started = time.monotonic()
+        try:
+            yield result
+        except InstallError as exc:
+            self._end(
+                "step", name, "fail", started, exc.message.splitlines()[0] if exc.message else ""
+            )
+            raise
+        except KeyboardInterrupt:
+            self._end("step", name, "fail", started, "interrupted")
+            raise
+        self._end("step", name, result["status"], started, result["detail"])
+
+    def _end(
+        self, kind: str, name: str, status: str, started: float, detail: str, **more: Any
+    ) -> None:
+        self.events.emit(
+            kind,
+            **{kind: name},
+            status=status,
+            seconds=round(time.monotonic() - started, 3),
+            detail=detail,
+            **more,
+        )
+
+    # -- the steps ------------------------------------------------------------------------------
+
+    def verify(self) -> None:
+        from verl_bundle.airgap.verify import verify_dir
+
+        with self.step("verify", STEPS[0][1]) as result:
+            report = verify_dir(self.opts.bundle)
+            problems = [p.line() for p in report.problems]
+            problems += [
+                f"{p}: not listed in the manifest (planted code?)"
+                for p in unlisted_code(self.opts.bundle, self.m)
+            ]
+            if problems:
+                raise InstallError(
+                    EXIT_DAMAGED,
+                    "the bundle is damaged; these files do not match SHA256SUMS or the manifest:\n"
+                    + "\n".join(f"    {p}" for p in problems)
+                    + f"\n{self.nothing()} Copy the tarball again and check it against its .sha256 file.",
+                )
+            result["detail"] = f"{report.checked} files"
+
+    def python(self) -> str:
+        with self.step("python") as result:
+            py = envs.choose_python(self.opts, self.m, self.target)
+            got = envs.python_version(py) or "unknown"
+            self.out.say(
+                heading(
+                    "python",
+                    f"Python: {py} is {got}; this bundle is for Python {self.m.target.python} ({self.m.target.python_tag})",
+                )
+            )
+            envs.check_python(py, self.m)
+            result["detail"] = f"{py} is {got}"
+        return py
+
+    def doctor(self, python: str) -> None:
+        if self.opts.skip_doctor:
+            with self.step("doctor", "doctor skipped (--skip-doctor)") as result:
+                result.update(status="skip", detail="doctor skipped (--skip-doctor)")
+            return
+        with self.step(
+            "doctor", "doctor: checking this server against the bundle's needs"
+        ) as result:
+            from verl_bundle.airgap import doctor
+
+            args = ["--bundle", self.opts.bundle, "--python", python, "--prefix", self.target]
+            args += ["--require-gpu"] if self.opts.require_gpu else []
+            code, text = _captured(doctor.main, args)
+            for line in text.rstrip("\n").splitlines():
+                self.out.say(line)
+            if code != 0:
+                raise InstallError(
+                    EXIT_NOT_READY,
+                    f"the doctor found problems (above, each with its fix); {self.nothing()}\n"
+                    "Fix them and run ./install.sh again, or pass --skip-doctor if you know better.",
+                )
+            result["detail"] = "ready"
+
+    def confirm(self) -> None:
+        """Say what an install into an existing environment changes, and ask (unless --yes)."""
+        changes: list[str] = []
+        if self.kind == "env":
+            have = envs.versions_in(self.target_py)
+            for f in self.m.installed:
+                old = have.get(f.name)
+                if old is not None and old.lower() != f.version.lower():
+                    changes.append(f"{f.name} {old} -> {f.version}")
+            if changes:
+                self.out.say(
+                    f"Installing into {self.target} changes {len(changes)} distribution(s) it has:"
+                )
+                for c in changes:
+                    self.out.say(f"    {c}")
+        if self.opts.yes:
+            return
+        if not sys.stdin.isatty():
+            if changes:
+                raise InstallError(
+                    EXIT_USAGE,
+                    f"--into-env {self.target} would change the distributions above; pass --yes to accept",
+                )
+            return
+        sys.stdout.write(f"Install {self.m.name} into {self.target}? [y/N] ")
+        sys.stdout.flush()
+        answer = sys.stdin.readline().strip()
+        if answer not in ("y", "Y", "yes", "YES"):
+            self.out.say("nothing installed.")
+            raise InstallError(EXIT_OK)
+
+    def venv(self, python: str) -> envs.Tools:
+        if self.kind == "env":
+            text = f"installing into the existing environment {self.target}"
+        elif self.kind == "ours" and os.access(self.target_py, os.X_OK):
+            text = f"venv {self.target} exists; continuing in it"
+        else:
+            text = f"creating the venv {self.target}"
+        with self.step("venv", text):
+            os.makedirs(self.target, exist_ok=True)
+            self.state.create()
+            if self.kind != "env" and not self.state.made_venv():
+                self.state.mark_venv(self.m.name)  # before the venv: a killed run resumes
+            if self.opts.log is None:
+                self.out.open_log(self.state.path("install.log"))
+            if self.kind != "env" and not os.access(self.target_py, os.X_OK):
+                cmd = ph.Command(tuple(envs.venv_command(python, self.target)))
+                if ph.run_logged(cmd, self.state.path("venv.log"), self.out.say) != 0:
+                    raise InstallError(
+                        EXIT_NOT_READY,
+                        f"could not create a venv with {python}. On Debian/Ubuntu: apt install "
+                        f"python{self.m.target.python}-venv (from the intranet mirror or install media)",
+                    )
+            tools = envs.find_tools(self.m, self.opts.bundle, self.target_py, self.state, False)
+            boot = ph.pip_bootstrap(tools, self.state) if self.kind != "env" else None
+            pip_file = self.m.bootstrap_file("pip")
+            key = f"sha256:{pip_file.sha256}" if pip_file else ""
+            if boot is not None and not self.state.done("pip", key):
+                self.state.start("pip")
+                self.run_or_fail("pip", boot, self.state.path("pip.log"))
+                self.state.finish("pip", key)
+        return tools
+
+    def phases(self, tools: envs.Tools) -> list[str]:
+        """Install every phase not yet installed; returns the phases skipped on purpose."""
+        with self.step("phases") as result:
+            paths = envs.site_paths(self.target_py, self.target)
+            if self.kind != "env":
+                for gone in ph.remove_departed(self.m, self.state, paths):
+                    self.out.say(f"    removed {gone}: no longer in the bundle")
+            plans = ph.plan_phases(self.m, self.opts, self.target, tools, self.state)
+            for plan in plans:
+                self.phase(plan, paths)
+            self.state.record_installed({f.name: f.version for f in self.m.installed})
+            skipped = [p.phase for p in plans if p.action == "skip"]
+            result["detail"] = f"skipped: {', '.join(skipped)}" if skipped else ""
+        return skipped
+
+    def phase(self, plan: ph.PhasePlan, paths: Any) -> None:
+        self.current = f"phase {plan.phase}"
+        started = time.monotonic()
+        self.events.emit("phase", phase=plan.phase, status="start", tool=plan.tool, why=plan.why)
+        if plan.action != "install":
+            if plan.action == "skip":
+                self.out.say(heading("phases", f"phase {plan.phase}: skipped (--skip-phase)"))
+            else:
+                self.out.say(f"    phase {plan.phase}: already installed")
+            self._end("phase", plan.phase, "skip", started, plan.why, tool=plan.tool, why=plan.why)
+            return
+        if plan.why == "interrupted":
+            self.resumed = True
+            self.out.say(
+                f"    phase {plan.phase} was interrupted before; its half-written distributions are removed by their files and it is installed again"
+            )
+        elif plan.why == "changed":
+            self.out.say(
+                f"    phase {plan.phase} changed since it was installed (a newer bundle); installing what changed"
+            )
+        for gone in ph.reconcile(
+            self.m, plan.phase, self.opts.bundle, paths, plan.why == "interrupted"
+        ):
+            self.out.say(f"    removed {gone}")
+        if plan.max_jobs is not None:
+            words = " ".join(f"{k}={v}" for k, v in plan.build_env)
+            self.out.say(
+                heading(
+                    "phases",
+                    f"phase {plan.phase}: building on this server (MAX_JOBS={plan.max_jobs}; {words})",
+                )
+            )
+        else:
+            self.out.say(heading("phases", f"phase {plan.phase} ({plan.tool})"))
+        self.state.start(plan.phase)
+        try:
+            self.run_or_fail(plan.phase, plan.command, self.state.path(f"phase-{plan.phase}.log"))
+        except (InstallError, KeyboardInterrupt) as exc:
+            detail = (
+                "interrupted"
+                if isinstance(exc, KeyboardInterrupt)
+                else f"phase '{plan.phase}' failed"
+            )
+            self._end("phase", plan.phase, "fail", started, detail, tool=plan.tool, why=plan.why)
+            raise
+        self.state.finish(plan.phase, plan.key)
+        self._end("phase", plan.phase, "ok", started, plan.why, tool=plan.tool, why=plan.why)
+
+    def run_or_fail(self, what: str, cmd: ph.Command, logfile: str) -> None:
+        with open(logfile, "w", encoding="utf-8"):
+            pass
+        code = ph.run_logged(cmd, logfile, self.out.say)
+        _remove_tree(self.state.path("uv-cache"))
+        if code == 0:
+            return
+        from verl_bundle.airgap import explain
+
+        lines = [
+            f"phase '{what}' failed.",
+            f"command: {cmd.show()}",
+            f"last lines of its output ({logfile}):",
+        ]
+        lines += [f"    {line}" for line in ph.tail(logfile)]
+        self.out.err("\n".join(lines))
+        self.out.say("")
+        _, text = _captured(explain.main, [logfile])
+        for line in text.rstrip("\n").splitlines():
+            self.out.say(line)
+        raise InstallError(
+            EXIT_FAILED,
+            f"fix the cause and run ./install.sh again: it continues from phase '{what}'.",
+        )
+
+    def postinstall_command(self, skipped: list[str]) -> ph.Command:
+        argv = [self.target_py, *ISOLATED, "-c", BOOT, os.path.join(self.opts.bundle, "lib")]
+        argv += ["postinstall", "--bundle", self.opts.bundle]
+        argv += ["--require-gpu"] if self.opts.require_gpu else []
+        # pip and uv check every wheel's hash as they install; after an interrupted phase,
+        # every installed file is also checked against its RECORD.
+        argv += ["--check-files"] if self.resumed else []
+        for name in skipped:
+            argv += ["--skip-phase", name]
+        return ph.Command(tuple(argv))
+
+    def postinstall(self, skipped: list[str]) -> None:
+        with self.step("post-install", STEPS[5][1]):
+            self.run_or_fail(
+                "post-install checks",
+                self.postinstall_command(skipped),
+                self.state.path("checks.log"),
+            )
+
+    def done(self, skipped: list[str]) -> None:
+        with self.step("done", f"done: {self.m.name} is installed in {self.target}") as result:
+            self.out.say(
+                f"    activate it with:  source {shlex.quote(self.target + '/bin/activate')}"
+            )
+            if skipped:
+                self.out.say(
+                    f"    skipped phases: {', '.join(skipped)} (--skip-phase): their packages are "
+                    "not installed and were not checked; run ./install.sh again without "
+                    "--skip-phase to add them"
+                )
+                result["detail"] = f"skipped: {', '.join(skipped)}"
+            if self.out.log_path:
+                self.out.say(f"    log: {self.out.log_path}")
+
+    def nothing(self) -> str:
+        """What the failure left: nothing, or an earlier install as it was."""
+        if self.state.exists():
+            return f"nothing was changed in {self.target} (it keeps what an earlier run installed)."
+        return "nothing was installed."
+
+    # -- the whole run ----------------------------------------------------------------------------
+
+    def run(self) -> None:
+        self.kind = envs.check_prefix(self.opts, self.target)
+        self.verify()
+        python = self.python()
+        self.doctor(python)
+        self.confirm()
+        tools = self.venv(python)
+        skipped = self.phases(tools)
+        self.postinstall(skipped)
+        self.done(skipped)
+
+
+def unlisted_code(bundle: str, m: mf.Manifest) -> list[str]:
+    """Files under lib/ (code the installer runs) that the manifest does not list, __pycache__
+    included: a planted sitecustomize.py or .pyc must not run."""
+    listed = {g.path for g in m.generated}
+    out = []
+    lib = os.path.join(bundle, mf.LIB)
+    for dirpath, dirnames, filenames in os.walk(lib):
+        dirnames.sort()
+        for name in sorted(filenames):
+            rel = os.path.relpath(os.path.join(dirpath, name), bundle).replace(os.sep, "/")
+            if rel not in listed:
+                out.append(rel)
+    return out
+
+
+def _captured(fn: Any, args: list[str]) -> tuple[int, str]:
+    """Run a server tool's main(argv) in-process, its stdout captured."""
+    buf = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(buf):
+            code = fn(args)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 2
+    return int(code or 0), buf.getvalue()
+
+
+def _remove_tree(path: str) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
