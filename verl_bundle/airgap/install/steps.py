@@ -148,6 +148,8 @@ class Installer:
 
             args = ["--bundle", self.opts.bundle, "--python", python, "--prefix", self.target]
             args += ["--require-gpu"] if self.opts.require_gpu else []
+            for name in self.opts.skip_phases:  # a skipped source build needs no compiler
+                args += ["--skip-phase", name]
             code, text = _captured(doctor.main, args)
             for line in text.rstrip("\n").splitlines():
                 self.out.say(line)
