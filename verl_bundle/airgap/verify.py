@@ -1,25 +1,37 @@
 """Checking a bundle (a directory or the tarball itself) against SHA256SUMS and the manifest.
 
-Both lists hold every artifact's hash, so a change can be pinned on the file that changed: a
-file that matches the manifest but not SHA256SUMS means SHA256SUMS itself was altered.
+Both lists hold every file's hash, so a change can be pinned on the file that changed: a file
+that matches the manifest but not SHA256SUMS means SHA256SUMS itself was altered. A file that
+neither lists (a planted lib/sitecustomize.py, a __pycache__/*.pyc) is a problem too: a bundle
+holds only what it lists, and the installer refuses to run code it does not.
+
+Reads are large and every byte is hashed once per question: in a directory each file once, by
+as many threads as there are cores; in a tarball each member once on one thread while the
+other hashes the whole file for its .sha256 (only when that file is there).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
+import queue
 import re
 import subprocess
 import sys
 import tarfile
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import IO
+from typing import IO, Any
 
-from verl_bundle.airgap.layout import MANIFEST, SUMS, find_root
+from verl_bundle.airgap import manifest as mf
+from verl_bundle.airgap.hashing import CHUNK, HashingReader, StreamHash, sha256_file
 
-CHUNK = 1 << 20
+MANIFEST, SUMS = mf.MANIFEST, mf.SUMS
+READ = 4 << 20
+_GZIP, _ZSTD = (
+    b"\x1f\x8b",
+    b"\x28\xb5\x2f\xfd",
+)  # what a compressed tarball starts with  # one read of a tarball: large, so the hashing threads get big buffers
 
 
 @dataclass(frozen=True)
@@ -36,7 +48,7 @@ class Report:
     subject: str
     checked: int = 0
     problems: list[Problem] = field(default_factory=list)
-    extra: list[str] = field(default_factory=list)
+    extra: list[str] = field(default_factory=list)  # files neither list names (each a problem)
 
     @property
     def ok(self) -> bool:
@@ -51,17 +63,6 @@ def parse_sums(text: str) -> dict[str, str]:
         if m:
             sums[m.group(2)] = m.group(1).lower()
     return sums
-
-
-def manifest_hashes(manifest_text: str) -> dict[str, str] | None:
-    try:
-        data = json.loads(manifest_text)
-        out = {}
-        for entry in list(data.get("files", [])) + list(data.get("generated", [])):
-            out[str(entry["path"])] = str(entry["sha256"])
-        return out
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return None
 
 
 def _judge(
@@ -86,7 +87,10 @@ def _judge(
     if manifest_text is None:
         report.problems.append(Problem(MANIFEST, "missing"))
     else:
-        parsed = manifest_hashes(manifest_text)
+        try:
+            parsed: dict[str, str] | None = mf.loads(manifest_text).hashes()
+        except mf.ManifestError:
+            parsed = None
         if parsed is None:
             report.problems.append(Problem(MANIFEST, "altered: not a readable manifest"))
         elif actual.get(MANIFEST) == sums.get(MANIFEST):
@@ -118,21 +122,16 @@ def _judge(
             )
         )
     report.extra = sorted(p for p in actual if p not in sums and p not in listed and p != SUMS)
-
-
-def _sha256_file(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while True:
-            chunk = fh.read(CHUNK)
-            if not chunk:
-                break
-            h.update(chunk)
-    return h.hexdigest()
+    for path in report.extra:
+        report.problems.append(
+            Problem(
+                path, f"not listed in {SUMS} or the manifest; a bundle holds only what it lists"
+            )
+        )
 
 
 def verify_dir(path: str) -> Report:
-    root = find_root(path)
+    root = mf.find_root(path)
     report = Report(root)
     texts: dict[str, str] = {}
     files: dict[str, str] = {}
@@ -144,8 +143,6 @@ def verify_dir(path: str) -> Report:
                 report.problems.append(Problem(rel, "is a symbolic link; a bundle holds none"))
                 continue
             if name in filenames and os.path.isfile(full):
-                if rel.startswith("__pycache__/") or "/__pycache__/" in rel:
-                    continue
                 files[rel] = full
                 if rel in (SUMS, MANIFEST):
                     with open(full, encoding="utf-8", errors="replace") as fh:
@@ -153,31 +150,9 @@ def verify_dir(path: str) -> Report:
     # hashlib releases the GIL on large buffers, so files hash in parallel on every core.
     workers = max(1, min(8, os.cpu_count() or 1))
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        digests = dict(zip(files, pool.map(_sha256_file, files.values())))
+        digests = dict(zip(files, pool.map(sha256_file, files.values())))
     _judge(report, digests, texts.get(SUMS), texts.get(MANIFEST))
     return report
-
-
-class _HashingReader:
-    """Reads a file while hashing every byte, so the whole tarball is hashed in the same pass."""
-
-    def __init__(self, fh: IO[bytes]) -> None:
-        self.fh = fh
-        self.hash = hashlib.sha256()
-
-    def read(self, size: int = -1) -> bytes:
-        data = self.fh.read(size)
-        self.hash.update(data)
-        return data
-
-    def drain(self) -> bool:
-        """Read to the end; True when anything but zero padding was left unread."""
-        leftover = False
-        while True:
-            chunk = self.read(CHUNK)
-            if not chunk:
-                return leftover
-            leftover = leftover or chunk.strip(b"\0") != b""
 
 
 def unsafe_member(member: tarfile.TarInfo, top: str | None) -> str | None:
@@ -195,14 +170,143 @@ def unsafe_member(member: tarfile.TarInfo, top: str | None) -> str | None:
     return None
 
 
-def _members(
-    stream: IO[bytes], report: Report, actual: dict[str, str], texts: dict[str, str]
-) -> str:
-    """Hash every member of a tar read as a stream; note unsafe members instead of using them.
-    Returns the name of the last member read."""
-    top: str | None = None
+class _Hasher:
+    """A thread that hashes what it is given, in order: (stream index, bytes) pairs, each
+    stream its own sha256. hashlib releases the GIL on large buffers, so it runs beside the
+    reading thread; the bounded queue keeps memory at a few reads."""
+
+    def __init__(self, streams: int) -> None:
+        self.streams = [StreamHash() for _ in range(streams)]
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=8)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            work = self._queue.get()
+            if work is None:
+                return
+            for i, data in work:
+                self.streams[i].update(data)
+
+    def give(self, work: list[tuple[int, Any]]) -> None:
+        if work:
+            self._queue.put(work)
+
+    def finish(self) -> list[str]:
+        self._queue.put(None)
+        self._thread.join()
+        return [s.hexdigest() for s in self.streams]
+
+
+def _sidecar(path: str) -> str | None:
+    """The sha256 the tarball's .sha256 file names, or None when there is none."""
+    sidecar = path + ".sha256"
+    if not os.path.isfile(sidecar):
+        return None
+    with open(sidecar, encoding="utf-8", errors="replace") as fh:
+        return (fh.read().split() or [""])[0].lower()
+
+
+def _check_members(
+    members: list[tarfile.TarInfo], report: Report
+) -> tuple[list[tuple[str, tarfile.TarInfo]], str]:
+    """The regular files to hash, as (bundle path, member); unsafe members become problems."""
+    top = members[0].name.split("/")[0] if members else None
+    files = []
+    for member in members:
+        why = unsafe_member(member, top)
+        if why:
+            report.problems.append(Problem(member.name, "unsafe tar member: " + why))
+        elif member.isfile():
+            files.append((member.name[len(top or "") + 1 :], member))
+    return files, top or ""
+
+
+def _plain_tar(path: str, report: Report) -> tuple[dict[str, str], dict[str, str], str] | None:
+    """An uncompressed tarball: headers read by seeking, then one pass of large reads; each
+    member's bytes go to one hashing thread, the whole file to another when a .sha256 is
+    beside it. Returns (member digests, texts of the two lists, whole digest) or None when
+    the tar is damaged (the problem is in the report)."""
+    base = os.path.basename(path)
+    expected = _sidecar(path)
+    with tarfile.open(path, "r:") as tf:
+        members = tf.getmembers()
+    files, _ = _check_members(members, report)
+    size = os.path.getsize(path)
+    end = 0
+    if members:
+        last = members[-1]
+        end = last.offset_data + (last.size if last.isfile() else 0)
+    if end > size:
+        report.problems.append(
+            Problem(base, f"damaged tar: cut short in {members[-1].name}; copy it again")
+        )
+        return None
+    spans = [(m.offset_data, m.offset_data + m.size) for _, m in files]
+    members_hasher = _Hasher(len(files))
+    whole = _Hasher(1) if expected is not None else None
+    leftover = False
+    texts: dict[str, list[bytes]] = {rel: [] for rel, _ in files if rel in (SUMS, MANIFEST)}
+    index = {rel: i for i, (rel, _) in enumerate(files)}
+    try:
+        with open(path, "rb", buffering=0) as raw:
+            pos, k = 0, 0  # k: the first member whose data may still lie ahead
+            while True:
+                chunk = raw.read(READ)
+                if not chunk:
+                    break
+                view = memoryview(chunk)
+                stop = pos + len(chunk)
+                if whole is not None:
+                    whole.give([(0, chunk)])
+                work = []
+                j = k
+                while j < len(spans) and spans[j][0] < stop:
+                    lo, hi = max(spans[j][0], pos), min(spans[j][1], stop)
+                    if lo < hi:
+                        work.append((j, view[lo - pos : hi - pos]))
+                    if spans[j][1] <= stop:
+                        k = j + 1
+                    j += 1
+                members_hasher.give(work)
+                if stop > end and not leftover:
+                    leftover = bytes(view[max(0, end - pos) :]).strip(b"\0") != b""
+                pos = stop
+    finally:
+        digests = members_hasher.finish()
+        whole_hex = whole.finish()[0] if whole is not None else None
+    if leftover:
+        # tarfile stops quietly at a header it cannot read: say so once, rather than calling
+        # every later file missing.
+        report.problems.append(
+            Problem(
+                base,
+                "damaged tar: unreadable after %s; copy it again"
+                % (members[-1].name if members else "its start"),
+            )
+        )
+        return None
+    for rel in texts:
+        m = files[index[rel]][1]
+        with open(path, "rb") as fh:
+            fh.seek(m.offset_data)
+            texts[rel] = [fh.read(m.size)]
+    actual = {rel: digests[i] for i, (rel, _) in enumerate(files)}
+    return (
+        actual,
+        {k: b"".join(v).decode("utf-8", errors="replace") for k, v in texts.items()},
+        whole_hex or "",
+    )
+
+
+def _stream_tar(stream: IO[bytes], report: Report) -> tuple[dict[str, str], dict[str, str], str]:
+    """A compressed tarball read as a stream: each member hashed as it goes by."""
+    actual: dict[str, str] = {}
+    texts: dict[str, str] = {}
     last = ""
     with tarfile.open(fileobj=stream, mode="r|*") as tf:
+        top: str | None = None
         for member in tf:
             last = member.name
             if top is None:
@@ -211,79 +315,80 @@ def _members(
             if why:
                 report.problems.append(Problem(member.name, "unsafe tar member: " + why))
                 continue
-            if not member.isfile():
-                continue
-            rel = member.name[len(top) + 1 :]
-            fh = tf.extractfile(member)
+            fh = tf.extractfile(member) if member.isfile() else None
             if fh is None:
                 continue
-            h = hashlib.sha256()
-            keep = rel in (SUMS, MANIFEST)
-            kept = []
+            rel = member.name[len(top) + 1 :]
+            h, kept = StreamHash(), []
             while True:
-                chunk = fh.read(CHUNK)
-                if not chunk:
+                data = fh.read(CHUNK)
+                if not data:
                     break
-                h.update(chunk)
-                if keep:
-                    kept.append(chunk)
+                h.update(data)
+                if rel in (SUMS, MANIFEST):
+                    kept.append(data)
             actual[rel] = h.hexdigest()
-            if keep:
+            if kept or rel in (SUMS, MANIFEST):
                 texts[rel] = b"".join(kept).decode("utf-8", errors="replace")
-    return last
+    return actual, texts, last
+
+
+def _zstd_tar(path: str, report: Report) -> tuple[dict[str, str], dict[str, str], str]:
+    """A .tar.zst: the file hashed for its .sha256, the tar read from the zstd command."""
+    whole_hex = sha256_file(path) if _sidecar(path) is not None else ""
+    proc = subprocess.Popen(["zstd", "-dcq", path], stdout=subprocess.PIPE)
+    assert proc.stdout is not None  # PIPE sets it
+    try:
+        actual, texts, _ = _stream_tar(proc.stdout, report)
+        proc.stdout.read()
+    finally:
+        proc.stdout.close()
+        if proc.wait() != 0:
+            raise OSError("zstd could not decompress it")
+    return actual, texts, whole_hex
+
+
+def _gzip_tar(path: str, report: Report) -> tuple[dict[str, str], dict[str, str], str] | None:
+    """A .tar.gz read once: the compressed bytes hashed as they are read and unpacked."""
+    with open(path, "rb") as fh:
+        raw = HashingReader(fh)
+        actual, texts, last = _stream_tar(raw, report)  # type: ignore[arg-type]
+        if raw.drain():
+            report.problems.append(
+                Problem(
+                    os.path.basename(path),
+                    f"damaged tar: unreadable after {last or 'its start'}; copy it again",
+                )
+            )
+            return None
+    return actual, texts, raw.hexdigest()
 
 
 def verify_tar(path: str) -> Report:
-    """Stream the tarball once (no extraction); a .tar.zst goes through the zstd command."""
+    """Check a tarball without extracting it (plain, gzip, or zstd through the zstd command)."""
     report = Report(path)
-    actual: dict[str, str] = {}
-    texts: dict[str, str] = {}
-    whole = hashlib.sha256()
+    base = os.path.basename(path)
     try:
-        if path.endswith((".zst", ".zstd")):
-            whole_hex = _sha256_file(path)
-            proc = subprocess.Popen(["zstd", "-dcq", path], stdout=subprocess.PIPE)
-            assert proc.stdout is not None
-            try:
-                _members(proc.stdout, report, actual, texts)
-                proc.stdout.read()
-            finally:
-                proc.stdout.close()
-                if proc.wait() != 0:
-                    raise OSError("zstd could not decompress it")
+        with open(path, "rb") as fh:
+            magic = fh.read(4)
+        if magic == _ZSTD:
+            done: tuple[dict[str, str], dict[str, str], str] | None = _zstd_tar(path, report)
+        elif magic[:2] == _GZIP:
+            done = _gzip_tar(path, report)
         else:
-            with open(path, "rb") as raw:
-                reader = _HashingReader(raw)
-                last = _members(reader, report, actual, texts)  # type: ignore[arg-type]
-                if reader.drain():
-                    # tarfile stops quietly at a header it cannot read: say so once, rather
-                    # than calling every later file missing.
-                    report.problems.append(
-                        Problem(
-                            os.path.basename(path),
-                            "damaged tar: unreadable after %s; copy it again"
-                            % (last or "its start"),
-                        )
-                    )
-                    return report
-                whole = reader.hash
-            whole_hex = whole.hexdigest()
+            done = _plain_tar(path, report)
     except FileNotFoundError as exc:
-        report.problems.append(Problem(os.path.basename(path), f"cannot read it ({exc})"))
+        report.problems.append(Problem(base, f"cannot read it ({exc})"))
         return report
     except (tarfile.TarError, EOFError, OSError) as exc:
-        report.problems.append(
-            Problem(os.path.basename(path), f"damaged tar ({exc}); copy it again")
-        )
+        report.problems.append(Problem(base, f"damaged tar ({exc}); copy it again"))
         return report
-    sidecar = path + ".sha256"
-    if os.path.isfile(sidecar):
-        with open(sidecar, encoding="utf-8", errors="replace") as fh:
-            expected = (fh.read().split() or [""])[0].lower()
-        if expected != whole_hex:
-            report.problems.append(
-                Problem(os.path.basename(path), f"does not match {os.path.basename(sidecar)}")
-            )
+    if done is None:
+        return report
+    actual, texts, whole_hex = done
+    expected = _sidecar(path)
+    if expected is not None and expected != whole_hex:
+        report.problems.append(Problem(base, f"does not match {base}.sha256"))
     _judge(report, actual, texts.get(SUMS), texts.get(MANIFEST))
     return report
 

@@ -112,6 +112,7 @@ class Installer:
             problems += [
                 f"{p}: not listed in the manifest (planted code?)"
                 for p in unlisted_code(self.opts.bundle, self.m)
+                if p not in report.extra  # verify names those already
             ]
             if problems:
                 raise InstallError(

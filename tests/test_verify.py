@@ -1,0 +1,125 @@
+"""verify: files neither list names are problems, damaged tarballs get one clear line, and every
+form of the bundle (directory, .tar, .tar.gz) gives the same verdict."""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+import tarfile
+from pathlib import Path
+
+import pytest
+from cli import run
+from conftest import NAME
+
+from verl_bundle.airgap.verify import verify
+
+Built = tuple[Path, Path, dict[str, object]]
+
+
+def _copy(built: Built, tmp_path: Path) -> Path:
+    copy = tmp_path / NAME
+    shutil.copytree(built[1], copy)
+    return copy
+
+
+def _tar(root: Path, dest: Path) -> Path:
+    with tarfile.open(dest, "w") as tf:
+        tf.add(root, arcname=NAME)
+    return dest
+
+
+PLANTED = [
+    "lib/sitecustomize.py",
+    "lib/verl_bundle/airgap/__pycache__/verify.cpython-310.pyc",
+    "wheels/evil-1.0-py3-none-any.whl",
+    "notes.txt",
+]
+
+
+@pytest.mark.parametrize("planted", PLANTED)
+def test_a_file_neither_list_names_is_a_problem(
+    built_bundle: Built, tmp_path: Path, capsys: pytest.CaptureFixture[str], planted: str
+) -> None:
+    copy = _copy(built_bundle, tmp_path)
+    (copy / planted).parent.mkdir(parents=True, exist_ok=True)
+    (copy / planted).write_bytes(b"import os\n")
+    for subject in (copy, _tar(copy, tmp_path / "planted.tar")):
+        result = run(["verify", str(subject)], capsys)
+        assert result.code == 1, subject
+        failed = [line for line in result.out.splitlines() if line.startswith("FAILED: ")]
+        assert failed == [
+            f"FAILED: {planted}: not listed in SHA256SUMS or the manifest; a bundle holds only "
+            "what it lists"
+        ], (subject, result.out)
+        report = verify(str(subject))
+        assert report.extra == [planted] and not report.ok
+
+
+def test_the_same_verdict_from_the_directory_and_each_tarball_form(
+    built_bundle: Built, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    copy = _copy(built_bundle, tmp_path)
+    req = copy / "requirements" / "01-torch.txt"
+    req.write_text(req.read_text() + "evil==1.0\n")
+    plain = _tar(copy, tmp_path / "b.tar")
+    zipped = tmp_path / "b.tar.gz"
+    zipped.write_bytes(gzip.compress(plain.read_bytes()))
+    disguised = tmp_path / "gzip-inside.tar"  # the content decides, not the name
+    disguised.write_bytes(zipped.read_bytes())
+    verdicts = {}
+    for subject in (copy, plain, zipped, disguised):
+        report = verify(str(subject))
+        verdicts[subject.name] = [p.line().split(":")[0] for p in report.problems]
+        assert report.checked > 30
+    assert set(map(tuple, verdicts.values())) == {("requirements/01-torch.txt",)}, verdicts
+
+
+def test_damaged_tarballs_get_one_line(
+    built_bundle: Built, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tarball = built_bundle[0]
+    data = tarball.read_bytes()
+    cases = {
+        "cut.tar": data[: len(data) // 2],
+        "garbage.tar": data[: len(data) - 1024] + b"junk" + b"\0" * 1020,
+        "empty.tar": b"",
+        "tiny.tar": data[:100],
+    }
+    for name, content in cases.items():
+        bad = tmp_path / name
+        bad.write_bytes(content)
+        result = run(["verify", str(bad)], capsys)
+        assert result.code == 1, name
+        failed = [line for line in result.out.splitlines() if line.startswith("FAILED: ")]
+        assert failed and failed[0].startswith(f"FAILED: {name}: damaged tar"), (name, failed)
+        assert "Traceback" not in result.out + result.err
+
+
+def test_large_members_hash_across_read_boundaries(tmp_path: Path) -> None:
+    """Members larger than one read, and many small ones between them, each hashed exactly."""
+    import hashlib
+
+    root = tmp_path / NAME
+    (root / "wheels").mkdir(parents=True)
+    blobs = {
+        "wheels/a.whl": bytes(range(256)) * (40 << 10),  # 10 MiB
+        "wheels/b.whl": b"",
+        "wheels/c.whl": b"x" * ((4 << 20) - 1),
+        **{f"wheels/s{i}.whl": bytes([i]) * (i * 37) for i in range(1, 40)},
+    }
+    for rel, content in blobs.items():
+        (root / rel).write_bytes(content)
+    sums = "".join(f"{hashlib.sha256(c).hexdigest()}  {rel}\n" for rel, c in sorted(blobs.items()))
+    (root / "SHA256SUMS").write_text(sums)
+    tarball = _tar(root, tmp_path / "big.tar")
+    report = verify(str(tarball))
+    assert [p.path for p in report.problems] == ["manifest.json"]  # none was made here
+    assert report.checked == len(blobs)
+    data = bytearray(tarball.read_bytes())
+    with tarfile.open(tarball) as tf:
+        member = tf.getmember(f"{NAME}/wheels/c.whl")
+    data[member.offset_data + member.size - 1] ^= 1  # the last byte of a member past 4 MiB
+    (tmp_path / "bad.tar").write_bytes(bytes(data))
+    report = verify(str(tmp_path / "bad.tar"))
+    assert [p.path for p in report.problems] == ["manifest.json", "wheels/c.whl"]
