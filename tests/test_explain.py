@@ -5,17 +5,20 @@
 
 from __future__ import annotations
 
+import importlib
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import FrozenInstanceError
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from verl_bundle.airgap import explain
+from verl_bundle.airgap import explain, signatures
 from verl_bundle.airgap.explain import Finding, explain_text, render_json, render_text
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -438,6 +441,56 @@ CUDA_OOM = """\
 (WorkerDict pid=7733) [rank0]: torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.96 GiB. GPU 0 has a total capacty of 79.15 GiB of which 1.02 GiB is free. Including non-PyTorch memory, this process has 78.11 GiB memory in use. Of allocated memory 74.50 GiB is allocated by PyTorch, and 2.13 GiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting max_split_size_mb to avoid fragmentation.  See documentation for Memory Management and PYTORCH_CUDA_ALLOC_CONF
 """
 
+# Multi-node failures, as NCCL, gloo, Ray and verl print them inside a Ray job's output.
+NCCL_CLOSED = """\
+(WorkerDict pid=48211, ip=10.0.0.6) node-2:48211:48911 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.6<0> [1]docker0:172.17.0.1<0>
+(WorkerDict pid=48211, ip=10.0.0.6) node-2:48211:48911 [0] NCCL INFO Using network Socket
+(WorkerDict pid=48211, ip=10.0.0.6) node-2:48211:48990 [0] misc/socket.cc:49 NCCL WARN socketProgress: Connection closed by remote peer node-1<51159>
+(WorkerDict pid=48211, ip=10.0.0.6) node-2:48211:48990 [0] NCCL INFO misc/socket.cc:749 -> 6
+(WorkerDict pid=48211, ip=10.0.0.6) node-2:48211:48990 [0] proxy.cc:1143 NCCL WARN Socket recv failed while polling for opId=0x55a51966cc80
+(WorkerDict pid=48211, ip=10.0.0.6) torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1691, remote process exited or there was a network error, NCCL version 2.18.1
+"""
+
+NCCL_IB = """\
+node-1:2233:2290 [3] NCCL INFO NET/IB : Using [0]mlx5_0:1/RoCE [1]mlx5_1:1/RoCE ; OOB eth0:10.0.0.5<0>
+node-1:2233:2290 [3] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer 10.0.0.6<40021> with error 12, opcode 0, len 0, vendor err 129 (Recv) localGid ::ffff:10.0.0.5 remoteGids::ffff:10.0.0.6
+node-1:2233:2290 [3] NCCL INFO transport/net.cc:1134 -> 6
+"""
+
+GLOO_CLOSED = """\
+(WorkerDict pid=7781, ip=10.0.0.7)   File "/home/ops/verl/lib/python3.10/site-packages/torch/distributed/distributed_c10d.py", line 2050, in barrier
+(WorkerDict pid=7781, ip=10.0.0.7)     work.wait()
+(WorkerDict pid=7781, ip=10.0.0.7) RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection closed by peer [10.0.0.5]:40719
+"""
+
+RAY_GPUS_SHORT = """\
+2025-05-14 10:02:11,201	INFO worker.py:1841 -- Connecting to existing Ray cluster at address: 10.0.0.5:6379...
+2025-05-14 10:02:11,233	INFO worker.py:2012 -- Connected to Ray cluster.
+Traceback (most recent call last):
+  File "/home/ops/verl/lib/python3.10/site-packages/verl/trainer/main_ppo.py", line 64, in main
+    run_ppo(config)
+  File "/home/ops/verl/lib/python3.10/site-packages/verl/trainer/ppo/ray_trainer.py", line 190, in _check_resource_available
+    raise ValueError(f"Total available GPUs {total_available_gpus} is less than total desired GPUs {total_required_gpus}")
+ValueError: Total available GPUs 6.0 is less than total desired GPUs 16
+"""
+
+RAYLET_REGISTER = """\
+2025-05-14 10:02:11,169	INFO worker.py:1841 -- Started a local Ray instance.
+[2025-05-14 10:02:41,421 E 759 759] core_worker.cc:496: Failed to register worker to Raylet: IOError: [RayletClient] Unable to register worker with raylet. Failed to read data from the socket: End of file worker_id=01000000ffffffffffffffffffffffffffffffffffffffffffffffff
+"""
+
+RAYLET_REGISTER_OLD = """\
+[2023-09-13 02:28:19,539 E 119771 119771] core_worker.cc:201: Failed to register worker 01000000ffffffffffffffffffffffffffffffffffffffffffffffff to Raylet. IOError: [RayletClient] Unable to register worker with raylet. No such file or directory
+"""
+
+TOO_MANY_FILES = """\
+(TaskRunner pid=5120) Traceback (most recent call last):
+(TaskRunner pid=5120)   File "/home/ops/verl/lib/python3.10/site-packages/torch/utils/data/dataloader.py", line 1133, in _try_get_data
+(TaskRunner pid=5120)     data = self._data_queue.get(timeout=timeout)
+(TaskRunner pid=5120) OSError: [Errno 24] Too many open files
+"""
+
+
 # A successful install and the start of a run: plenty of words that signatures look for, in
 # harmless places.
 CLEAN = """\
@@ -752,6 +805,62 @@ CASES = [
         id="build-isolation",
     ),
     pytest.param(
+        "nccl-network",
+        NCCL_CLOSED,
+        "NCCL WARN socketProgress: Connection closed by remote peer",
+        ["NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_IB_DISABLE=1"],
+        ["interface"],
+        id="nccl-connection-closed",
+    ),
+    pytest.param(
+        "nccl-network",
+        NCCL_IB,
+        "NCCL WARN NET/IB : Got completion from peer",
+        ["NCCL_IB_HCA", "ibv_devinfo"],
+        ["InfiniBand"],
+        id="nccl-ib-completion-error",
+    ),
+    pytest.param(
+        "nccl-network",
+        GLOO_CLOSED,
+        "Connection closed by peer [10.0.0.5]",
+        ["GLOO_SOCKET_IFNAME"],
+        ["gloo"],
+        id="gloo-connection-closed",
+    ),
+    pytest.param(
+        "ray-gpus-short",
+        RAY_GPUS_SHORT,
+        "ValueError: Total available GPUs 6.0",
+        ["trainer.n_gpus_per_node", "CUDA_VISIBLE_DEVICES", "ray status"],
+        ["16 GPUs", "found 6.0", "CUDA_VISIBLE_DEVICES"],
+        id="ray-gpus-short",
+    ),
+    pytest.param(
+        "ray-raylet-register",
+        RAYLET_REGISTER,
+        "Failed to register worker to Raylet",
+        ["raylet.out", "ray_init.num_cpus", "ulimit -n"],
+        ["raylet"],
+        id="ray-raylet-register",
+    ),
+    pytest.param(
+        "ray-raylet-register",
+        RAYLET_REGISTER_OLD,
+        "Failed to register worker 01000000",
+        ["--num-cpus"],
+        [],
+        id="ray-raylet-register-old",
+    ),
+    pytest.param(
+        "too-many-open-files",
+        TOO_MANY_FILES,
+        "OSError: [Errno 24] Too many open files",
+        ["ulimit -n 65536", "limits.conf", "--propagate"],
+        ["ulimit -n"],
+        id="too-many-open-files",
+    ),
+    pytest.param(
         "cuda-oom",
         CUDA_OOM,
         "CUDA out of memory",
@@ -782,7 +891,7 @@ def test_signature(
 
 
 def test_every_signature_has_a_real_log() -> None:
-    ids = [s.id for s in explain.SIGNATURES]
+    ids = [s.id for s in signatures.SIGNATURES]
     assert len(ids) == len(set(ids))
     assert {str(case.values[0]) for case in CASES} == set(ids)
 
@@ -799,7 +908,8 @@ def test_unknown_log_is_said_honestly_with_its_tail() -> None:
     assert "no known cause for this log" in first
     assert [line.strip() for line in rest] == text.strip().split("\n")[-20:]
     doc = render_json([], text)
-    assert doc == {"known": False, "findings": [], "tail": text.strip().split("\n")[-20:]}
+    result = {"known": False, "findings": [], "tail": text.strip().split("\n")[-20:]}
+    assert doc == {"schema": 1, "command": "explain", "ok": False, "result": result}
 
 
 def test_tail_of_a_short_log_and_of_progress_lines() -> None:
@@ -890,7 +1000,10 @@ def test_render_text_shows_cause_fix_and_line() -> None:
 
 def test_render_json_shape_is_pinned() -> None:
     text = OOM_CC1PLUS + FLASH_ATTN_MISSING
-    doc = render_json(explain_text(text), text)
+    envelope = render_json(explain_text(text), text)
+    assert envelope["schema"] == 1 and envelope["command"] == "explain"
+    assert envelope["ok"] is True
+    doc = envelope["result"]
     assert sorted(doc) == ["findings", "known", "tail"]
     assert doc["known"] is True
     assert [f["id"] for f in doc["findings"]] == ["oom-build", "flash-attn-missing"]
@@ -899,7 +1012,7 @@ def test_render_json_shape_is_pinned() -> None:
         assert isinstance(f["line"], int)
         assert all(isinstance(f[k], str) for k in ("cause", "evidence", "fix", "id", "title"))
     assert doc["tail"] == text.rstrip("\n").split("\n")[-20:]
-    json.dumps(doc)
+    json.dumps(envelope)
 
 
 def test_main_exit_codes_and_json(
@@ -916,7 +1029,8 @@ def test_main_exit_codes_and_json(
 
     assert explain.main([str(known), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["known"] is True and doc["findings"][0]["id"] == "oom-build"
+    assert doc["command"] == "explain" and doc["ok"] is True
+    assert doc["result"]["known"] is True and doc["result"]["findings"][0]["id"] == "oom-build"
 
     assert explain.main([str(unknown)]) == 1
     assert "no known cause for this log" in capsys.readouterr().out
@@ -935,7 +1049,7 @@ def test_main_exit_codes_and_json(
     monkeypatch.setattr(sys, "stdin", stdin)
     assert explain.main(["-", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert [f["id"] for f in doc["findings"]] == ["unsupported-wheel"]
+    assert [f["id"] for f in doc["result"]["findings"]] == ["unsupported-wheel"]
 
 
 def test_large_log_finds_the_failure_at_its_end() -> None:
@@ -966,7 +1080,7 @@ def test_runs_on_python38_as_install_sh_calls_it(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
     assert doc == render_json(explain_text(text), text)
-    assert {f["id"] for f in doc["findings"]} == {s.id for s in explain.SIGNATURES}
+    assert {f["id"] for f in doc["result"]["findings"]} == {s.id for s in signatures.SIGNATURES}
 
     log.write_text(CLEAN, encoding="utf-8")
     done = subprocess.run(
@@ -985,3 +1099,177 @@ def test_runs_on_python38_as_install_sh_calls_it(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert done.stderr.strip() == f"explain: {tmp_path / 'nope.log'}: No such file or directory"
+
+
+# -- the table: every signature proves itself on its own sample --------------------------------
+
+
+def _required_runs(pattern: str) -> list[str]:
+    """The literal runs every match of `pattern` holds, read from Python's own regex parser: an
+    oracle for the needles that explain derives with its small reader of pattern text."""
+    parser: Any = importlib.import_module("re._parser")
+    parsed = parser.parse(pattern, re.MULTILINE)
+    assert not parsed.state.flags & re.IGNORECASE, "needles are found case-sensitively"
+    runs: list[str] = []
+    run: list[str] = []
+    for op, av in parsed:
+        if str(op) == "LITERAL":
+            run.append(chr(av))
+            continue
+        if str(op) in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
+            low, items = av[0], list(av[2])
+            if low >= 1 and len(items) == 1 and str(items[0][0]) == "LITERAL":
+                run.append(chr(items[0][1]))
+        runs.append("".join(run))
+        run = []
+    runs.append("".join(run))
+    return [r for r in runs if r]
+
+
+@pytest.mark.parametrize("sig", signatures.SIGNATURES, ids=lambda s: s.id)
+def test_signature_sample_names_it_first_and_needles_agree(sig: signatures.Signature) -> None:
+    """Each signature's sample (real tool output) is explained, with that signature first; each
+    needle is a literal that Python's parser says every match of its pattern holds; and the
+    sample's match holds its needle."""
+    findings = explain_text(sig.sample + "\n")
+    assert findings, f"{sig.id}: its sample matches nothing"
+    assert findings[0].id == sig.id, [f.id for f in findings]
+    matched = False
+    for alt in sig.alternatives:
+        assert any(alt.needle in run for run in _required_runs(alt.pattern.pattern)), alt
+        for m in alt.pattern.finditer(sig.sample):
+            matched = True
+            assert alt.needle in m.group(), (alt.needle, m.group())
+    assert matched
+
+
+def test_every_signature_names_an_offline_fix_and_a_known_context() -> None:
+    for sig in signatures.SIGNATURES:
+        assert sig.title and sig.cause and sig.fix, sig.id
+        assert sig.context_rule is None or sig.context_rule.split(":")[0] in (
+            "near",
+            "inside",
+            "outside",
+        )
+    # Nothing the table suggests downloads anything: the server has no network.
+    for sig in signatures.SIGNATURES:
+        assert "pip install flash-attn" not in sig.fix and "curl " not in sig.fix, sig.id
+
+
+@pytest.mark.parametrize(
+    ("pattern", "runs"),
+    [
+        ("colou?r", ["colo", "r"]),
+        ("ab+c", ["ab", "c"]),
+        ("x{0,2}yz{2}w", ["yz", "w"]),
+        (r"x\.y[a\]b]z", ["x.y", "z"]),
+        ("(?i:abc)def(?:g|h)*ij", ["def", "ij"]),
+        (r"\bKilled\b", ["Killed"]),
+        (r"(?:^|[\s:])Killed\b", ["Killed"]),
+        (r"a\d+b.c", ["a", "b", "c"]),
+        ("(?m)start$", ["start"]),
+        (r"lazy.*?end{1,}?", ["lazy", "end"]),
+    ],
+)
+def test_needles_are_the_literals_every_match_holds(pattern: str, runs: list[str]) -> None:
+    assert signatures.literal_runs(pattern) == runs
+    assert signatures.literal_runs(pattern) == _required_runs(pattern)
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"patterns": ["a|b"]}, "top-level '|'"),
+        ({"patterns": ["(?i)timed out"]}, "global (?i)"),
+        ({"patterns": [r"\d+ GB"]}, "no literal of 4 characters"),
+        ({"patterns": ["Killed"], "context": "near:nowhere"}, "unknown context rule"),
+        ({"patterns": ["Killed"], "cause": "{gpu} died"}, "placeholder {gpu} needs a default"),
+        (
+            {"patterns": ["Killed"], "values": [{"pattern": "(?P<n>\\d+)", "set": {"m": "{n:x}"}}]},
+            "unknown transform 'x'",
+        ),
+    ],
+)
+def test_a_broken_table_is_refused_naming_the_signature(
+    tmp_path: Path, entry: dict[str, Any], message: str
+) -> None:
+    base = {"id": "broken-one", "title": "t", "cause": "c", "fix": "f", "sample": "s"}
+    doc = {"near": {}, "sections": {}, "signatures": [{**base, **entry}]}
+    path = tmp_path / "signatures.json"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    with pytest.raises(ValueError, match="signature 'broken-one'") as info:
+        signatures.load_signatures(path)
+    assert message in str(info.value)
+
+
+# -- multi-node failures -------------------------------------------------------------------------
+
+
+def test_root_causes_of_multi_node_failures_come_first() -> None:
+    """A node out of file descriptors kills its raylet; a closed NCCL connection ends in the
+    watchdog's timeout: the root cause is named first."""
+    text = TOO_MANY_FILES + RAYLET_REGISTER + NCCL_CLOSED + NCCL_WATCHDOG
+    assert [f.id for f in explain_text(text)] == [
+        "too-many-open-files",
+        "ray-raylet-register",
+        "nccl-network",
+        "nccl-timeout",
+    ]
+
+
+def test_ray_gpu_shortfall_names_the_numbers_or_says_so() -> None:
+    [finding] = explain_text(RAY_GPUS_SHORT)
+    assert "for 16 GPUs" in finding.cause and "found 6.0" in finding.cause
+    # The raising source line alone (a traceback echo) is not the error.
+    echo = RAY_GPUS_SHORT.rsplit("\n", 2)[0] + "\n"
+    assert explain_text(echo) == []
+
+
+# -- what reaches the terminal ---------------------------------------------------------------
+
+HOSTILE = (
+    "\x1b]0;owned title\x07\x1b[2J\x1b[H\n"
+    "RuntimeError: CUDA error: invalid device ordinal\x1b[1A\x1b[2K\x9b31m\x07\n"
+    "ERROR: torch-\x1b]2;x\x07-cp310-cp310-linux_x86_64.whl is not a supported wheel on this "
+    "platform.\n"
+    "\x1b[31mred\x1b[0m \x1b[5;10Hmoved\x00\x08\x7f\n"
+)
+_RAW_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def test_control_sequences_from_a_log_are_shown_not_obeyed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """OSC title changes, cursor movement, C0/C1 controls: visible escapes in every output."""
+    findings = explain_text(HOSTILE)
+    assert [f.id for f in findings] == ["unsupported-wheel", "invalid-ordinal"]
+    text = render_text(findings, HOSTILE)
+    assert not _RAW_CONTROLS.search(text)
+    assert "\\x1b]0;owned title\\x07" not in text  # that line is not shown: not the evidence
+    assert "invalid device ordinal\\x1b[1A\\x1b[2K\\x9b31m\\x07" in text
+    assert "torch-\\x1b]2;x\\x07-cp310" in text  # a value taken from the log, neutralised
+    doc = render_json(findings, HOSTILE)
+    for f in doc["result"]["findings"]:
+        assert not _RAW_CONTROLS.search(f["evidence"])
+    unknown = render_text([], HOSTILE)
+    assert not _RAW_CONTROLS.search(unknown)
+    assert "red \\x1b[5;10Hmoved\\x00\\x08\\x7f" in unknown  # colour dropped, the rest shown
+    assert "\\x1b]0;owned title\\x07\\x1b[2J\\x1b[H" in unknown
+    log = tmp_path / "hostile.log"
+    log.write_text(HOSTILE, encoding="utf-8")
+    assert explain.main([str(log)]) == 0
+    out = capsys.readouterr().out
+    assert not _RAW_CONTROLS.search(out) and "[invalid-ordinal]" in out
+
+
+@pytest.mark.timeout(60)
+def test_a_2mb_line_is_explained_whole() -> None:
+    """One 2 MB line (a progress display without newlines, URLs and needles inside) ends with a
+    failure: it is found, and the evidence is trimmed around it."""
+    noise = "https://u:p@h/x " * 1000 + "Killed timed out step " * 2000 + "ab://" + "x" * 500_000
+    line = noise * 4 + " RuntimeError: CUDA error: invalid device ordinal"
+    assert len(line) > 2_000_000
+    [finding] = explain_text("start\n" + line + "\nend\n")
+    assert finding.id == "invalid-ordinal" and finding.line == 2
+    assert finding.evidence.endswith("invalid device ordinal")
+    assert len(finding.evidence) <= explain.EVIDENCE_CHARS + 6
