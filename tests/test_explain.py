@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli import run
 
 from verl_bundle.airgap import explain, signatures
 from verl_bundle.airgap.explain import Finding, explain_text, render_json, render_text
@@ -1273,3 +1274,21 @@ def test_a_2mb_line_is_explained_whole() -> None:
     assert finding.id == "invalid-ordinal" and finding.line == 2
     assert finding.evidence.endswith("invalid device ordinal")
     assert len(finding.evidence) <= explain.EVIDENCE_CHARS + 6
+
+
+def test_host_cli_gives_the_same_findings_in_one_envelope(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`verl-bundle explain --json` and the server's explain print the same document; the text
+    is neutralised there too."""
+    log = tmp_path / "run.log"
+    log.write_text(CLEAN + NCCL_CLOSED + HOSTILE, encoding="utf-8")
+    result = run(["explain", str(log), "--json"], capsys)
+    assert result.code == 0
+    doc = json.loads(result.out)
+    text = log.read_text(encoding="utf-8")
+    assert doc == render_json(explain_text(text), text)
+    assert "nccl-network" in [f["id"] for f in doc["result"]["findings"]]
+    result = run(["explain", str(log)], capsys)
+    assert result.code == 0 and "[nccl-network]" in result.out
+    assert not _RAW_CONTROLS.search(result.out)

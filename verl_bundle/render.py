@@ -318,4 +318,4 @@ def explain(findings: list[Finding], log: str) -> Shown:
     from verl_bundle.airgap import explain as server
 
     text = server.render_text(findings, log)
-    return Shown("explain", bool(findings), server.render_json(findings, log), text)
+    return Shown("explain", bool(findings), server.result_json(findings, log), text)

@@ -163,10 +163,10 @@ def render_text(findings: list[Finding], text: str) -> str:
     return render.printable("\n".join(out))
 
 
-def render_json(findings: list[Finding], text: str) -> dict[str, Any]:
-    """For machines, in the versioned envelope: result {"known", "findings": [{id, title,
-    cause, fix, evidence, line}], "tail"}; ok is whether a cause is known."""
-    result = {
+def result_json(findings: list[Finding], text: str) -> dict[str, Any]:
+    """The result for machines: {"known", "findings": [{id, title, cause, fix, evidence,
+    line}], "tail"}."""
+    return {
         "known": bool(findings),
         "findings": [
             {
@@ -181,7 +181,11 @@ def render_json(findings: list[Finding], text: str) -> dict[str, Any]:
         ],
         "tail": tail(text),
     }
-    return render.envelope("explain", bool(findings), result)
+
+
+def render_json(findings: list[Finding], text: str) -> dict[str, Any]:
+    """`result_json` in the versioned envelope; ok is whether a cause is known."""
+    return render.envelope("explain", bool(findings), result_json(findings, text))
 
 
 def read_log(path: str) -> str:
