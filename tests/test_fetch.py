@@ -9,8 +9,9 @@ import pytest
 from pkgindex import Server, build_wheel, make_certificates
 
 from verl_bundle.errors import FetchError
-from verl_bundle.fetch import Cache, Fetcher, Want
-from verl_bundle.net import Http
+from verl_bundle.net.cache import Cache
+from verl_bundle.net.download import Downloader, Want
+from verl_bundle.net.http import Http
 
 BIG = 3 * 1024 * 1024
 
@@ -38,8 +39,8 @@ def want(server: Server, files: Path, name: str, *, sha: str | None = "auto") ->
     )
 
 
-def fetcher(tmp_path: Path, **kw: object) -> Fetcher:
-    return Fetcher(Cache(tmp_path / "cache"), Http(), backoff=0.01, **kw)  # type: ignore[arg-type]
+def fetcher(tmp_path: Path, **kw: object) -> Downloader:
+    return Downloader(Cache(tmp_path / "cache"), Http(), backoff=0.01, **kw)  # type: ignore[arg-type]
 
 
 def test_download_lands_in_the_cache_by_hash(tmp_path: Path, server: Server, files: Path) -> None:
@@ -142,13 +143,13 @@ def test_credentials_are_sent_but_never_shown(tmp_path: Path, files: Path) -> No
         path = next(files.glob("small-*.whl"))
         url = f"http://bob:s3cret@127.0.0.1:{s.port}/files/{path.name}"
         http = Http.for_urls([f"http://bob:s3cret@127.0.0.1:{s.port}/simple"])
-        f = Fetcher(Cache(tmp_path / "c"), http, backoff=0.01)
+        f = Downloader(Cache(tmp_path / "c"), http, backoff=0.01)
         got = f.fetch(Want("small", path.name, f"http://127.0.0.1:{s.port}/files/{path.name}", "m"))
         assert got.size == path.stat().st_size
         assert s.file_requests()[-1].authorization is not None
         s.faults.missing.add(path.name)
         with pytest.raises(FetchError) as exc:
-            Fetcher(Cache(tmp_path / "d"), Http(), backoff=0.01).fetch(
+            Downloader(Cache(tmp_path / "d"), Http(), backoff=0.01).fetch(
                 Want("small", path.name, url, "m")
             )
         assert "s3cret" not in str(exc.value)

@@ -109,7 +109,7 @@ class StackOptions:
 
     def request(self, session: Session) -> Request:
         from verl_bundle.catalog import select_profile, target_for
-        from verl_bundle.fetch import default_cache_dir
+        from verl_bundle.net.cache import default_cache_dir
         from verl_bundle.pipeline import Request
         from verl_bundle.profile import parse_mirror
 

@@ -13,14 +13,15 @@ from pathlib import Path
 from verl_bundle.bundle import Bundle, Compression, Damaged, assemble, bundle_name
 from verl_bundle.bundle.plan import check_phases
 from verl_bundle.errors import LockError
-from verl_bundle.fetch import Cache, Fetcher
+from verl_bundle.fetch import Wheelhouse, fetch
 from verl_bundle.lock import Lock, diff_locks, read_lock, write_lock
-from verl_bundle.net import Http
+from verl_bundle.net.cache import Cache
+from verl_bundle.net.download import Downloader
+from verl_bundle.net.http import Http
 from verl_bundle.profile import Profile
 from verl_bundle.progress import Reporter
 from verl_bundle.resolve import lock_profile
 from verl_bundle.target import Target
-from verl_bundle.wheelhouse import Wheelhouse, prepare
 
 
 @dataclass(frozen=True)
@@ -62,14 +63,14 @@ class BuildResult:
     notes: tuple[str, ...]
 
 
-def _fetcher(req: Request, reporter: Reporter) -> Fetcher:
+def _downloader(req: Request, reporter: Reporter) -> Downloader:
     urls = [loc.url for loc in req.profile.locations.values() if loc.url]
-    return Fetcher(Cache(req.cache_dir), Http.for_urls(urls), reporter, jobs=req.jobs)
+    return Downloader(Cache(req.cache_dir), Http.for_urls(urls), reporter, jobs=req.jobs)
 
 
 def make_lock(req: Request, output: Path | None, reporter: Reporter) -> LockResult:
-    fetcher = _fetcher(req, reporter)
-    lock = lock_profile(req.profile, req.target, fetcher, reporter)
+    downloader = _downloader(req, reporter)
+    lock = lock_profile(req.profile, req.target, downloader, reporter)
     path = output or Path(f"pylock.{bundle_name(lock)}.toml")
     write_lock(lock, path)
     return LockResult(lock, path, req.profile.notes)
@@ -94,7 +95,7 @@ def check_lock(req: Request, path: Path | None, reporter: Reporter) -> LockCheck
             f"profile {req.profile.name} has no committed lock; give the lock to check with -o FILE"
         )
     old = read_lock(path)
-    fresh = lock_profile(req.profile, old.target, _fetcher(req, reporter), reporter)
+    fresh = lock_profile(req.profile, old.target, _downloader(req, reporter), reporter)
     return LockCheck(path, tuple(diff_locks(old, fresh)), old.profile_sha256 != req.profile.sha256)
 
 
@@ -127,7 +128,7 @@ def load_matching_lock(req: Request, path: Path) -> tuple[Lock, list[str]]:
 
 def build(request: BuildRequest, reporter: Reporter) -> BuildResult:
     req, lock_path = request.stack, request.lock
-    fetcher = _fetcher(req, reporter)
+    downloader = _downloader(req, reporter)
     notes = list(req.profile.notes)
     if lock_path is None and req.profile.lock is not None and req.profile.lock.is_file():
         candidate = read_lock(req.profile.lock)
@@ -144,17 +145,17 @@ def build(request: BuildRequest, reporter: Reporter) -> BuildResult:
         # The bundle is built for the lock's target (its Python, when --python was not given).
         req = replace(req, target=lock.target)
     else:
-        lock = lock_profile(req.profile, req.target, fetcher, reporter)
+        lock = lock_profile(req.profile, req.target, downloader, reporter)
         source = "resolved"
     reporter.status(f"fetching {len(lock.packages)} files ...")
-    wheelhouse = prepare(lock, req.profile, fetcher, reporter)
+    wheelhouse = fetch(lock, req.profile, downloader, reporter)
     reporter.status("writing the bundle ...")
 
     def refetch(damaged: Sequence[Damaged]) -> Wheelhouse:
         for d in damaged:  # only files of the cache: a damaged one is never used again
-            if d.entry.source and Path(d.entry.source).is_relative_to(fetcher.cache.root):
+            if d.entry.source and Path(d.entry.source).is_relative_to(downloader.cache.root):
                 Path(d.entry.source).unlink(missing_ok=True)
-        return prepare(lock, req.profile, fetcher, reporter)
+        return fetch(lock, req.profile, downloader, reporter)
 
     bundle = assemble(
         req.profile, lock, wheelhouse, request.output, request.compress, reporter, refetch

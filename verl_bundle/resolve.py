@@ -12,21 +12,29 @@ import re
 import sys
 import tempfile
 from collections.abc import Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
+from packaging.utils import (
+    InvalidSdistFilename,
+    canonicalize_name,
+    parse_sdist_filename,
+    parse_wheel_filename,
+)
 from packaging.version import Version
 
 from verl_bundle import tomlwrite
+from verl_bundle.airgap.names import UnsafeNameError, plain_filename
 from verl_bundle.credentials import redact_url, split_credentials
-from verl_bundle.errors import FetchError, ResolutionError
-from verl_bundle.fetch import Fetcher, Want
+from verl_bundle.errors import FetchError, ProfileError, ResolutionError
+from verl_bundle.integrity import ensure_whole
 from verl_bundle.lock import BOOTSTRAP_PHASE, Kind, Lock, LockedFile, LockedPackage, Role, now
+from verl_bundle.net.download import Downloader, Want
+from verl_bundle.net.http import CA_HINT, CREDENTIALS_HINT
+from verl_bundle.net.index import read_project
 from verl_bundle.profile import DEFAULT_INDEX, Location, Profile, SourceBuild
 from verl_bundle.progress import Reporter
 from verl_bundle.target import Target
@@ -50,21 +58,23 @@ class Candidate:
     location: str
 
 
-def lock_profile(profile: Profile, target: Target, fetcher: Fetcher, reporter: Reporter) -> Lock:
+def lock_profile(
+    profile: Profile, target: Target, downloader: Downloader, reporter: Reporter
+) -> Lock:
     """Resolve `profile` for `target` and return the lock; raises on any conflict or failure."""
-    cutoff = _cutoff(profile, fetcher, reporter)
+    cutoff = _cutoff(profile, downloader, reporter)
     reporter.status(f"resolving {profile.name} for {target.describe()} ...")
-    chosen = _resolve(profile, target, cutoff, (), fetcher)
-    chosen = _apply_artifacts(profile, target, chosen, fetcher, reporter)
+    chosen = _resolve(profile, target, cutoff, (), downloader)
+    chosen = _apply_artifacts(profile, target, chosen, downloader, reporter)
     builds = _server_builds(profile, chosen)
     if builds:
         # The server will build these sdists: their build requirements join the stack, resolved
         # together with it so that one version of each lands in the venv (--no-build-isolation).
         extra = tuple(r for b in builds for r in b.build_requires)
-        chosen = _resolve(profile, target, cutoff, extra, fetcher)
-        chosen = _apply_artifacts(profile, target, chosen, fetcher, reporter)
+        chosen = _resolve(profile, target, cutoff, extra, downloader)
+        chosen = _apply_artifacts(profile, target, chosen, downloader, reporter)
         builds = _server_builds(profile, chosen)
-    chosen = _complete(chosen, fetcher)
+    chosen = _complete(chosen, downloader)
     packages = tuple(_classify(profile, c, builds) for c in chosen.values())
     locations = {
         name: split_credentials(loc.url)[0] if loc.url else ""
@@ -86,7 +96,7 @@ def lock_profile(profile: Profile, target: Target, fetcher: Fetcher, reporter: R
 # -- the upload-date cut-off ---------------------------------------------------------------
 
 
-def _cutoff(profile: Profile, fetcher: Fetcher, reporter: Reporter) -> str | None:
+def _cutoff(profile: Profile, downloader: Downloader, reporter: Reporter) -> str | None:
     """The cut-off, if the default index can honour it (it must give upload times)."""
     if not profile.exclude_newer:
         return None
@@ -103,16 +113,10 @@ def _cutoff(profile: Profile, fetcher: Fetcher, reporter: Reporter) -> str | Non
     )
     if probe_pkg is None:
         return None
-    try:
-        resp = fetcher.http.get(
-            f"{index.url}/{probe_pkg}/",
-            headers={"Accept": "application/vnd.pypi.simple.v1+json"},
-        )
-        ok = resp.status_code == 200 and "json" in resp.headers.get("Content-Type", "")
-        files = resp.json().get("files", []) if ok else []
-    except Exception:
-        files = []
-    if any("upload-time" in f for f in files):
+    # Transport failures (TLS, DNS, credentials, refused) are raised as what they are; only
+    # a page that is there but has no upload times makes the note below.
+    page = read_project(downloader.http, index.url, probe_pkg, f"location {DEFAULT_INDEX}")
+    if page is not None and page.is_json and any(f.upload_time for f in page.files):
         return profile.exclude_newer
     reporter.note(
         f"note: {index.describe()} gives no upload times, so the profile's cut-off "
@@ -181,7 +185,7 @@ def _resolve(
     target: Target,
     cutoff: str | None,
     extra: tuple[str, ...],
-    fetcher: Fetcher,
+    downloader: Downloader,
 ) -> dict[str, Candidate]:
     requirements = [*profile.requirements, *profile.bootstrap, *extra]
     with tempfile.TemporaryDirectory(prefix="verl-bundle-resolve-") as tmp:
@@ -205,7 +209,7 @@ def _resolve(
             "-o",
             "pylock.toml",
         ]
-        run = run_uv(args, work, fetcher.http.redact)
+        run = run_uv(args, work, downloader.http.redact)
         if run.returncode != 0:
             raise _explain_failure(profile, target, run.stderr)
         data = tomllib.loads((work / "pylock.toml").read_text())
@@ -222,6 +226,19 @@ def _cause_lines(stderr: str) -> list[str]:
     return out
 
 
+# What uv's error text says went wrong on the network, most specific first.
+_UV_FAILURES = (
+    (
+        "tls",
+        r"invalid peer certificate|certificate verify failed|UnknownIssuer|unknown ?issuer|"
+        r"self[- ]signed certificate|unable to get local issuer",
+    ),
+    ("auth", r"\b401 Unauthorized|\b403 Forbidden|status code:? 40[13]\b|missing credentials"),
+    ("dns", r"dns error|failed to lookup address|Name or service not known|nodename nor servname"),
+    ("connect", r"Connection refused|error sending request|tcp connect|timed out"),
+)
+
+
 def _explain_failure(profile: Profile, target: Target, stderr: str) -> Exception:
     lines = _cause_lines(stderr)
     text = " ".join(lines)
@@ -234,18 +251,32 @@ def _explain_failure(profile: Profile, target: Target, stderr: str) -> Exception
             f"profile {profile.name} ({profile.path}) does not resolve for {target.describe()}: "
             f"{why} Change the conflicting pins in the profile."
         )
-    for loc in profile.locations.values():
-        shown = redact_url(loc.url) if loc.url else None
-        if (shown and shown in text) or (loc.url and split_credentials(loc.url)[0] in text):
-            return FetchError(
-                f"resolving {profile.name}: location {loc.describe()} failed: {text} "
-                "Was the index reachable? Check --mirror, HTTPS_PROXY and credentials."
-            )
-    if re.search(
-        r"(dns error|Connection refused|error sending request|tcp connect|timed out)", text
-    ):
+    failed = next(
+        (
+            loc
+            for loc in profile.locations.values()
+            if loc.url and (redact_url(loc.url) in text or split_credentials(loc.url)[0] in text)
+        ),
+        None,
+    )
+    where = f"location {failed.describe()}" if failed else "an index"
+    kind = next((k for k, pattern in _UV_FAILURES if re.search(pattern, text, re.I)), None)
+    if kind == "tls":
         return FetchError(
-            f"resolving {profile.name}: an index was unreachable: {text} "
+            f"resolving {profile.name}: {where}: TLS verification failed: {text} ({CA_HINT})"
+        )
+    if kind == "auth":
+        return FetchError(
+            f"resolving {profile.name}: {where} refused access: {text} ({CREDENTIALS_HINT})"
+        )
+    if kind == "dns":
+        return FetchError(
+            f"resolving {profile.name}: {where}: the host cannot be resolved: {text} "
+            "Check the host name in the URL (--mirror), this host's DNS, or HTTPS_PROXY."
+        )
+    if failed is not None or kind == "connect":
+        return FetchError(
+            f"resolving {profile.name}: {where} failed: {text} "
             "Was the index reachable? Check --mirror, HTTPS_PROXY and credentials."
         )
     return ResolutionError(f"resolving {profile.name} for {target.describe()} failed: {text}")
@@ -275,11 +306,17 @@ def _candidates(
             )
         url = split_credentials(entry["url"])[0]
         sha = entry.get("hashes", {}).get("sha256", "")
+        try:
+            filename = plain_filename(
+                entry.get("name") or _filename(url), f"{name}: the index's file name"
+            )
+        except UnsafeNameError as exc:
+            raise ResolutionError(
+                f"{exc} (location {location}, {redact_url(url)}); the index page is not "
+                "trustworthy: check the mirror"
+            ) from None
         out[name] = Candidate(
-            name,
-            str(raw["version"]),
-            LockedFile(entry.get("name") or _filename(url), url, sha, entry.get("size")),
-            location,
+            name, str(raw["version"]), LockedFile(filename, url, sha, entry.get("size")), location
         )
     return out
 
@@ -295,7 +332,7 @@ def _apply_artifacts(
     profile: Profile,
     target: Target,
     chosen: dict[str, Candidate],
-    fetcher: Fetcher,
+    downloader: Downloader,
     reporter: Reporter,
 ) -> dict[str, Candidate]:
     out = dict(chosen)
@@ -307,11 +344,11 @@ def _apply_artifacts(
         version = Version(cand.version).public
         loc: Location = profile.location(art.location)
         path = art.path_for(version, target)
-        filename = path.rsplit("/", 1)[-1]
+        filename = _artifact_filename(art.package, path, profile)
         url = f"{split_credentials(loc.url or '')[0]}/{path}"
         shown = f"{redact_url(loc.url or '')}/{path}"
         _check_artifact_name(art.package, version, filename, target)
-        probe = fetcher.probe(url)
+        probe = downloader.probe(url)
         if not probe.available:
             if art.fallback == "error":
                 raise FetchError(
@@ -328,10 +365,30 @@ def _apply_artifacts(
         if known:
             file = LockedFile(filename, url, known, probe.size)
         else:
-            got = fetcher.fetch(Want(art.package, filename, url, art.location, None, probe.size))
+            got = downloader.fetch(Want(art.package, filename, url, art.location, None, probe.size))
+            # No published hash: the zip's own CRCs and RECORD are the only check there is.
+            ensure_whole(
+                downloader.cache,
+                got.path,
+                got.sha256,
+                package=art.package,
+                filename=filename,
+                url=url,
+            )
             file = LockedFile(filename, url, got.sha256, got.size)
         out[name] = Candidate(name, str(parse_wheel_filename(filename)[1]), file, art.location)
     return out
+
+
+def _artifact_filename(package: str, path: str, profile: Profile) -> str:
+    """The file name at the end of a direct artifact's path: it names files in the cache and
+    the bundle, so it must be one plain component."""
+    try:
+        return plain_filename(path.rsplit("/", 1)[-1], f"{package}: direct artifact {path!r}")
+    except UnsafeNameError as exc:
+        raise ProfileError(
+            f"{profile.path}: {exc}; fix the artifact's file template in the profile"
+        ) from None
 
 
 def _check_artifact_name(package: str, version: str, filename: str, target: Target) -> None:
@@ -358,20 +415,19 @@ def _server_builds(profile: Profile, chosen: Mapping[str, Candidate]) -> list[So
     ]
 
 
-def _complete(chosen: dict[str, Candidate], fetcher: Fetcher) -> dict[str, Candidate]:
+def _complete(chosen: dict[str, Candidate], downloader: Downloader) -> dict[str, Candidate]:
     """Fill in sizes (HEAD) and hashes (download) an index did not give."""
     missing = [c for c in chosen.values() if c.file.size is None or not c.file.sha256]
 
     def fill(c: Candidate) -> Candidate:
         if not c.file.sha256:
-            got = fetcher.fetch(Want(c.name, c.file.filename, c.file.url, c.location))
+            got = downloader.fetch(Want(c.name, c.file.filename, c.file.url, c.location))
             return replace(c, file=replace(c.file, sha256=got.sha256, size=got.size))
-        probe = fetcher.probe(c.file.url)
+        probe = downloader.probe(c.file.url)
         return replace(c, file=replace(c.file, size=probe.size)) if probe.size else c
 
-    with ThreadPoolExecutor(max_workers=fetcher.jobs) as pool:
-        for done in pool.map(fill, missing):
-            chosen[done.name] = done
+    for done in downloader.parallel(fill, missing):
+        chosen[done.name] = done
     return chosen
 
 
@@ -401,7 +457,7 @@ def _classify(profile: Profile, c: Candidate, builds: list[SourceBuild]) -> Lock
 def _check_sdist_name(c: Candidate) -> None:
     try:
         parse_sdist_filename(c.file.filename)
-    except Exception:
+    except InvalidSdistFilename:
         raise ResolutionError(
             f"{c.name} {c.version}: {c.file.filename} is neither a wheel nor an sdist"
         ) from None

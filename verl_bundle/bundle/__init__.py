@@ -14,7 +14,7 @@ from verl_bundle.bundle.tarball import Bundle, Compression, Damaged, DamagedCach
 from verl_bundle.lock import Lock
 from verl_bundle.profile import Profile
 from verl_bundle.progress import Reporter
-from verl_bundle.wheelhouse import Wheelhouse
+from verl_bundle.fetch import Wheelhouse
 
 __all__ = [
     "Bundle",

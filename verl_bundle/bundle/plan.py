@@ -21,7 +21,7 @@ from verl_bundle.profile import Profile
 from verl_bundle.profile import SourceBuild as ProfileSourceBuild
 from verl_bundle.resources import airgap_dir, data_dir
 from verl_bundle.target import Target
-from verl_bundle.wheelhouse import Artifact, Wheelhouse
+from verl_bundle.fetch import Artifact, Wheelhouse
 
 
 @dataclass(frozen=True)
