@@ -19,6 +19,7 @@ import ssl
 import tarfile
 import textwrap
 import threading
+import time
 import zipfile
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -102,8 +103,10 @@ def _expand_tag(tag: str) -> list[str]:
 # build requirements, so that uv and pip can build it offline. `extra_import` lets an sdist
 # behave like flash-attn's setup.py, which imports torch before it can do anything.
 _BACKEND = """
-import base64, hashlib, os, zipfile
+import base64, hashlib, os, random, time, zipfile
 NAME = {name!r}
+# Like many real backends: entries in no fixed order, stamped with the time of the build.
+UNSTABLE = {unstable!r}
 VERSION = {version!r}
 REQUIRES = {requires!r}
 TAG = {tag!r}
@@ -149,9 +152,16 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
         record.append(arc + ",sha256=" + d + "," + str(len(data)))
     record.append(info + "/RECORD,,")
     files[info + "/RECORD"] = ("\\n".join(record) + "\\n").encode()
+    items = list(files.items())
+    if UNSTABLE:
+        random.shuffle(items)
     with zipfile.ZipFile(os.path.join(wheel_directory, name), "w") as zf:
-        for arc, data in files.items():
-            zf.writestr(arc, data)
+        for arc, data in items:
+            if UNSTABLE:
+                when = time.localtime(time.time() - random.randint(0, 10 ** 7))[:6]
+                zf.writestr(zipfile.ZipInfo(arc, date_time=when), data)
+            else:
+                zf.writestr(arc, data)
     return name
 
 def build_sdist(sdist_directory, config_settings=None):
@@ -168,8 +178,10 @@ def build_sdist(
     modules: dict[str, str] | None = None,
     extra_import: str = "",
     wheel_tag: str = "py3-none-any",
+    unstable: bool = False,
 ) -> Path:
-    """Write an sdist (`.tar.gz`) whose in-tree backend builds a wheel with no downloads."""
+    """Write an sdist (`.tar.gz`) whose in-tree backend builds a wheel with no downloads
+    (`unstable`: in random entry order with the build's time stamps, as many backends do)."""
     dist = _dist(name)
     base = f"{dist}-{version}"
     path = directory / f"{base}.tar.gz"
@@ -190,6 +202,7 @@ def build_sdist(
             requires=requires or [],
             tag=wheel_tag,
             extra_import=extra_import,
+            unstable=unstable,
         ).encode(),
         "PKG-INFO": _metadata(name, version, requires or [], None).encode(),
     }
@@ -221,6 +234,10 @@ class Faults:
     truncate_once: dict[str, int] = field(default_factory=dict)  # name -> bytes sent, then cut
     corrupt: set[str] = field(default_factory=set)  # name -> one byte flipped in the body
     missing: set[str] = field(default_factory=set)  # name -> 404
+    # name -> (bytes per piece, seconds between pieces): a slow link, for Ctrl-C tests
+    slow: dict[str, tuple[int, float]] = field(default_factory=dict)
+    # project -> (content type, body): a page served instead of the real one (hostile pages)
+    pages: dict[str, tuple[str, bytes]] = field(default_factory=dict)
 
 
 @dataclass
@@ -390,6 +407,11 @@ class Server:
                 m = re.fullmatch(r"/simple/([^/]+)/?", path)
                 if m:
                     project = normalize(m.group(1))
+                    with server._lock:
+                        forged = server.faults.pages.get(project)
+                    if forged is not None:
+                        self._send(200, forged[1], forged[0])
+                        return
                     if not server._files_for(project):
                         self._send(404, b"not found")
                         return
@@ -441,6 +463,7 @@ class Server:
                         self._send(503, b"try later")
                         return
                     cut = faults.truncate_once.pop(name, None)
+                    slow = faults.slow.get(name)
                 data = target.read_bytes()
                 if name in faults.corrupt:
                     data = bytes([data[0] ^ 0xFF]) + data[1:]
@@ -474,6 +497,9 @@ class Server:
                 self.end_headers()
                 if self.command == "HEAD":
                     return
+                if slow is not None:
+                    self._trickle(name, data, *slow)
+                    return
                 if cut is not None:
                     self.wfile.write(data[:cut])
                     self.wfile.flush()
@@ -483,6 +509,21 @@ class Server:
                         self.connection.shutdown(2)
                     return
                 self.wfile.write(data)
+
+            def _trickle(self, name: str, data: bytes, piece: int, pause: float) -> None:
+                """Send `piece` bytes, wait `pause` seconds, and so on, until the client
+                hangs up or the fault is cleared (then the rest goes at once)."""
+                sent = 0
+                with contextlib.suppress(OSError):
+                    while sent < len(data):
+                        with server._lock:
+                            still_slow = name in server.faults.slow
+                        step = piece if still_slow else len(data) - sent
+                        self.wfile.write(data[sent : sent + step])
+                        self.wfile.flush()
+                        sent += step
+                        if still_slow:
+                            time.sleep(pause)
 
         return Handler
 

@@ -13,13 +13,13 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from verl_bundle.airgap.names import UnsafeNameError, plain_filename
-from verl_bundle.credentials import redact_url, split_credentials
+from verl_bundle.credentials import split_credentials
 from verl_bundle.errors import FetchError, LockError
 from verl_bundle.hostbuild import build_pure_wheel
 from verl_bundle.integrity import ensure_whole
 from verl_bundle.lock import Lock, LockedFile, LockedPackage
 from verl_bundle.net.download import Cached, Downloader, Want
-from verl_bundle.net.http import Http
+from verl_bundle.net.http import Http, shown_url
 from verl_bundle.net.index import read_project
 from verl_bundle.profile import DEFAULT_INDEX, Profile
 from verl_bundle.progress import Reporter
@@ -131,7 +131,7 @@ def _relocate(pkg: LockedPackage, locked_base: str, new_base: str, kind: str, ht
         return clean_new + "/" + urlsplit(pkg.file.url).path.lstrip("/")
     where = f"{pkg.name} (location {pkg.location})"
     page = read_project(http, clean_new, pkg.name, where)
-    shown = redact_url(f"{clean_new}/{pkg.name}/")
+    shown = shown_url(f"{clean_new}/{pkg.name}/")
     if page is None:
         raise FetchError(f"{where}: {shown} answered 404; the mirror does not serve this project")
     found = page.file(pkg.file.filename)

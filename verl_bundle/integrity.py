@@ -12,9 +12,9 @@ import zipfile
 import zlib
 from pathlib import Path
 
-from verl_bundle.credentials import redact_url
 from verl_bundle.errors import FetchError
 from verl_bundle.net.cache import Cache
+from verl_bundle.net.http import shown_url
 
 CHUNK = 1 << 20
 
@@ -90,7 +90,7 @@ def ensure_whole(
     cache.evict(path, sha256, url)
     origin = "built on this host from " if built else ""
     raise FetchError(
-        f"{package}: {filename} ({origin}{redact_url(url)}) "
+        f"{package}: {filename} ({origin}{shown_url(url)}) "
         f"is a damaged wheel: {problem}; removed it from the cache. If the location serves a "
         "damaged file, get a good one there and re-run `verl-bundle lock`"
     )

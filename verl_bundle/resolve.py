@@ -28,12 +28,12 @@ from packaging.version import Version
 
 from verl_bundle import tomlwrite
 from verl_bundle.airgap.names import UnsafeNameError, plain_filename
-from verl_bundle.credentials import redact_url, split_credentials
+from verl_bundle.credentials import split_credentials
 from verl_bundle.errors import FetchError, ProfileError, ResolutionError
 from verl_bundle.integrity import ensure_whole
 from verl_bundle.lock import BOOTSTRAP_PHASE, Kind, Lock, LockedFile, LockedPackage, Role, now
 from verl_bundle.net.download import Downloader, Want
-from verl_bundle.net.http import CA_HINT, CREDENTIALS_HINT
+from verl_bundle.net.http import CA_HINT, CREDENTIALS_HINT, shown_url
 from verl_bundle.net.index import read_project
 from verl_bundle.profile import DEFAULT_INDEX, Location, Profile, SourceBuild
 from verl_bundle.progress import Reporter
@@ -255,7 +255,7 @@ def _explain_failure(profile: Profile, target: Target, stderr: str) -> Exception
         (
             loc
             for loc in profile.locations.values()
-            if loc.url and (redact_url(loc.url) in text or split_credentials(loc.url)[0] in text)
+            if loc.url and (shown_url(loc.url) in text or split_credentials(loc.url)[0] in text)
         ),
         None,
     )
@@ -312,7 +312,7 @@ def _candidates(
             )
         except UnsafeNameError as exc:
             raise ResolutionError(
-                f"{exc} (location {location}, {redact_url(url)}); the index page is not "
+                f"{exc} (location {location}, {shown_url(url)}); the index page is not "
                 "trustworthy: check the mirror"
             ) from None
         out[name] = Candidate(
@@ -346,7 +346,7 @@ def _apply_artifacts(
         path = art.path_for(version, target)
         filename = _artifact_filename(art.package, path, profile)
         url = f"{split_credentials(loc.url or '')[0]}/{path}"
-        shown = f"{redact_url(loc.url or '')}/{path}"
+        shown = f"{shown_url(loc.url or '')}/{path}"
         _check_artifact_name(art.package, version, filename, target)
         probe = downloader.probe(url)
         if not probe.available:

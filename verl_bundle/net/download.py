@@ -10,18 +10,18 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
 import requests
+import urllib3.exceptions
 
 from verl_bundle.airgap.hashing import StreamHash, sha256_bytes
-from verl_bundle.credentials import redact_url
 from verl_bundle.errors import FetchError
 from verl_bundle.net.cache import Cache, disk_error, locked
-from verl_bundle.net.http import Http, classify, short, status_error
+from verl_bundle.net.http import Http, classify, short, shown_url, status_error
 from verl_bundle.progress import Reporter, Silent
 
 CHUNK = 1 << 20
@@ -43,7 +43,7 @@ class Want:
     size: int | None = None
 
     def where(self) -> str:
-        return f"{self.package}: {redact_url(self.url)} (location {self.location})"
+        return f"{self.package}: {shown_url(self.url)} (location {self.location})"
 
 
 @dataclass(frozen=True)
@@ -72,6 +72,18 @@ class _RetryableError(Exception):
 
 class _StaleResumeError(Exception):
     """Bytes resumed from an earlier run's partial file did not add up: the cache's fault."""
+
+
+def _arriving(resp: requests.Response) -> Iterator[bytes]:
+    """The body as it arrives (read1: whatever the socket has, up to CHUNK), so that a slow
+    link still fills the partial file and the stop event is checked often; content encodings
+    are decoded as requests would."""
+    read1 = getattr(resp.raw, "read1", None)
+    if read1 is None:  # pragma: no cover - urllib3 1.x
+        yield from resp.iter_content(CHUNK)
+        return
+    while data := read1(CHUNK, decode_content=True):
+        yield data
 
 
 class Downloader:
@@ -276,15 +288,22 @@ class Downloader:
                 offset = 0
             written = 0
             try:
-                with partial.open("ab" if offset else "wb") as out:
-                    for chunk in resp.iter_content(CHUNK):
+                # Unbuffered: every byte that arrived is in the file when Ctrl-C or a crash
+                # stops the run, ready for a Range request next time.
+                with partial.open("ab" if offset else "wb", buffering=0) as out:
+                    for chunk in _arriving(resp):
                         out.write(chunk)
                         state.update(chunk)
                         written += len(chunk)
                         self.reporter.advance(handle, len(chunk))
                         if self.stop.is_set():
                             raise StoppedError()
-            except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError) as exc:
+            except (
+                requests.ConnectionError,
+                requests.exceptions.ChunkedEncodingError,
+                urllib3.exceptions.ProtocolError,
+                urllib3.exceptions.ReadTimeoutError,
+            ) as exc:
                 raise _RetryableError(
                     f"connection dropped after {state.size} bytes: {short(exc)}"
                 ) from None
@@ -299,7 +318,7 @@ class Downloader:
         """Is a file there? HEAD, following redirects (GitHub release assets redirect).
         A TLS failure or refused credentials are raised: they are configuration to fix, not
         a missing file to fall back from."""
-        where = redact_url(url)
+        where = shown_url(url)
         try:
             resp = self.http.head(url)
         except requests.RequestException as exc:

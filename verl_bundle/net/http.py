@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import socket
+import ssl
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -15,7 +16,7 @@ import requests
 import urllib3.exceptions
 
 from verl_bundle import __version__
-from verl_bundle.credentials import Redactor, split_credentials
+from verl_bundle.credentials import Redactor, redact_url, split_credentials
 from verl_bundle.errors import FetchError, UsageError
 
 TIMEOUT = (15.0, 60.0)  # connect, read (seconds)
@@ -39,6 +40,14 @@ def _netloc(url: str) -> str:
     parts = urlsplit(url)
     host = parts.hostname or ""
     return f"{host}:{parts.port}" if parts.port else host
+
+
+def shown_url(url: str) -> str:
+    """A URL as it may be shown: credentials masked, also in a URL too broken to parse."""
+    try:
+        return redact_url(url)
+    except ValueError:
+        return Redactor()(url)
 
 
 def short(exc: BaseException) -> str:
@@ -107,7 +116,8 @@ def classify(exc: requests.RequestException) -> Failure:
     given URLs without user info)."""
     causes = list(_chain(exc))
     if isinstance(exc, requests.exceptions.SSLError):
-        return Failure("tls", short(exc))
+        inner = next((c for c in causes if isinstance(c, ssl.SSLError)), exc)
+        return Failure("tls", short(inner))
     if isinstance(exc, (requests.exceptions.InvalidURL, requests.exceptions.MissingSchema)):
         return Failure("url", short(exc))
     if isinstance(exc, requests.exceptions.ProxyError):

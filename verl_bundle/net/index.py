@@ -12,9 +12,8 @@ from urllib.parse import unquote, urljoin, urlsplit
 import requests
 
 from verl_bundle.airgap.names import UnsafeNameError, plain_filename
-from verl_bundle.credentials import redact_url, split_credentials
 from verl_bundle.errors import FetchError
-from verl_bundle.net.http import Http, classify, status_error
+from verl_bundle.net.http import Http, classify, shown_url, status_error
 
 JSON_TYPE = "application/vnd.pypi.simple.v1+json"
 ACCEPT = f"{JSON_TYPE}, text/html;q=0.1"
@@ -62,7 +61,7 @@ def parse_project_page(text: str, content_type: str, page_url: str) -> ProjectPa
     """A project page's files. Raises ValueError (UnsafeNameError for a file name that is not
     one plain path component) when the page cannot be read."""
     files: list[IndexFile] = []
-    where = f"{redact_url(page_url)} lists"
+    where = f"{shown_url(page_url)} lists"
     if "json" in content_type:
         doc = json.loads(text)
         if not isinstance(doc, dict) or not isinstance(doc.get("files", []), list):
@@ -94,12 +93,15 @@ def read_project(http: Http, index_url: str, project: str, where: str) -> Projec
     """GET `index_url`/`project`/ and parse it; None when the index does not have the project
     (404). Transport failures, refused credentials and unreadable pages are FetchError, one
     line that names `where` and the page (redacted)."""
-    page = f"{split_credentials(index_url)[0].rstrip('/')}/{project}/"
-    shown = f"{where}: {redact_url(page)}"
+    page = f"{index_url.rstrip('/')}/{project}/"
+    shown = f"{where}: {shown_url(page)}"
     try:
         resp = http.get(page, headers={"Accept": ACCEPT})
+        page = resp.url  # without credentials (Http sends them apart), after any redirect
     except requests.RequestException as exc:
-        raise FetchError(f"{classify(exc).message(shown)}; was the index reachable?") from None
+        failure = classify(exc)
+        hint = "; was the index reachable?" if failure.kind == "connect" else ""
+        raise FetchError(failure.message(shown) + hint) from None
     with resp:
         if resp.status_code == 404:
             return None
