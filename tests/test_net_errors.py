@@ -249,3 +249,32 @@ def test_an_invalid_mirror_url_is_a_usage_error_without_its_secret(
     lines = result.err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:") and "pypi" in lines[0]
     assert "s3cret-token" not in result.err + result.out
+
+
+def test_the_resolver_failing_on_a_bound_index_is_told_as_what_it_is(
+    stack: Stack,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    tls_certs: tuple[Path, Path, Path],
+    no_ca_env: None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The PyTorch index is read by uv alone (no cut-off probe): its errors are uv's text,
+    mapped to the same kinds of message."""
+    monkeypatch.setenv("UV_HTTP_RETRIES", "0")
+    _, cert, key = tls_certs
+    secure = Server(stack.dirs.pytorch, tls=(cert, key)).start()
+    try:
+        for url, expected in (
+            (secure.index_url, "TLS verification failed"),
+            (f"{UNRESOLVABLE}/whl/cu118", "cannot be resolved"),
+        ):
+            args = stack.args("lock", tmp_path / "l.toml", tmp_path / "c")
+            args[args.index(f"pytorch-cu118={stack.pytorch.index_url}")] = f"pytorch-cu118={url}"
+            result = run(args, capsys)
+            assert result.code == 1, result.err
+            last = result.err.strip().splitlines()[-1]
+            assert expected in last and "pytorch-cu118" in last, last
+            assert "Traceback" not in result.err
+    finally:
+        secure.stop()

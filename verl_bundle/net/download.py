@@ -206,8 +206,7 @@ class Downloader:
         state = StreamHash()
         if resume and partial.exists():
             with partial.open("rb") as fh:  # a partial file left by an earlier run
-                while chunk := fh.read(CHUNK):
-                    state.update(chunk)
+                state.update_all(iter(lambda: fh.read(CHUNK), b""))
             if want.size is not None and state.size > want.size:
                 raise _StaleResumeError()
         earlier = state.size
