@@ -20,6 +20,7 @@ from pkgindex import Server, build_sdist, build_wheel
 
 from verl_bundle.airgap.hashing import sha256_file
 from verl_bundle.credentials import Redactor
+from verl_bundle.errors import FetchError
 from verl_bundle.hostbuild import build_pure_wheel
 from verl_bundle.integrity import wheel_problem
 from verl_bundle.lock import read_lock
@@ -140,6 +141,24 @@ except FetchError as exc:
     assert f"writing {cache / 'partial'}" in line and "File too large" in line
     assert "--cache-dir" in line and "big:" in line
     assert (cache / "partial" / f"{w.sha256}.part").stat().st_size == 256 * 1024  # kept
+
+
+@pytest.mark.parametrize("digest", ["../../../../escaped", "AB" * 32, ""])
+def test_a_hash_that_is_not_hex_never_becomes_a_cache_path(
+    tmp_path: Path, server: Server, files: Path, digest: str
+) -> None:
+    """Cache paths are made from hashes: a hash from a lock or an index that is not 64 hex
+    digits is refused before anything is written."""
+    w = big_want(server, files)
+    bad = Want(w.package, w.filename, w.url, w.location, digest or None, w.size)
+    cache = Cache(tmp_path / "a" / "b" / "c" / "cache")  # ../ x4 would still land in tmp_path
+    if digest:
+        with pytest.raises(FetchError, match="is not a sha256 hex digest"):
+            Downloader(cache, Http(), Notes()).fetch(bad)
+        assert server.file_requests() == []
+    with pytest.raises(FetchError, match="is not a sha256 hex digest"):
+        cache.built(digest or "url-x")
+    assert not list(tmp_path.rglob("escaped*"))
 
 
 # -- wheels are checked whole before they enter a bundle -----------------------------------------
@@ -343,13 +362,13 @@ def test_a_mirror_page_with_a_path_for_a_file_name_is_refused(
 def test_a_profile_artifact_whose_file_name_is_not_plain_is_a_usage_error(
     stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    text = (ROOT / "profiles" / "cu118.toml").read_text()
+    text = (ROOT / "profiles" / "cu118-legacy.toml").read_text()
     old = 'file = "v{version}/flash_attn-'
     assert old in text
     profile = tmp_path / "hostile.toml"
     profile.write_text(
         text.replace(old, 'file = "v{version}/..\\\\flash_attn-').replace(
-            'name = "cu118"', 'name = "hostile"'
+            'name = "cu118-legacy"', 'name = "hostile"'
         )
     )
     args = stack.args("lock", tmp_path / "l.toml", tmp_path / "c", "--profile", str(profile))

@@ -18,6 +18,7 @@ from verl_bundle.errors import FetchError, LockError
 from verl_bundle.hostbuild import build_pure_wheel
 from verl_bundle.integrity import ensure_whole
 from verl_bundle.lock import Lock, LockedFile, LockedPackage
+from verl_bundle.net.cache import disk_error
 from verl_bundle.net.download import Cached, Downloader, Want
 from verl_bundle.net.http import Http, shown_url
 from verl_bundle.net.index import read_project
@@ -62,15 +63,22 @@ def fetch(lock: Lock, profile: Profile, downloader: Downloader, reporter: Report
         got = by_name[pkg.name]
         if pkg.kind == "host-build":
             reporter.status(f"building {pkg.file.filename} into a wheel on this host")
-            wheel = build_pure_wheel(
-                pkg.name,
-                got.path,
-                pkg.file.filename,
-                got.sha256,
-                downloader.cache,
-                index,
-                downloader.http.redact,
-            )
+            try:
+                wheel = build_pure_wheel(
+                    pkg.name,
+                    got.path,
+                    pkg.file.filename,
+                    got.sha256,
+                    downloader.cache,
+                    index,
+                    downloader.http.redact,
+                )
+            except OSError as exc:
+                written = Path(exc.filename or downloader.cache.root)
+                full = disk_error(exc, written, f"{pkg.name}: building a wheel on this host")
+                if full is None:
+                    raise
+                raise full from None
             built += 1
             artifacts.append(
                 Artifact(pkg, str(wheel.path), wheel.filename, wheel.sha256, wheel.size, pkg.file)

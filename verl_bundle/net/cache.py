@@ -7,6 +7,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +16,19 @@ from verl_bundle.errors import FetchError
 
 # Writing failed because the disk (or a quota, or RLIMIT_FSIZE) is full, not because of the file.
 _FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+
+
+# Cache paths are made from hashes (and "url-" + a hash): nothing else may become a path here.
+_KEY = re.compile(r"(url-)?[0-9a-f]{64}")
+
+
+def _key(key: str) -> str:
+    if not _KEY.fullmatch(key):
+        raise FetchError(
+            f"{key!r} is not a sha256 hex digest; the lock or the index gave a bad hash "
+            "(make a new lock with `verl-bundle lock`)"
+        )
+    return key
 
 
 def default_cache_dir() -> Path:
@@ -41,14 +55,14 @@ class Cache:
         self.root = root
 
     def blob(self, sha256: str) -> Path:
-        return self.root / "sha256" / sha256[:2] / sha256
+        return self.root / "sha256" / sha256[:2] / _key(sha256)
 
     def lookup(self, sha256: str) -> Path | None:
         path = self.blob(sha256)
         return path if path.is_file() else None
 
     def partial(self, key: str) -> Path:
-        return self.root / "partial" / f"{key}.part"
+        return self.root / "partial" / f"{_key(key)}.part"
 
     def url_memo(self, url: str) -> Path:
         return self.root / "urls" / sha256_bytes(url.encode())
@@ -74,11 +88,11 @@ class Cache:
 
     def built(self, sdist_sha256: str) -> Path:
         """The folder holding the wheel built on this host from the sdist with that hash."""
-        return self.root / "built" / sdist_sha256
+        return self.root / "built" / _key(sdist_sha256)
 
     def checked(self, sha256: str) -> Path:
         """A marker: the blob with this hash passed the wheel integrity check."""
-        return self.root / "checked" / sha256
+        return self.root / "checked" / _key(sha256)
 
     def store(self, tmp: Path, sha256: str) -> Path:
         dest = self.blob(sha256)
