@@ -401,6 +401,8 @@ def test_ctrl_c_stops_downloads_at_once_and_a_rerun_resumes(
         text=True,
         env=clean_environ(tmp_path),
         cwd=tmp_path,
+        # As from a terminal: a test run started in the background inherits SIGINT ignored.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         deadline = time.monotonic() + 120
