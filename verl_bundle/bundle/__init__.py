@@ -11,10 +11,10 @@ from pathlib import Path
 
 from verl_bundle.bundle.plan import BundlePlan, Entry, bundle_name, plan
 from verl_bundle.bundle.tarball import Bundle, Compression, Damaged, DamagedCacheError, write_bundle
+from verl_bundle.fetch import Wheelhouse
 from verl_bundle.lock import Lock
 from verl_bundle.profile import Profile
 from verl_bundle.progress import Reporter
-from verl_bundle.fetch import Wheelhouse
 
 __all__ = [
     "Bundle",

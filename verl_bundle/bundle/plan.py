@@ -16,12 +16,12 @@ from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel
 from verl_bundle import __version__
 from verl_bundle.airgap import manifest as mf
 from verl_bundle.errors import LockError
+from verl_bundle.fetch import Artifact, Wheelhouse
 from verl_bundle.lock import Lock, dumps, group_by_phase
 from verl_bundle.profile import Profile
 from verl_bundle.profile import SourceBuild as ProfileSourceBuild
 from verl_bundle.resources import airgap_dir, data_dir
 from verl_bundle.target import Target
-from verl_bundle.fetch import Artifact, Wheelhouse
 
 
 @dataclass(frozen=True)
