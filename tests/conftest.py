@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tarfile
@@ -15,6 +16,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from pkgindex import Server
 from stack import UPLOADED, StackDirs, build_stack
+
+# A test run started in the background of a non-interactive shell inherits SIGINT as ignored, and
+# so would every subprocess: the Ctrl-C tests need the default disposition to be inherited.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 ROOT = Path(__file__).resolve().parents[1]
 NAME = "verl-bundle-cu118-legacy-cp310-manylinux_2_17_x86_64"
