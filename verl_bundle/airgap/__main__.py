@@ -7,6 +7,7 @@ postinstall check the installed environment (run with the venv's python)
 install     install the bundle DIR (what its install.sh runs): install DIR [options]
 readiness   prove the venv can start the bundle's verl trainer (run with the venv's python)
 max-jobs    the MAX_JOBS a source build should use on this machine's RAM
+assets      install an asset bundle (models, datasets) / check what was placed
 """
 
 from __future__ import annotations
@@ -48,6 +49,10 @@ def main(argv: list[str] | None = None) -> int:
         from verl_bundle.airgap import doctor
 
         return doctor.max_jobs_main(rest)
+    if command == "assets":
+        from verl_bundle.airgap import place_assets
+
+        return place_assets.main(rest)
     print(f"unknown command {command!r}; see --help", file=sys.stderr)
     return 2
 

@@ -34,7 +34,7 @@ SUFFIX: dict[str, str] = {"none": ".tar", "gz": ".tar.gz", "zstd": ".tar.zst"}
 CHUNK = 1 << 20
 # Files in a bundle get one fixed time, so that the same inputs give the same tarball.
 MTIME = int(os.environ.get("SOURCE_DATE_EPOCH", "315619200"))  # 1980-01-02
-EXECUTABLE = {mf.INSTALL, mf.DOCTOR}
+EXECUTABLE = {mf.INSTALL, mf.DOCTOR, "install-assets.sh"}  # the last: asset bundles
 _PARTIAL = re.compile(r"^\..+\.partial-(\d+)$")
 
 

@@ -1,0 +1,407 @@
+"""verl-bundle assets: the real huggingface_hub client against a fake Hub on 127.0.0.1, the asset
+bundle installed under `unshare -n`, transformers loading the placed model offline."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from airgap import extract, netns_prefix
+from fakehub import GSM8K_TEST, GSM8K_TRAIN, FakeHub, Repo, tiny_gsm8k, tiny_model
+
+from verl_bundle.cli import Session, run
+
+ROOT = Path(__file__).resolve().parents[1]
+TOKEN = "hf_secret_token_for_tests"  # noqa: S105 - what the fake Hub accepts
+PY38 = Path.home() / ".pyenv/versions/3.8.18/bin/python"
+
+
+@pytest.fixture
+def hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[FakeHub]:
+    """A fake Hub with a tiny model, a gated copy of it and a tiny gsm8k, as HF_ENDPOINT."""
+    with FakeHub(TOKEN) as fake:
+        fake.add(Repo("model", "tiny/model", tiny_model()))
+        fake.add(Repo("model", "tiny/gated", tiny_model(), gated=True))
+        fake.add(Repo("dataset", "tiny/gsm8k", tiny_gsm8k()))
+        for var in ("HF_TOKEN", "HF_HUB_OFFLINE", "HF_ENDPOINT"):
+            monkeypatch.delenv(var, raising=False)
+        monkeypatch.setenv("HF_ENDPOINT", fake.url)
+        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home-host"))
+        monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+        yield fake
+
+
+def assets(tmp_path: Path, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = run(
+        ["assets", *args, "-o", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache")],
+        Session(),
+    )
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def final_files(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir()) if directory.exists() else []
+
+
+def test_fetch_convert_bundle_and_install_offline(
+    hub: FakeHub, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = assets(
+        tmp_path, capsys, "--model", "tiny/model", "--dataset", "tiny/gsm8k@main"
+    )
+    assert code == 0, err
+    tarball = Path(out.strip().splitlines()[-1])
+    assert tarball.name.startswith("verl-assets-model_gsm8k-") and tarball.suffix == ".tar"
+    digest = hashlib.sha256(tarball.read_bytes()).hexdigest()
+    assert (tarball.parent / f"{tarball.name}.sha256").read_text() == f"{digest}  {tarball.name}\n"
+    with tarfile.open(tarball) as tf:
+        names = {m.name.split("/", 1)[1] for m in tf.getmembers() if m.isfile()}
+    model = hub.repos[("model", "tiny/model")]
+    assert "models/tiny--model/model.safetensors" in names
+    assert "models/tiny--model/pytorch_model.bin" not in names  # duplicate format skipped
+    assert {"datasets/tiny--gsm8k/train.parquet", "datasets/tiny--gsm8k/test.parquet"} <= names
+    root = extract(tarball, tmp_path / "carried")
+    lines = (root / "SHA256SUMS").read_text().splitlines()
+    sums = {name: value for value, name in (line.split("  ", 1) for line in lines)}
+    assert set(sums) == names - {"SHA256SUMS"}  # every file, each with its hash
+    for name, value in sums.items():
+        assert hashlib.sha256((root / name).read_bytes()).hexdigest() == value, name
+    manifest = json.loads((root / "manifest.json").read_text())
+    pinned = {a["repo_id"]: (a["revision"], a["commit"]) for a in manifest["assets"]}
+    assert pinned["tiny/model"] == ("main", model.commit)
+    by_name = {f["source"]: f for f in manifest["assets"][0]["files"]}
+    assert by_name["model.safetensors"]["sha256"] == model.etag("model.safetensors")
+
+    prefix = tmp_path / "prefix"
+    venv_with_transformers(prefix)
+    proc = install(root, prefix, "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["command"] == "assets install" and doc["ok"] is True
+    checks = {(c["id"], c["status"]) for c in doc["result"]["checks"]}
+    assert ("model.load", "ok") in checks and ("dataset.columns", "ok") in checks
+    placed = {p["kind"]: Path(p["path"]) for p in doc["result"]["placed"]}
+    assert placed["model"] == prefix / "assets/models/tiny--model" / model.commit
+    overrides = doc["result"]["overrides"]
+    assert f"actor_rollout_ref.model.path={placed['model']}" in overrides
+    assert f"critic.model.path={placed['model']}" in overrides
+    assert f"data.train_files={placed['dataset'] / 'train.parquet'}" in overrides
+    assert f"data.val_files={placed['dataset'] / 'test.parquet'}" in overrides
+
+    env_file = (prefix / "verl-env.sh").read_text()
+    for line in ("HF_HUB_OFFLINE=1", "TRANSFORMERS_OFFLINE=1", "HF_DATASETS_OFFLINE=1"):
+        assert f"export {line}\n" in env_file
+    assert f"export HF_HOME={prefix / 'hf-home'}\n" in env_file
+    # Activation sets the offline variables (before python starts, as Hugging Face needs).
+    shown = subprocess.run(
+        ["bash", "-c", f". {prefix}/bin/activate && echo $HF_HUB_OFFLINE:$HF_HOME"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert shown.stdout.strip() == f"1:{prefix / 'hf-home'}"
+
+    # What the placed data is, read here independently of the installer.
+    import pyarrow.parquet as pq
+
+    train = pq.read_table(placed["dataset"] / "train.parquet").to_pylist()
+    assert [r["reward_model"] for r in train] == [
+        {"style": "rule", "ground_truth": "2"},
+        {"style": "rule", "ground_truth": "1000"},
+    ]
+    assert train[1]["prompt"][0]["content"].startswith(GSM8K_TRAIN[1]["question"] + " Let's think")
+    assert train[0]["extra_info"] == {
+        "split": "train",
+        "index": 0,
+        "answer": GSM8K_TRAIN[0]["answer"],
+        "question": GSM8K_TRAIN[0]["question"],
+    }
+    test_rows = pq.read_table(placed["dataset"] / "test.parquet").to_pylist()
+    assert [r["extra_info"]["split"] for r in test_rows] == ["test"] * len(GSM8K_TEST)
+    assert {r["data_source"] for r in train + test_rows} == {"tiny/gsm8k"}
+
+    # A second install finds the intact copy; a placed file altered afterwards is named.
+    again = install(root, prefix)
+    assert again.returncode == 0 and "already in place: model tiny/model" in again.stdout
+    (placed["model"] / "tokenizer.json").write_text("{}")
+    (placed["dataset"] / "test.parquet").unlink()
+    check = subprocess.run(
+        [
+            *netns_prefix(),
+            str(PY38),
+            "-I",
+            "-B",
+            "-c",
+            BOOT,
+            str(root / "lib"),
+            "assets",
+            "check",
+            "--prefix",
+            str(prefix),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert check.returncode == 4, check.stdout + check.stderr
+    assert f"{placed['model'] / 'tokenizer.json'}: altered" in check.stdout
+    assert f"{placed['dataset'] / 'test.parquet'}: missing" in check.stdout
+    assert "NOT READY" in check.stdout
+
+
+BOOT = (
+    "import sys; sys.path.insert(0, sys.argv.pop(1)); "
+    "from verl_bundle.airgap.__main__ import main; sys.exit(main())"
+)
+
+
+def venv_with_transformers(prefix: Path) -> None:
+    """A real venv at the prefix (as the stack installer makes), seeing this test venv's
+    packages (transformers, pyarrow) through a .pth file."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(prefix)], check=True)
+    import sysconfig
+
+    purelib = sysconfig.get_paths()["purelib"]
+    site = subprocess.run(
+        [
+            str(prefix / "bin/python"),
+            "-c",
+            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    Path(site, "test-packages.pth").write_text(purelib + "\n")
+
+
+def install(
+    root: Path, prefix: Path, *args: str, limit: int | None = None
+) -> subprocess.CompletedProcess[str]:
+    """./install-assets.sh with no network and Python 3.8 (the oldest the server code supports)."""
+    if not PY38.exists():
+        pytest.skip("no Python 3.8 (pyenv install 3.8.18)")
+    env = {"PATH": "/usr/bin:/bin", "VERL_BUNDLE_PYTHON": str(PY38), "HOME": str(prefix.parent)}
+    return subprocess.run(
+        [*netns_prefix(), str(root / "install-assets.sh"), "--prefix", str(prefix), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        preexec_fn=(lambda: _limit_file_size(limit)) if limit else None,
+    )
+
+
+def _limit_file_size(limit: int | None) -> None:
+    """A full disk, really: writes past `limit` bytes fail with EFBIG (SIGXFSZ ignored)."""
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit or 0, limit or 0))
+
+
+# -- bad input on the online host ------------------------------------------------------------
+
+
+def one_line(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+def test_unknown_repository(
+    hub: FakeHub, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = assets(tmp_path, capsys, "--model", "tiny/nothing")
+    assert code == 1
+    assert "model tiny/nothing@main" in one_line(err) and "repository not found" in err
+    assert final_files(tmp_path / "out") == []
+
+
+def test_unknown_revision(hub: FakeHub, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = assets(tmp_path, capsys, "--model", "tiny/model@v9.9")
+    assert code == 1
+    assert "revision 'v9.9' not found" in one_line(err)
+    assert final_files(tmp_path / "out") == []
+
+
+def test_gated_without_token_then_with_it(
+    hub: FakeHub,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    code, _, err = assets(tmp_path, capsys, "--model", "tiny/gated")
+    assert code == 1
+    assert "gated repository" in one_line(err) and "set HF_TOKEN" in err
+    assert final_files(tmp_path / "out") == []
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    code, out, err = assets(tmp_path, capsys, "--model", "tiny/gated", "--json")
+    assert code == 0, err
+    assert f"Bearer {TOKEN}" in hub.auth_seen  # the token was sent to the Hub...
+    tarball = Path(json.loads(out)["result"]["bundle"])
+    assert TOKEN not in out + err  # ...and is nowhere in the output or the bundle
+    assert TOKEN.encode() not in tarball.read_bytes()
+
+
+def test_token_not_shown_in_errors(
+    hub: FakeHub,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("HF_TOKEN", "hf_wrong_token_value")
+    monkeypatch.setenv("HF_ENDPOINT", hub.url.replace("http://", "http://user:pw-secret@"))
+    code, _, err = assets(tmp_path, capsys, "--model", "tiny/gated")
+    assert code == 1
+    assert "your HF_TOKEN has no access" in one_line(err)
+    assert "hf_wrong_token_value" not in err and "pw-secret" not in err
+
+
+def test_hash_mismatch_leaves_nothing_and_is_fetched_again(
+    hub: FakeHub, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    hub.altered.add("model.safetensors")
+    code, _, err = assets(tmp_path, capsys, "--model", "tiny/model")
+    assert code == 1
+    line = one_line(err)
+    assert "model.safetensors: hash mismatch" in line and "the Hub states" in line
+    assert final_files(tmp_path / "out") == []
+    hub.altered.clear()
+    code, _, err = assets(tmp_path, capsys, "--model", "tiny/model")
+    assert code == 0, err
+    assert len(hub.requests("GET", "/model.safetensors")) == 2  # the bad copy was not kept
+
+
+def test_small_file_checked_against_git_blob_id(
+    hub: FakeHub, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    hub.altered.add("config.json")  # not an LFS file: checked by its git blob id
+    code, _, err = assets(tmp_path, capsys, "--model", "tiny/model")
+    assert code == 1 and "config.json: hash mismatch (git blob id" in one_line(err)
+
+
+def test_cut_connection_resumes_with_range(
+    hub: FakeHub, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 12 MiB of weights: more than the client's 10 MiB read, so the cut comes after a chunk
+    # was written and the retry asks only for the rest.
+    big = hub.add(Repo("model", "tiny/big", tiny_model(weights=3 << 20)))
+    hub.cut_once.add("model.safetensors")
+    code, _, err = assets(tmp_path, capsys, "--model", "tiny/big")
+    assert code == 0, err
+    gets = hub.requests("GET", "/model.safetensors")
+    assert [g[2] for g in gets] == ["", "bytes=10485760-"]
+    with tarfile.open(next((tmp_path / "out").glob("*.tar"))) as tf:
+        names = tf.getnames()
+    assert any(n.endswith("models/tiny--big/model.safetensors") for n in names)
+    assert len(big.files["model.safetensors"]) > 12 << 20
+
+
+def test_interrupted_run_resumes_from_cache(
+    hub: FakeHub, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    hub.failing.add("tokenizer.json")
+    code, _, err = assets(tmp_path, capsys, "--model", "tiny/model")
+    assert code == 1 and "HTTP 500" in one_line(err)
+    assert final_files(tmp_path / "out") == []
+    hub.failing.clear()
+    code, _, err = assets(tmp_path, capsys, "--model", "tiny/model")
+    assert code == 0, err
+    assert len(hub.requests("GET", "/config.json")) == 1  # finished files were not fetched again
+    assert len(hub.requests("GET", "/tokenizer.json")) == 2
+
+
+def test_full_disk_on_the_host(hub: FakeHub, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    cmd = [
+        sys.executable,
+        "-m",
+        "verl_bundle",
+        "assets",
+        "--model",
+        "tiny/model",
+        "-o",
+        str(out),
+        "--cache-dir",
+        str(tmp_path / "cache"),
+    ]
+    # RLIMIT_FSIZE stands in for a full disk: the write fails (EFBIG) as on ENOSPC.
+    proc = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        preexec_fn=lambda: _limit_file_size(64 * 1024),
+    )
+    assert proc.returncode == 1
+    assert "File too large" in one_line(proc.stderr)
+    assert final_files(out) == []  # no tarball, no partial file
+
+
+# -- bad input on the server -------------------------------------------------------------------
+
+
+@pytest.fixture
+def carried(hub: FakeHub, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
+    code, out, err = assets(tmp_path, capsys, "--model", "tiny/model", "--dataset", "tiny/gsm8k")
+    assert code == 0, err
+    return extract(Path(out.strip().splitlines()[-1]), tmp_path / "carried")
+
+
+def test_altered_or_missing_file_in_the_bundle(carried: Path, tmp_path: Path) -> None:
+    weights = carried / "models/tiny--model/model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-4] + b"\0\0\0\0")
+    proc = install(carried, tmp_path / "prefix")
+    assert proc.returncode == 3
+    assert "models/tiny--model/model.safetensors: altered" in one_line(proc.stderr)
+    assert not list((tmp_path / "prefix/assets/models/tiny--model").iterdir())  # nothing partial
+    weights.unlink()
+    proc = install(carried, tmp_path / "prefix")
+    assert proc.returncode == 3
+    assert "models/tiny--model/model.safetensors: missing" in one_line(proc.stderr)
+
+
+def test_altered_manifest_is_refused(carried: Path, tmp_path: Path) -> None:
+    manifest = carried / "manifest.json"
+    manifest.write_text(manifest.read_text().replace('"main"', '"v2"', 1))
+    proc = install(carried, tmp_path / "prefix")
+    assert proc.returncode == 3 and "manifest.json: altered" in one_line(proc.stderr)
+    assert not (tmp_path / "prefix/assets").exists()
+
+
+def test_full_disk_on_the_server(carried: Path, tmp_path: Path) -> None:
+    prefix = tmp_path / "prefix"
+    proc = install(carried, prefix, limit=2048)  # the model's weights are larger
+    assert proc.returncode == 1
+    assert "no space left" in one_line(proc.stderr)
+    from verl_bundle.airgap.assets_ready import check_placed
+    from verl_bundle.airgap.place_assets import load_record
+
+    finals = [p for p in (prefix / "assets").rglob("*") if p.is_dir() and len(p.name) == 40]
+    assert len(finals) < 2  # the install stopped...
+    for final in finals:  # ...and what has a final name is complete
+        assert check_placed(str(final), load_record(str(final))) == []
+    assert list((prefix / "assets").rglob(".*partial*")) == []
+    proc = install(carried, prefix)  # with room again, the same command completes
+    assert proc.returncode == 0, proc.stderr
+    assert "not checked: no python" in proc.stdout  # no venv at this prefix: said, not passed
+
+
+def test_stack_bundle_is_not_an_asset_bundle(tmp_path: Path) -> None:
+    root = tmp_path / "b"
+    root.mkdir()
+    (root / "manifest.json").write_text(json.dumps({"schema": 2, "name": "verl-bundle-x"}))
+    (root / "SHA256SUMS").write_text("")
+    from verl_bundle.airgap import place_assets
+
+    with pytest.raises(place_assets.AssetsError, match="is this a stack bundle") as info:
+        place_assets.install_assets(str(root), str(tmp_path / "prefix"))
+    assert info.value.code == 3
+    assert os.listdir(tmp_path) == ["b"]

@@ -1,0 +1,396 @@
+"""Installing an asset bundle on the server: verify, place, set the offline environment.
+
+`python3 -m verl_bundle.airgap assets install BUNDLE_DIR --prefix DIR [--assets-dir DIR]`
+checks every file against the asset manifest and SHA256SUMS while copying it, places each model
+and dataset under <prefix>/assets (or a shared --assets-dir) in a directory named for its
+commit, writes <prefix>/verl-env.sh (the Hugging Face offline variables, which must be set
+before transformers is imported) and hooks it into the venv's bin/activate, checks readiness,
+and prints the verl overrides that point at the placed files. A copy is made under a temporary
+name and renamed only when every byte matched, so nothing partial ever has a final name.
+Standard library only, Python 3.8+.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import sys
+from dataclasses import dataclass
+from typing import Sequence
+
+from verl_bundle.airgap import assets as am
+from verl_bundle.airgap.assets_ready import Check, check_placed, readiness
+from verl_bundle.airgap.manifest import MANIFEST, SUMS, ManifestError
+from verl_bundle.airgap.render import checks_json, checks_text, dumps, envelope, printable
+from verl_bundle.airgap.verify import parse_sums
+
+CHUNK = 1 << 20
+RECORD = ".verl-asset.json"  # in each placed directory: the asset's manifest entry
+INDEX = "verl-assets.json"  # in the prefix: what was placed where (for `assets check`)
+ENV_FILE = "verl-env.sh"
+HOOK_MARK = "# verl-bundle: offline Hugging Face settings"
+EXIT_FAILED, EXIT_USAGE, EXIT_DAMAGED, EXIT_NOT_READY = 1, 2, 3, 4
+
+
+class AssetsError(Exception):
+    """One line for the user, with the exit code it means."""
+
+    def __init__(self, message: str, code: int = EXIT_FAILED) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class Placed:
+    kind: str
+    repo_id: str
+    commit: str
+    path: str  # the directory on the server
+    files: int
+    reused: bool  # an intact copy of the same commit was already there
+
+
+@dataclass(frozen=True)
+class AssetsResult:
+    bundle: str
+    prefix: str
+    assets_dir: str
+    placed: tuple[Placed, ...]
+    env_file: str
+    activate_hooked: bool
+    overrides: tuple[str, ...]
+    checks: tuple[Check, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(c.status != "fail" for c in self.checks)
+
+
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(CHUNK), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _check_lists(root: str, m: am.AssetsManifest) -> None:
+    """SHA256SUMS and the manifest must list the same files with the same hashes, and the
+    manifest itself must match its line; the payload is hashed while it is copied."""
+    try:
+        with open(os.path.join(root, SUMS), encoding="utf-8") as fh:
+            sums = parse_sums(fh.read())
+    except OSError:
+        raise AssetsError(
+            f"{root}: {SUMS} is missing: the bundle is damaged", EXIT_DAMAGED
+        ) from None
+    if sums.get(MANIFEST) != _sha256(os.path.join(root, MANIFEST)):
+        raise AssetsError(f"{MANIFEST}: altered (does not match {SUMS})", EXIT_DAMAGED)
+    listed = m.hashes()
+    differ = sorted(
+        p for p in set(sums) | set(listed) if p != MANIFEST and sums.get(p) != listed.get(p)
+    )
+    if differ:
+        raise AssetsError(
+            f"{SUMS} and {MANIFEST} disagree about {', '.join(differ[:5])}: the bundle is damaged",
+            EXIT_DAMAGED,
+        )
+    for g in m.generated:
+        full = os.path.join(root, g.path)
+        if not os.path.isfile(full):
+            raise AssetsError(f"{g.path}: missing from the bundle", EXIT_DAMAGED)
+        if _sha256(full) != g.sha256:
+            raise AssetsError(f"{g.path}: altered (sha256 does not match)", EXIT_DAMAGED)
+
+
+def _copy_checked(src: str, dst: str, expected: str, shown: str) -> None:
+    h = hashlib.sha256()
+    try:
+        fin = open(src, "rb")  # noqa: SIM115 - closed below, with dst
+    except FileNotFoundError:
+        raise AssetsError(f"{shown}: missing from the bundle", EXIT_DAMAGED) from None
+    with fin, open(dst, "wb") as fout:
+        for chunk in iter(lambda: fin.read(CHUNK), b""):
+            h.update(chunk)
+            fout.write(chunk)
+    if h.hexdigest() != expected:
+        raise AssetsError(
+            f"{shown}: altered (sha256 {h.hexdigest()}, expected {expected})", EXIT_DAMAGED
+        )
+
+
+def _intact(final: str, asset: am.Asset) -> bool:
+    return not check_placed(final, asset)
+
+
+def _place(root: str, asset: am.Asset, dest: str) -> Placed:
+    final = os.path.join(dest, asset.path, asset.commit)
+    if os.path.isdir(final) and _intact(final, asset):
+        return Placed(asset.kind, asset.repo_id, asset.commit, final, len(asset.files), True)
+    parent = os.path.dirname(final)
+    os.makedirs(parent, exist_ok=True)
+    tmp = os.path.join(parent, f".{asset.commit}.partial-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        for f in asset.files:
+            out = os.path.join(tmp, f.path[len(asset.path) + 1 :])
+            os.makedirs(os.path.dirname(out), exist_ok=True)
+            _copy_checked(os.path.join(root, f.path), out, f.sha256, f.path)
+        with open(os.path.join(tmp, RECORD), "w", encoding="utf-8") as fh:
+            json.dump(_record(asset), fh, indent=2)
+        if os.path.isdir(final):  # a damaged or older copy: swap it out
+            old = os.path.join(parent, f".{asset.commit}.old-{os.getpid()}")
+            os.replace(final, old)
+            os.replace(tmp, final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return Placed(asset.kind, asset.repo_id, asset.commit, final, len(asset.files), False)
+
+
+def _record(asset: am.Asset) -> dict[str, object]:
+    doc = am.to_dict(am.AssetsManifest("", "", "", (asset,)))["assets"][0]
+    assert isinstance(doc, dict)
+    return doc
+
+
+def load_record(directory: str) -> am.Asset:
+    """The asset a placed directory holds, from its record; ManifestError when unreadable."""
+    where = os.path.join(directory, RECORD)
+    try:
+        with open(where, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError) as exc:
+        raise ManifestError(f"{where}: unreadable ({exc})") from None
+    doc = {"schema": am.SCHEMA, "kind": am.KIND, "name": "placed", "assets": [data]}
+    return am.from_dict(doc).assets[0]
+
+
+def _write_atomic(path: str, text: str) -> None:
+    tmp = f"{path}.partial-{os.getpid()}"
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def env_text(prefix: str) -> str:
+    home = shlex.quote(os.path.join(prefix, "hf-home"))
+    return (
+        "# Written by verl-bundle (assets install). Hugging Face reads these when it is\n"
+        "# imported: source this file before python starts (bin/activate does).\n"
+        "export HF_HUB_OFFLINE=1\n"
+        "export TRANSFORMERS_OFFLINE=1\n"
+        "export HF_DATASETS_OFFLINE=1\n"
+        f"export HF_HOME={home}\n"
+    )
+
+
+def _hook_activate(prefix: str, env_file: str) -> bool:
+    """Append one guarded line to the venv's bin/activate (once); False when there is none."""
+    activate = os.path.join(prefix, "bin", "activate")
+    if not os.path.isfile(activate):
+        return False
+    with open(activate, encoding="utf-8") as fh:
+        if HOOK_MARK in fh.read():
+            return True
+    quoted = shlex.quote(env_file)
+    with open(activate, "a", encoding="utf-8") as fh:
+        fh.write(f"\n{HOOK_MARK}\nif [ -f {quoted} ]; then . {quoted}; fi\n")
+    return True
+
+
+def overrides(placed: Sequence[Placed], assets: Sequence[am.Asset]) -> tuple[str, ...]:
+    """The verl command-line overrides for the first model and the first dataset."""
+    out = []
+    by_key = {(a.kind, a.repo_id, a.commit): a for a in assets}
+    model = next((p for p in placed if p.kind == "model"), None)
+    if model is not None:
+        out.append(f"actor_rollout_ref.model.path={model.path}")
+        out.append(f"critic.model.path={model.path}")
+    data = next((p for p in placed if p.kind == "dataset"), None)
+    if data is not None:
+        asset = by_key[(data.kind, data.repo_id, data.commit)]
+        for key, split in (("data.train_files", "train"), ("data.val_files", "val")):
+            name = asset.split(split)
+            if name:
+                out.append(f"{key}={os.path.join(data.path, name)}")
+    return tuple(out)
+
+
+def install_assets(
+    root: str, prefix: str, assets_dir: str | None = None, python: str | None = None
+) -> AssetsResult:
+    """Verify and place the asset bundle at `root` for the environment at `prefix`; write the
+    environment file; check readiness with `python` (default: the prefix's venv python)."""
+    root = am.find_root(root)
+    if os.path.isfile(root):
+        raise AssetsError(
+            f"{root}: give the extracted bundle directory (tar xf it first)", EXIT_USAGE
+        )
+    try:
+        m = am.load(root)
+    except ManifestError as exc:
+        raise AssetsError(str(exc), EXIT_DAMAGED if os.path.isdir(root) else EXIT_USAGE) from None
+    prefix = os.path.abspath(prefix)
+    dest = os.path.abspath(assets_dir) if assets_dir else os.path.join(prefix, "assets")
+    _check_lists(root, m)
+    try:
+        os.makedirs(dest, exist_ok=True)
+        placed = tuple(_place(root, a, dest) for a in m.assets)
+        env_file = os.path.join(prefix, ENV_FILE)
+        os.makedirs(os.path.join(prefix, "hf-home"), exist_ok=True)
+        _write_atomic(env_file, env_text(prefix))
+        index = [
+            {"kind": p.kind, "repo_id": p.repo_id, "commit": p.commit, "path": p.path}
+            for p in placed
+        ]
+        _write_atomic(os.path.join(prefix, INDEX), json.dumps(index, indent=2) + "\n")
+        hooked = _hook_activate(prefix, env_file)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+            raise AssetsError(
+                f"{exc.filename or dest}: no space left ({exc.strerror}); free space or give "
+                f"--assets-dir on a larger filesystem, then run again",
+                EXIT_FAILED,
+            ) from None
+        raise AssetsError(f"{exc.filename or dest}: {exc.strerror or exc}", EXIT_FAILED) from None
+    exe = python or os.path.join(prefix, "bin", "python")
+    checks = readiness(list(zip(placed, m.assets)), exe if os.path.exists(exe) else None, prefix)
+    return AssetsResult(
+        bundle=m.name,
+        prefix=prefix,
+        assets_dir=dest,
+        placed=placed,
+        env_file=env_file,
+        activate_hooked=hooked,
+        overrides=overrides(placed, m.assets),
+        checks=tuple(checks),
+    )
+
+
+def check_prefix(prefix: str, python: str | None = None) -> AssetsResult:
+    """Readiness of what an earlier install placed for `prefix` (read from its index)."""
+    prefix = os.path.abspath(prefix)
+    where = os.path.join(prefix, INDEX)
+    try:
+        with open(where, encoding="utf-8") as fh:
+            index = json.load(fh)
+        dirs = [str(row["path"]) for row in index]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise AssetsError(
+            f"{where}: no placed assets recorded ({exc}); run assets install", EXIT_USAGE
+        ) from None
+    pairs = []
+    for d in dirs:
+        try:
+            asset = load_record(d)
+        except ManifestError as exc:
+            raise AssetsError(f"{exc}: install the asset bundle again", EXIT_NOT_READY) from None
+        pairs.append(
+            (Placed(asset.kind, asset.repo_id, asset.commit, d, len(asset.files), True), asset)
+        )
+    exe = python or os.path.join(prefix, "bin", "python")
+    checks = readiness(pairs, exe if os.path.exists(exe) else None, prefix)
+    placed = tuple(p for p, _ in pairs)
+    return AssetsResult(
+        bundle="",
+        prefix=prefix,
+        assets_dir=os.path.dirname(os.path.commonpath(dirs)) if dirs else "",
+        placed=placed,
+        env_file=os.path.join(prefix, ENV_FILE),
+        activate_hooked=False,
+        overrides=overrides(placed, [a for _, a in pairs]),
+        checks=tuple(checks),
+    )
+
+
+def result_json(r: AssetsResult) -> dict[str, object]:
+    return {
+        "bundle": r.bundle,
+        "prefix": r.prefix,
+        "assets_dir": r.assets_dir,
+        "placed": [
+            {
+                "kind": p.kind,
+                "repo_id": p.repo_id,
+                "commit": p.commit,
+                "path": p.path,
+                "files": p.files,
+                "reused": p.reused,
+            }
+            for p in r.placed
+        ],
+        "env_file": r.env_file,
+        "activate_hooked": r.activate_hooked,
+        "overrides": list(r.overrides),
+        "checks": checks_json(r.checks),
+    }
+
+
+def result_text(r: AssetsResult) -> str:
+    lines = []
+    for p in r.placed:
+        how = "already in place" if p.reused else "placed"
+        lines.append(f"{how}: {p.kind} {p.repo_id}@{p.commit[:12]} -> {p.path}")
+    hooked = f" (sourced by {r.prefix}/bin/activate)" if r.activate_hooked else ""
+    lines.append(f"environment: {r.env_file}{hooked}")
+    lines += ["", checks_text(r.checks, "ready" if r.ok else "NOT READY"), ""]
+    lines.append("verl overrides:")
+    lines.append(" ".join(shlex.quote(o) for o in r.overrides))
+    return "\n".join(lines)
+
+
+USAGE = (
+    "usage: python3 -m verl_bundle.airgap assets install BUNDLE_DIR --prefix DIR "
+    "[--assets-dir DIR] [--python PATH] [--json]\n"
+    "       python3 -m verl_bundle.airgap assets check --prefix DIR [--python PATH] [--json]"
+)
+
+
+def main(argv: list[str]) -> int:
+    """`assets install ...` / `assets check ...`: exit 0 ready, 1 failed, 2 usage, 3 damaged,
+    4 not ready."""
+    import argparse
+
+    class _Parser(argparse.ArgumentParser):
+        def error(self, message: str) -> None:  # type: ignore[override]
+            raise AssetsError(f"assets: {message}; see --help", EXIT_USAGE)
+
+    parser = _Parser(prog="verl_bundle.airgap assets", usage=USAGE, add_help=True)
+    parser.add_argument("command", choices=("install", "check"))
+    parser.add_argument("bundle", nargs="?")
+    parser.add_argument("--prefix", required=True)
+    parser.add_argument("--assets-dir")
+    parser.add_argument("--python")
+    parser.add_argument("--json", action="store_true")
+    try:
+        args = parser.parse_args(argv)
+        if args.command == "install":
+            if not args.bundle:
+                raise AssetsError("assets install: give the asset bundle directory", EXIT_USAGE)
+            result = install_assets(args.bundle, args.prefix, args.assets_dir, args.python)
+        else:
+            result = check_prefix(args.prefix, args.python)
+    except AssetsError as exc:
+        print(f"error: {printable(str(exc))}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        print("error: interrupted; run the same command again", file=sys.stderr)
+        return 130
+    if args.json:
+        print(dumps(envelope(f"assets {args.command}", result.ok, result_json(result))))
+    else:
+        print(printable(result_text(result)))
+    return 0 if result.ok else EXIT_NOT_READY

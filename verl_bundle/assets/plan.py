@@ -1,0 +1,164 @@
+"""`verl-bundle assets`: models and datasets into one asset bundle for the air gap.
+
+Models are gigabytes and change on another rhythm than the stack, so they travel in their own
+tarball (verl-assets-<slug>.tar + .sha256) rather than inside every stack bundle: a new model
+does not mean a new stack, and a stack fix does not mean carrying the weights again. The tar is
+written the way the stack bundle is (streamed from the cache, temporary name, atomic rename),
+with its own typed manifest (verl_bundle/airgap/assets.py), SHA256SUMS listing every file,
+install-assets.sh, and the standard-library server code under lib/.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from verl_bundle import __version__
+from verl_bundle.airgap import assets as am
+from verl_bundle.airgap.manifest import MANIFEST, SUMS, Generated
+from verl_bundle.airgap.names import UnsafeNameError, bundle_path
+from verl_bundle.bundle.plan import Entry, _airgap_entries
+from verl_bundle.bundle.tarball import Bundle, write_bundle
+from verl_bundle.assets.convert import convert
+from verl_bundle.assets.fetch import AssetSpec, Fetched, Hub, fetch
+from verl_bundle.errors import FetchError, UsageError
+from verl_bundle.progress import Reporter
+from verl_bundle.resources import data_dir
+
+if TYPE_CHECKING:
+    from verl_bundle.render import Shown
+
+
+@dataclass(frozen=True)
+class AssetsRequest:
+    specs: tuple[AssetSpec, ...]
+    hub: Hub
+    output: Path
+    allow: tuple[str, ...] = ()
+    deny: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class AssetsBuilt:
+    bundle: Bundle
+    manifest: am.AssetsManifest
+    notes: tuple[str, ...] = field(default=())
+
+
+def _entry(arcname: str, data: bytes) -> Entry:
+    return Entry(arcname, hashlib.sha256(data).hexdigest(), len(data), data=data)
+
+
+def _dirname(repo_id: str) -> str:
+    """The hub cache's spelling of a repository as one folder name: org--name."""
+    return repo_id.replace("/", "--")
+
+
+def slug(fetched: list[Fetched]) -> str:
+    names = "_".join(f.spec.repo_id.rsplit("/", 1)[-1] for f in fetched)
+    names = re.sub(r"[^A-Za-z0-9._-]+", "-", names)[:80].strip("-.") or "assets"
+    pins = "\n".join(f"{f.spec.kind} {f.spec.repo_id} {f.commit}" for f in fetched)
+    return f"{names}-{hashlib.sha256(pins.encode()).hexdigest()[:8]}"
+
+
+def _model(f: Fetched) -> tuple[am.Asset, list[Entry]]:
+    base = f"{am.MODELS}/{_dirname(f.spec.repo_id)}"
+    entries, files = [], []
+    for x in f.files:
+        try:
+            arc = bundle_path(f"{base}/{x.name}", f"{f.spec.label}: file {x.name!r}")
+        except UnsafeNameError as exc:
+            raise FetchError(str(exc)) from None
+        entries.append(Entry(arc, x.sha256, x.size, source=str(x.path)))
+        files.append(am.AssetFile(arc, x.sha256, x.size, x.name))
+    asset = am.Asset("model", f.spec.repo_id, f.spec.revision, f.commit, base, tuple(files))
+    return asset, entries
+
+
+def _dataset(f: Fetched, work: Path) -> tuple[am.Asset, list[Entry]]:
+    base = f"{am.DATASETS}/{_dirname(f.spec.repo_id)}"
+    done = convert(f.spec.repo_id, list(f.files), work / f"{_dirname(f.spec.repo_id)}-{f.commit}")
+    entries, files = [], []
+    for name, path in done.files:
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        size = path.stat().st_size
+        entries.append(Entry(f"{base}/{name}", digest, size, source=str(path)))
+        files.append(am.AssetFile(f"{base}/{name}", digest, size, ""))
+    asset = am.Asset(
+        "dataset",
+        f.spec.repo_id,
+        f.spec.revision,
+        f.commit,
+        base,
+        tuple(files),
+        splits=done.splits,
+        converted_from=tuple(am.SourceFile(s.name, s.sha256, s.size) for s in done.sources),
+        conversion=done.conversion,
+    )
+    return asset, entries
+
+
+def plan(fetched: list[Fetched], work: Path) -> tuple[str, list[Entry], am.AssetsManifest]:
+    """Every entry of the asset bundle with its hash, and the manifest, before writing."""
+    name = f"verl-assets-{slug(fetched)}"
+    assets, payload = [], []
+    for f in fetched:
+        asset, entries = _model(f) if f.spec.kind == "model" else _dataset(f, work)
+        assets.append(asset)
+        payload += entries
+    script = (data_dir("templates") / am.INSTALL).read_bytes()
+    generated = [_entry(am.INSTALL, script), *_airgap_entries()]
+    manifest = am.AssetsManifest(
+        name=name,
+        created_by=f"verl-bundle {__version__}",
+        created=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        assets=tuple(assets),
+        generated=tuple(Generated(e.arcname, e.sha256, e.size) for e in generated),
+    )
+    everything = [_entry(MANIFEST, am.dumps(manifest).encode()), *generated, *payload]
+    sums = "".join(
+        f"{e.sha256}  {e.arcname}\n" for e in sorted(everything, key=lambda e: e.arcname)
+    )
+    return name, [_entry(SUMS, sums.encode()), *everything], manifest
+
+
+def build_assets(req: AssetsRequest, reporter: Reporter) -> AssetsBuilt:
+    """Fetch every model and dataset, convert the datasets, write the asset bundle."""
+    if not req.specs:
+        raise UsageError("verl-bundle assets: give at least one --model or --dataset")
+    seen = [(s.kind, s.repo_id) for s in req.specs]
+    if len(set(seen)) != len(seen):
+        raise UsageError("verl-bundle assets: a repository is given twice")
+    fetched = [fetch(s, req.hub, list(req.allow), list(req.deny), reporter) for s in req.specs]
+    name, entries, manifest = plan(fetched, req.hub.cache_dir / "verl-converted")
+    bundle = write_bundle(name, entries, req.output, "none", reporter)
+    return AssetsBuilt(bundle, manifest)
+
+
+def shown(built: AssetsBuilt) -> Shown:
+    """The result for people (the last line is the tarball's path) and for scripts."""
+    from verl_bundle.render import Shown, human_size
+
+    b, m = built.bundle, built.manifest
+    lines = [
+        f"{a.kind} {a.repo_id}@{a.revision} = {a.commit}: {len(a.files)} file(s)"
+        + (
+            f", {a.conversion} -> {', '.join(n for _, n in a.splits)}"
+            if a.kind == "dataset"
+            else ""
+        )
+        for a in m.assets
+    ]
+    lines += [f"asset bundle: {human_size(b.size)}, sha256 {b.sha256}", str(b.path)]
+    result = {
+        "bundle": str(b.path),
+        "sha256": b.sha256,
+        "size": b.size,
+        "files": b.files,
+        "assets": am.to_dict(m)["assets"],
+    }
+    return Shown("assets", True, result, "\n".join(lines), built.notes)
