@@ -7,7 +7,7 @@ PY ?= 3.10
 OUT ?= bundles
 STAMP := $(VENV)/.installed
 
-.PHONY: all venv test test-fast lint typecheck bundle e2e-real bench clean
+.PHONY: all venv test test-fast lint typecheck bundle e2e-real assets-real bench clean
 
 all: test
 
@@ -50,6 +50,17 @@ bundle: $(STAMP)
 # transformers, and run readiness in each rehearsed venv.
 e2e-real: $(STAMP)
 	$(BIN)/python bench/e2e_real.py --compare-pip
+
+# Models and datasets from the real Hub (needs the internet; not part of `make test` or CI, since
+# the Hub is not reachable from the test machines): fetch, convert, bundle, then install the asset
+# bundle into a scratch prefix and load the model's config and tokenizer with this venv's python.
+MODEL ?= Qwen/Qwen2.5-0.5B-Instruct
+DATASET ?= openai/gsm8k
+assets-real: $(STAMP)
+	$(BIN)/verl-bundle assets --model $(MODEL) --dataset $(DATASET) --allow '$(DATASET):main/*' -o $(OUT)
+	rm -rf $(OUT)/assets-real && mkdir -p $(OUT)/assets-real
+	tar xf "$$(ls -t $(OUT)/verl-assets-*.tar | head -1)" -C $(OUT)/assets-real
+	$(OUT)/assets-real/verl-assets-*/install-assets.sh --prefix $(OUT)/assets-real/prefix --python $(BIN)/python
 
 # Benchmarks against pip and tar on a synthetic 1 GB stack served on 127.0.0.1: a few minutes,
 # no network; wheels are kept in /tmp/verl-bundle-bench. Not part of `make test`.

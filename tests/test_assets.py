@@ -405,3 +405,118 @@ def test_stack_bundle_is_not_an_asset_bundle(tmp_path: Path) -> None:
         place_assets.install_assets(str(root), str(tmp_path / "prefix"))
     assert info.value.code == 3
     assert os.listdir(tmp_path) == ["b"]
+
+
+def test_dataset_configuration_is_chosen_per_repository(
+    hub: FakeHub, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    files = tiny_gsm8k()
+    files.update({k.replace("main/", "socratic/"): v for k, v in files.items() if "/" in k})
+    hub.add(Repo("dataset", "tiny/multi", files))
+    code, _, err = assets(tmp_path, capsys, "--dataset", "tiny/multi")
+    assert code == 2
+    assert "several configurations (main, socratic)" in one_line(err)
+    assert "--allow 'tiny/multi:main/*'" in err
+    code, out, err = assets(
+        tmp_path,
+        capsys,
+        "--model",
+        "tiny/model",
+        "--dataset",
+        "tiny/multi",
+        "--allow",
+        "tiny/multi:socratic/*",
+        "--json",
+    )
+    assert code == 0, err
+    found = {a["repo_id"]: a for a in json.loads(out)["result"]["assets"]}
+    assert [s["name"] for s in found["tiny/multi"]["converted_from"]] == [
+        "socratic/train-00000-of-00001.parquet",
+        "socratic/test-00000-of-00001.parquet",
+    ]
+    assert len(found["tiny/model"]["files"]) == 4  # the dataset's pattern left the model alone
+
+
+def test_verl_shaped_dataset_passes_through(
+    hub: FakeHub, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fakehub import parquet_bytes
+
+    from verl_bundle.assets.convert import gsm8k_rows
+
+    rows = gsm8k_rows("openai/gsm8k", "train", ["q?"], ["#### 7"])
+    data = parquet_bytes(rows)
+    hub.add(Repo("dataset", "tiny/ready", {"data/train.parquet": data}))
+    code, out, err = assets(tmp_path, capsys, "--dataset", "tiny/ready", "--json")
+    assert code == 0, err
+    (asset,) = json.loads(out)["result"]["assets"]
+    assert asset["conversion"] == "verl" and asset["splits"] == {"train": "train.parquet"}
+    assert asset["files"][0]["sha256"] == hashlib.sha256(data).hexdigest()  # byte for byte
+
+
+def test_not_a_gsm8k_or_verl_dataset(
+    hub: FakeHub, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fakehub import parquet_bytes
+
+    hub.add(Repo("dataset", "tiny/other", {"train.parquet": parquet_bytes([{"text": "x"}])}))
+    code, _, err = assets(tmp_path, capsys, "--dataset", "tiny/other")
+    assert code == 2 and "neither gsm8k-shaped" in one_line(err)
+
+
+def test_default_selection_keeps_safetensors_only() -> None:
+    from verl_bundle.assets.fetch import select
+
+    names = [
+        "config.json",
+        "model.safetensors",
+        "pytorch_model.bin",
+        "flax_model.msgpack",
+        "onnx/model.onnx",
+        "tf_model.h5",
+        "model.gguf",
+        "tokenizer.json",
+    ]
+    assert select(names, [], []) == ["config.json", "model.safetensors", "tokenizer.json"]
+    no_st = ["config.json", "pytorch_model.bin"]
+    assert select(no_st, [], []) == no_st  # nothing to prefer: the only weights are kept
+    assert select(names, ["*.json"], ["tokenizer*"]) == ["config.json"]
+    assert select(names, ["*.bin"], []) == ["pytorch_model.bin"]  # asked for: kept
+
+
+def test_manifest_round_trip_and_strict_reading() -> None:
+    from verl_bundle.airgap import assets as am
+    from verl_bundle.airgap.manifest import ManifestError
+
+    sha = "a" * 64
+    m = am.AssetsManifest(
+        "verl-assets-x",
+        "verl-bundle",
+        "2026-11-30T00:00:00Z",
+        (
+            am.Asset(
+                "dataset",
+                "o/d",
+                "main",
+                "b" * 40,
+                "datasets/o--d",
+                (am.AssetFile("datasets/o--d/train.parquet", sha, 3, ""),),
+                splits=(("train", "train.parquet"),),
+                converted_from=(am.SourceFile("main/train.parquet", sha, 9),),
+                conversion="gsm8k",
+            ),
+        ),
+    )
+    assert am.loads(am.dumps(m)) == m
+    doc = am.to_dict(m)
+    doc["assets"][0]["commit"] = "main"
+    with pytest.raises(ManifestError, match=r"manifest.assets\[0\].commit is not a 40-digit"):
+        am.from_dict(doc)
+    doc = am.to_dict(m)
+    doc["assets"][0]["files"][0]["path"] = "models/../../etc/passwd"
+    with pytest.raises(ManifestError, match="not a plain file name"):
+        am.from_dict(doc)
+    doc = am.to_dict(m)
+    doc["schema"] = 2
+    with pytest.raises(ManifestError, match="schema 2"):
+        am.from_dict(doc)

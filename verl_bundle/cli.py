@@ -205,50 +205,6 @@ def verify_cmd(
     _show(ctx, render.verify(verify(str(path))), json_out)
 
 
-# -- assets (models and datasets for the air gap) ----------------------------------------------
-@app.command("assets", short_help="Fetch models and datasets into an asset bundle.")
-def assets_cmd(
-    ctx: typer.Context,
-    model: Annotated[
-        list[str] | None, typer.Option("--model", help="A model repository: ID[@REVISION].")
-    ] = None,
-    dataset: Annotated[
-        list[str] | None, typer.Option("--dataset", help="A dataset repository: ID[@REVISION].")
-    ] = None,
-    allow: Annotated[
-        list[str] | None, typer.Option("--allow", help="Fetch only files matching (glob).")
-    ] = None,
-    deny: Annotated[
-        list[str] | None, typer.Option("--deny", help="Skip files matching (glob).")
-    ] = None,
-    hf_endpoint: Annotated[
-        str | None, typer.Option("--hf-endpoint", help="The Hub or its mirror (or HF_ENDPOINT).")
-    ] = None,
-    output: Annotated[
-        Path, typer.Option("-o", "--output", help="Directory for the tarball.")
-    ] = Path("."),
-    cache_dir: CacheDir = None,
-    json_out: Json = False,
-) -> None:
-    """Fetch models and datasets (pinned to their commit, hashes checked), convert datasets to
-    verl's parquet files, and write verl-assets-<slug>.tar for ./install-assets.sh on the server.
-
-    HF_TOKEN is used for gated repositories and never shown. The last line is the tarball."""
-    from verl_bundle.assets.fetch import Hub, parse_spec
-    from verl_bundle.assets.plan import AssetsRequest, build_assets, shown
-    from verl_bundle.fetch import default_cache_dir
-    from verl_bundle.progress import reporter
-
-    hub = Hub.from_env(hf_endpoint, cache_dir or default_cache_dir())
-    _session(ctx).redact = hub.redact  # the token, and any password in the endpoint URL
-    specs = [parse_spec("model", m) for m in model or []]
-    specs += [parse_spec("dataset", d) for d in dataset or []]
-    req = AssetsRequest(tuple(specs), hub, output, tuple(allow or ()), tuple(deny or ()))
-    with reporter(quiet=json_out) as rep:
-        result = shown(build_assets(req, rep))
-    _show(ctx, result, json_out)
-
-
 @app.command("rehearse", short_help="Install a bundle here with the network cut.")
 def rehearse_cmd(
     ctx: typer.Context,
@@ -374,6 +330,52 @@ def profiles_show(
 
 
 # -- the boundary ------------------------------------------------------------------------------
+
+
+# -- assets (models and datasets for the air gap) ----------------------------------------------
+@app.command("assets", short_help="Fetch models and datasets into an asset bundle.")
+def assets_cmd(
+    ctx: typer.Context,
+    model: Annotated[
+        list[str] | None, typer.Option("--model", help="A model repository: ID[@REVISION].")
+    ] = None,
+    dataset: Annotated[
+        list[str] | None, typer.Option("--dataset", help="A dataset repository: ID[@REVISION].")
+    ] = None,
+    allow: Annotated[
+        list[str] | None,
+        typer.Option("--allow", help="Fetch only files matching (glob; ID:GLOB for one repo)."),
+    ] = None,
+    deny: Annotated[
+        list[str] | None,
+        typer.Option("--deny", help="Skip files matching (glob; ID:GLOB for one repo)."),
+    ] = None,
+    hf_endpoint: Annotated[
+        str | None, typer.Option("--hf-endpoint", help="The Hub or its mirror (or HF_ENDPOINT).")
+    ] = None,
+    output: Annotated[
+        Path, typer.Option("-o", "--output", help="Directory for the tarball.")
+    ] = Path("."),
+    cache_dir: CacheDir = None,
+    json_out: Json = False,
+) -> None:
+    """Fetch models and datasets (pinned to their commit, hashes checked), convert datasets to
+    verl's parquet files, and write verl-assets-<slug>.tar for ./install-assets.sh on the server.
+
+    HF_TOKEN is used for gated repositories and never shown. The last line is the tarball."""
+    from verl_bundle.assets.fetch import Hub, parse_spec
+    from verl_bundle.assets.plan import AssetsRequest, build_assets, shown
+    from verl_bundle.fetch import default_cache_dir
+    from verl_bundle.progress import reporter
+
+    hub = Hub.from_env(hf_endpoint, cache_dir or default_cache_dir())
+    _session(ctx).redact = hub.redact  # the token, and any password in the endpoint URL
+    specs = [parse_spec("model", m) for m in model or []]
+    specs += [parse_spec("dataset", d) for d in dataset or []]
+    req = AssetsRequest(tuple(specs), hub, output, tuple(allow or ()), tuple(deny or ()))
+    with reporter(quiet=json_out) as rep:
+        result = shown(build_assets(req, rep))
+    _show(ctx, result, json_out)
 
 
 def _click_error() -> type[Exception]:

@@ -25,6 +25,7 @@ Commands:
   rehearse  Install a bundle here with the network cut.
   doctor    Check a machine before installing, with fixes.
   explain   Match a failed install's log to causes and fixes.
+  assets    Fetch models and datasets into an asset bundle.
   profiles  List the built-in profiles, or show one.
 """
 

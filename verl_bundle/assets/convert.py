@@ -59,7 +59,7 @@ def group_splits(repo_id: str, files: list[FetchedFile]) -> dict[str, list[Fetch
     if len(configs) > 1:
         raise UsageError(
             f"dataset {repo_id} has several configurations ({', '.join(configs)}): pick one, "
-            f"e.g. --allow '{configs[0]}/*'"
+            f"e.g. --allow '{repo_id}:{configs[0]}/*'"
         )
     by_split: dict[str, list[FetchedFile]] = {}
     for f in data:

@@ -126,6 +126,19 @@ def plan(fetched: list[Fetched], work: Path) -> tuple[str, list[Entry], am.Asset
     return name, [_entry(SUMS, sums.encode()), *everything], manifest
 
 
+def patterns_for(spec: AssetSpec, patterns: tuple[str, ...]) -> list[str]:
+    """The patterns for one repository: plain ones apply to every repository, `ID:PATTERN`
+    to that one only (`--allow openai/gsm8k:main/*` picks one configuration of a dataset)."""
+    out = []
+    for pattern in patterns:
+        repo, sep, rest = pattern.partition(":")
+        if not sep:
+            out.append(pattern)
+        elif repo == spec.repo_id:
+            out.append(rest)
+    return out
+
+
 def build_assets(req: AssetsRequest, reporter: Reporter) -> AssetsBuilt:
     """Fetch every model and dataset, convert the datasets, write the asset bundle."""
     if not req.specs:
@@ -133,7 +146,14 @@ def build_assets(req: AssetsRequest, reporter: Reporter) -> AssetsBuilt:
     seen = [(s.kind, s.repo_id) for s in req.specs]
     if len(set(seen)) != len(seen):
         raise UsageError("verl-bundle assets: a repository is given twice")
-    fetched = [fetch(s, req.hub, list(req.allow), list(req.deny), reporter) for s in req.specs]
+    ids = {s.repo_id for s in req.specs}
+    for pattern in (*req.allow, *req.deny):
+        if ":" in pattern and pattern.split(":", 1)[0] not in ids:
+            raise UsageError(f"pattern {pattern!r} names a repository that is not fetched")
+    fetched = [
+        fetch(s, req.hub, patterns_for(s, req.allow), patterns_for(s, req.deny), reporter)
+        for s in req.specs
+    ]
     name, entries, manifest = plan(fetched, req.hub.cache_dir / "verl-converted")
     bundle = write_bundle(name, entries, req.output, "none", reporter)
     return AssetsBuilt(bundle, manifest)
