@@ -29,6 +29,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check verl_bundle tests bench
 	$(BIN)/mypy
 	$(BIN)/python -c 'import sys; sys.path.insert(0, "tests"); from test_install_shim import CONTEXT; from verl_bundle.bundle.plan import render_install; print(render_install(CONTEXT), end="")' | shellcheck -s sh -
+	shellcheck -s sh templates/install-assets.sh
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
