@@ -21,10 +21,10 @@ from verl_bundle import __version__
 from verl_bundle.airgap import assets as am
 from verl_bundle.airgap.manifest import MANIFEST, SUMS, Generated
 from verl_bundle.airgap.names import UnsafeNameError, bundle_path
-from verl_bundle.bundle.plan import Entry, _airgap_entries
-from verl_bundle.bundle.tarball import Bundle, write_bundle
 from verl_bundle.assets.convert import convert
 from verl_bundle.assets.fetch import AssetSpec, Fetched, Hub, fetch
+from verl_bundle.bundle.plan import Entry, _airgap_entries
+from verl_bundle.bundle.tarball import Bundle, write_bundle
 from verl_bundle.errors import FetchError, UsageError
 from verl_bundle.progress import Reporter
 from verl_bundle.resources import data_dir
