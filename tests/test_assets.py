@@ -18,7 +18,8 @@ import pytest
 from airgap import extract, netns_prefix
 from fakehub import GSM8K_TEST, GSM8K_TRAIN, FakeHub, Repo, tiny_gsm8k, tiny_model
 
-from verl_bundle.cli import Session, run
+from verl_bundle.cli import run
+from verl_bundle.cli_options import Session
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "hf_secret_token_for_tests"  # noqa: S105 - what the fake Hub accepts

@@ -16,6 +16,7 @@ import typer
 
 from verl_bundle import __version__
 from verl_bundle.airgap.render import printable
+from verl_bundle.cli_assets import assets_cmd
 from verl_bundle.cli_options import (
     CacheDir,
     Compress,
@@ -329,53 +330,11 @@ def profiles_show(
     _show(ctx, render.profile(find_profile(name)), json_out)
 
 
+# `verl-bundle assets` (models and datasets for the air gap) lives in cli_assets.py.
+app.command("assets", short_help="Fetch models and datasets into an asset bundle.")(assets_cmd)
+
+
 # -- the boundary ------------------------------------------------------------------------------
-
-
-# -- assets (models and datasets for the air gap) ----------------------------------------------
-@app.command("assets", short_help="Fetch models and datasets into an asset bundle.")
-def assets_cmd(
-    ctx: typer.Context,
-    model: Annotated[
-        list[str] | None, typer.Option("--model", help="A model repository: ID[@REVISION].")
-    ] = None,
-    dataset: Annotated[
-        list[str] | None, typer.Option("--dataset", help="A dataset repository: ID[@REVISION].")
-    ] = None,
-    allow: Annotated[
-        list[str] | None,
-        typer.Option("--allow", help="Fetch only files matching (glob; ID:GLOB for one repo)."),
-    ] = None,
-    deny: Annotated[
-        list[str] | None,
-        typer.Option("--deny", help="Skip files matching (glob; ID:GLOB for one repo)."),
-    ] = None,
-    hf_endpoint: Annotated[
-        str | None, typer.Option("--hf-endpoint", help="The Hub or its mirror (or HF_ENDPOINT).")
-    ] = None,
-    output: Annotated[
-        Path, typer.Option("-o", "--output", help="Directory for the tarball.")
-    ] = Path("."),
-    cache_dir: CacheDir = None,
-    json_out: Json = False,
-) -> None:
-    """Fetch models and datasets (pinned to their commit, hashes checked), convert datasets to
-    verl's parquet files, and write verl-assets-<slug>.tar for ./install-assets.sh on the server.
-
-    HF_TOKEN is used for gated repositories and never shown. The last line is the tarball."""
-    from verl_bundle.assets.fetch import Hub, parse_spec
-    from verl_bundle.assets.plan import AssetsRequest, build_assets, shown
-    from verl_bundle.fetch import default_cache_dir
-    from verl_bundle.progress import reporter
-
-    hub = Hub.from_env(hf_endpoint, cache_dir or default_cache_dir())
-    _session(ctx).redact = hub.redact  # the token, and any password in the endpoint URL
-    specs = [parse_spec("model", m) for m in model or []]
-    specs += [parse_spec("dataset", d) for d in dataset or []]
-    req = AssetsRequest(tuple(specs), hub, output, tuple(allow or ()), tuple(deny or ()))
-    with reporter(quiet=json_out) as rep:
-        result = shown(build_assets(req, rep))
-    _show(ctx, result, json_out)
 
 
 def _click_error() -> type[Exception]:
