@@ -43,7 +43,7 @@ def assets_cmd(
     from verl_bundle.assets.fetch import Hub, parse_spec
     from verl_bundle.assets.plan import AssetsRequest, build_assets, shown
     from verl_bundle.cli import _show  # the CLI's one place output is written
-    from verl_bundle.fetch import default_cache_dir
+    from verl_bundle.net.cache import default_cache_dir
     from verl_bundle.progress import reporter
 
     hub = Hub.from_env(hf_endpoint, cache_dir or default_cache_dir())
