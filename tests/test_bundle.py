@@ -149,11 +149,6 @@ def test_a_lock_with_a_package_in_an_unknown_phase_is_refused(
     assert [r for s in stack.servers() for r in s.requests] == []  # refused before fetching
 
 
-@pytest.mark.xfail(
-    reason="host-built wheels (antlr4, pylatexenc) differ between builds until they are made "
-    "reproducible (issue 8, the fetch side); everything else is already byte-identical",
-    strict=True,
-)
 def test_two_cold_builds_of_one_lock_give_the_same_tarball(
     stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
