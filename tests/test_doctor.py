@@ -818,6 +818,18 @@ def test_json_shape(machine: FakeMachine, monkeypatch: pytest.MonkeyPatch) -> No
         "mem_available",
         "gpus",
         "nvcc",
+        # what the fleet report compares across nodes
+        "hostname",
+        "driver",
+        "cuda_driver",
+        "gpu_models",
+        "open_files",
+        "shm_bytes",
+        "socket_ifnames",
+        "missing_ifnames",
+        "master_addr",
+        "master_addr_resolves",
+        "fingerprint",
     }
     assert isinstance(host["os"], str) and isinstance(host["arch"], str)
     assert host["python"] == ".".join(str(p) for p in sys.version_info[:3])

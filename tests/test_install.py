@@ -15,6 +15,7 @@ import pytest
 from airgap import extract, find_python, netns_prefix, python310, resign, run_install
 from conftest import NAME, Stack, build_bundle, clean_environ
 
+from verl_bundle.airgap import fingerprint
 from verl_bundle.airgap.events import read_events
 
 pytestmark = pytest.mark.slow
@@ -106,6 +107,8 @@ def test_airgapped_install_into_a_fresh_python310_venv(
     assert check.stdout.strip() == "(3, 10) 2.1.2+cu118 11.8 0.3.1+cu118"
     pip = venv_python(prefix, "import pip; print(pip.__version__)")
     assert pip.stdout.strip() == next(bundle.glob("bootstrap/pip-*.whl")).name.split("-")[1]
+    # The environment fingerprint the fleet report compares across nodes.
+    assert fingerprint.read(str(prefix)) == fingerprint.fingerprint(str(prefix / "bin" / "python"))
     # The log holds everything from step 1: the verification and the doctor's report too.
     log = (prefix / ".verl-bundle" / "install.log").read_text()
     assert log.startswith("==> [1/7] checking every file against SHA256SUMS")

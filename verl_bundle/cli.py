@@ -17,6 +17,7 @@ import typer
 from verl_bundle import __version__
 from verl_bundle.airgap.render import printable
 from verl_bundle.cli_assets import assets_cmd
+from verl_bundle.cli_cluster import register as register_cluster
 from verl_bundle.cli_options import (
     CacheDir,
     Compress,
@@ -332,6 +333,7 @@ def profiles_show(
 
 # `verl-bundle assets` (models and datasets for the air gap) lives in cli_assets.py.
 app.command("assets", short_help="Fetch models and datasets into an asset bundle.")(assets_cmd)
+register_cluster(app)  # preflight, fleet, slurm, ansible: cli_cluster.py
 
 
 # -- the boundary ------------------------------------------------------------------------------

@@ -19,14 +19,18 @@ Options:
   -h, --help  Show this message and exit.
 
 Commands:
-  lock      Resolve a stack for the server and write its lock.
-  build     Resolve, fetch and write the bundle tarball.
-  verify    Recheck a bundle against its manifest and sums.
-  rehearse  Install a bundle here with the network cut.
-  doctor    Check a machine before installing, with fixes.
-  explain   Match a failed install's log to causes and fixes.
-  assets    Fetch models and datasets into an asset bundle.
-  profiles  List the built-in profiles, or show one.
+  lock       Resolve a stack for the server and write its lock.
+  build      Resolve, fetch and write the bundle tarball.
+  verify     Recheck a bundle against its manifest and sums.
+  rehearse   Install a bundle here with the network cut.
+  doctor     Check a machine before installing, with fixes.
+  explain    Match a failed install's log to causes and fixes.
+  assets     Fetch models and datasets into an asset bundle.
+  preflight  Check a node before ray start or torchrun.
+  profiles   List the built-in profiles, or show one.
+  fleet      Compare the doctor results gathered from every node.
+  slurm      Write sbatch scripts: install on every node, start Ray.
+  ansible    Write an Ansible playbook: install on every host, gather.
 """
 
 

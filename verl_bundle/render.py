@@ -16,7 +16,9 @@ from verl_bundle.airgap.render import dumps, envelope
 if TYPE_CHECKING:
     from verl_bundle.airgap.doctor import Report as DoctorReport
     from verl_bundle.airgap.explain import Finding
+    from verl_bundle.airgap.preflight import Preflight
     from verl_bundle.airgap.verify import Report
+    from verl_bundle.fleet import FleetReport
     from verl_bundle.lock import Lock
     from verl_bundle.pipeline import BuildResult, LockCheck, LockResult
     from verl_bundle.profile import Profile
@@ -319,3 +321,59 @@ def explain(findings: list[Finding], log: str) -> Shown:
 
     text = server.render_text(findings, log)
     return Shown("explain", bool(findings), server.result_json(findings, log), text)
+
+
+def fleet(report: FleetReport) -> Shown:
+    """Nodes x checks (the doctor's statuses), then each drift with the nodes on each side,
+    each node's network problem, and a verdict."""
+    from verl_bundle.airgap.render import LABELS
+
+    ids = report.check_ids()
+    width = max([len(n.name) for n in report.nodes] + [4])
+    header = f"{'node':<{width}}  " + "  ".join(ids)
+    rows = [
+        f"{n.name:<{width}}  "
+        + "  ".join(f"{LABELS.get(dict(n.checks).get(i, '-'), '-'):<{len(i)}}" for i in ids)
+        for n in report.nodes
+    ]
+    lines = [header, *rows]
+    for d in report.drift:
+        lines += ["", f"DRIFT {d.fact.label}: {d.fact.why}"]
+        lines += [f"  {value}: {', '.join(names)}" for value, names in d.groups]
+        lines.append(f"  fix: {d.fact.fix}")
+    for p in report.problems:
+        lines += ["", f"FAIL {p.node}: {p.what}", f"  fix: {p.fix}"]
+    count = len(report.nodes)
+    if report.ok:
+        verdict = f"fleet: {count} node(s) agree"
+    else:
+        verdict = (
+            f"fleet: {count} node(s); {len(report.drift)} drift(s), "
+            f"{len(report.problems)} node problem(s): fix them before starting Ray"
+        )
+    lines += ["", verdict]
+    result = {
+        "ok": report.ok,
+        "nodes": [
+            {"name": n.name, "file": n.source, "ok": n.ok, "checks": dict(n.checks), "host": n.host}
+            for n in report.nodes
+        ],
+        "drift": [
+            {
+                "fact": d.fact.key,
+                "label": d.fact.label,
+                "values": [{"value": v, "nodes": list(names)} for v, names in d.groups],
+                "why": d.fact.why,
+                "fix": d.fact.fix,
+            }
+            for d in report.drift
+        ],
+        "problems": [{"node": p.node, "what": p.what, "fix": p.fix} for p in report.problems],
+    }
+    return Shown("fleet", report.ok, result, "\n".join(lines))
+
+
+def preflight(result: Preflight) -> Shown:
+    from verl_bundle.airgap import preflight as server
+
+    return Shown("preflight", result.ok, server.render_json(result), server.render_text(result))

@@ -8,6 +8,7 @@ install     install the bundle DIR (what its install.sh runs): install DIR [opti
 readiness   prove the venv can start the bundle's verl trainer (run with the venv's python)
 max-jobs    the MAX_JOBS a source build should use on this machine's RAM
 assets      install an asset bundle (models, datasets) / check what was placed
+preflight   check this node before ray start / torchrun: preflight [verl overrides] [--config YAML]
 """
 
 from __future__ import annotations
@@ -45,6 +46,10 @@ def main(argv: list[str] | None = None) -> int:
         from verl_bundle.airgap import readiness
 
         return readiness.main(rest)
+    if command == "preflight":
+        from verl_bundle.airgap import preflight
+
+        return preflight.main(rest)
     if command == "max-jobs":
         from verl_bundle.airgap import doctor
 

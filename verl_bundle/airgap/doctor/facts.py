@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
@@ -16,6 +16,7 @@ from verl_bundle.airgap.doctor.commands import Run
 from verl_bundle.airgap.doctor.compilers import Compiler, Ninja, probe_compilers, probe_ninja
 from verl_bundle.airgap.doctor.cuda import Toolkit, find_toolkit, read_ldconfig
 from verl_bundle.airgap.doctor.gpus import DriverProbe, GpuListing, list_gpus, probe_driver
+from verl_bundle.airgap.doctor.node import Node, probe_node
 from verl_bundle.airgap.doctor.python import Interpreter, probe_python
 from verl_bundle.airgap.doctor.resources import Memory, Place, probe_disk, probe_memory
 from verl_bundle.airgap.doctor.system import Distro, System, read_distro, read_system
@@ -35,13 +36,15 @@ class Facts:
     memory: Memory
     disk: tuple[Place, ...]  # the install prefix, the temp dir
     env: Mapping[str, str]  # the environment, as it was when gathered
+    node: Node = field(default_factory=Node)  # for the fleet report: facts no check reads
 
 
 def gather(python: str | None = None, prefix: str | None = None) -> Facts:
     """Probe this machine: `python` is the interpreter the venv will use (default: this one),
     `prefix` where it will go (default: the current directory)."""
     env = MappingProxyType(dict(os.environ))
-    with ThreadPoolExecutor(max_workers=7) as pool:
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        node = pool.submit(probe_node, env, prefix)  # MASTER_ADDR's lookup may take a while
         py = pool.submit(probe_python, python or sys.executable)
         toolkit = pool.submit(find_toolkit, env)
         ldcache = pool.submit(read_ldconfig)
@@ -62,4 +65,5 @@ def gather(python: str | None = None, prefix: str | None = None) -> Facts:
             memory=probe_memory(),
             disk=probe_disk(prefix),
             env=env,
+            node=node.result(),
         )

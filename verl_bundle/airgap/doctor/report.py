@@ -9,6 +9,7 @@ from typing import Any
 from verl_bundle.airgap import render
 from verl_bundle.airgap.doctor.facts import Facts
 from verl_bundle.airgap.doctor.registry import Check
+from verl_bundle.airgap.doctor.versions import cuda_name
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,26 @@ def host_of(facts: Facts) -> dict[str, Any]:
         "mem_available": facts.memory.available,
         "gpus": len(facts.gpus.gpus),
         "nvcc": facts.toolkit.version,
+        **_node(facts),
+    }
+
+
+def _node(facts: Facts) -> dict[str, Any]:
+    """What a fleet report compares across nodes (Ray and NCCL need them to agree)."""
+    node, gpus, data = facts.node, facts.gpus.gpus, facts.driver.data
+    cuda = int(data.get("version") or 0) if data and "error" not in data else 0
+    return {
+        "hostname": node.hostname,
+        "driver": gpus[0].driver if gpus else None,
+        "cuda_driver": cuda_name(cuda) if cuda else None,
+        "gpu_models": [f"{g.name} ({g.memory_total} MiB)" for g in gpus],
+        "open_files": node.open_files,
+        "shm_bytes": node.shm_bytes,
+        "socket_ifnames": dict(node.ifnames),
+        "missing_ifnames": node.missing_interfaces(),
+        "master_addr": node.master_addr,
+        "master_addr_resolves": node.master_addr_resolves,
+        "fingerprint": node.fingerprint,
     }
 
 

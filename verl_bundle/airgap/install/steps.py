@@ -14,6 +14,7 @@ import sys
 import time
 from typing import Any, Iterator
 
+from verl_bundle.airgap import fingerprint
 from verl_bundle.airgap import manifest as mf
 from verl_bundle.airgap.events import EventLog
 from verl_bundle.airgap.install import env as envs
@@ -334,6 +335,7 @@ class Installer:
 
     def done(self, skipped: list[str]) -> None:
         with self.step("done", f"done: {self.m.name} is installed in {self.target}") as result:
+            fingerprint.record(self.target, self.target_py)  # for `verl-bundle fleet report`
             self.out.say(
                 f"    activate it with:  source {shlex.quote(self.target + '/bin/activate')}"
             )

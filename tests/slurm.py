@@ -1,0 +1,136 @@
+"""A real Slurm on this machine for the tests: munged, one slurmctld and two slurmd (n1, n2) on
+127.0.0.1 with distinct ports, from Debian's packages (slurm-wlm, munge; .ci/run installs them).
+Needs root (slurmd runs jobs as their users); skips with the reason when it cannot start."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+NODES = ("n1", "n2")
+START_WAIT = 60.0  # seconds for the daemons to register (a readiness loop, not an assertion)
+
+
+@dataclass(frozen=True)
+class Slurm:
+    conf: Path
+    env: dict[str, str]
+
+    def run(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            list(args), env=self.env, capture_output=True, text=True, timeout=timeout, check=False
+        )
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _conf(root: Path) -> str:
+    ports = [_free_port() for _ in range(len(NODES) + 1)]
+    nodes = "\n".join(
+        f"NodeName={n} NodeAddr=127.0.0.1 NodeHostname={socket.gethostname()} Port={p} CPUs=1 "
+        "State=UNKNOWN"
+        for n, p in zip(NODES, ports[1:], strict=True)
+    )
+    return f"""ClusterName=verltest
+SlurmctldHost={socket.gethostname()}(127.0.0.1)
+SlurmctldPort={ports[0]}
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+MpiDefault=none
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+ReturnToService=2
+SchedulerType=sched/backfill
+StateSaveLocation={root}/state
+SlurmdSpoolDir={root}/spool/%n
+SlurmctldPidFile={root}/slurmctld.pid
+SlurmdPidFile={root}/slurmd-%n.pid
+SlurmctldLogFile={root}/slurmctld.log
+SlurmdLogFile={root}/slurmd-%n.log
+JobCompType=jobcomp/none
+AccountingStorageType=accounting_storage/none
+{nodes}
+PartitionName=test Nodes={",".join(NODES)} Default=YES MaxTime=INFINITE State=UP
+"""
+
+
+def _why_not() -> str | None:
+    if os.geteuid() != 0:
+        return "a test Slurm needs root (slurmd runs jobs as their users)"
+    for tool in ("munged", "slurmctld", "slurmd", "sbatch", "srun", "sbcast", "sinfo"):
+        if shutil.which(tool) is None:
+            return f"{tool} not installed (apt-get install -y slurm-wlm munge, as .ci/run does)"
+    return None
+
+
+@contextmanager
+def started(root: Path) -> Iterator[Slurm]:
+    """munged (if not running), slurmctld and the slurmd of NODES, stopped on exit; skips the
+    test with the reason when they cannot start."""
+    why = _why_not()
+    if why:
+        pytest.skip(why)
+    for d in ("state", *(f"spool/{n}" for n in NODES)):
+        (root / d).mkdir(parents=True)
+    conf = root / "slurm.conf"
+    conf.write_text(_conf(root))
+    env = {**os.environ, "SLURM_CONF": str(conf)}
+    procs: list[subprocess.Popen[bytes]] = []
+    socket_dir = Path("/run/munge")
+    socket_dir.mkdir(parents=True, exist_ok=True)
+    shutil.chown(socket_dir, "munge", "munge")
+    munge = subprocess.run(["pgrep", "-x", "munged"], capture_output=True, check=False)
+    if munge.returncode != 0:
+        started = subprocess.run(
+            ["runuser", "-u", "munge", "--", "munged"], capture_output=True, text=True, check=False
+        )
+        if started.returncode != 0:
+            pytest.skip(f"munged does not start: {started.stderr.strip()}")
+    quiet = subprocess.DEVNULL  # the daemons log to files under root
+    for argv in (["slurmctld"], *(["slurmd", "-N", n] for n in NODES)):
+        cmd = [argv[0], "-D", "-f", str(conf), *argv[1:]]
+        procs.append(subprocess.Popen(cmd, env=env, stdout=quiet, stderr=quiet))
+    cluster = Slurm(conf, env)
+    deadline = time.monotonic() + START_WAIT
+    idle = ""
+    while time.monotonic() < deadline:
+        idle = cluster.run("sinfo", "-h", "-N", "-o", "%N %t", timeout=30).stdout
+        if idle.count("idle") == len(NODES):
+            break
+        time.sleep(1)
+    else:
+        for p in procs:
+            p.terminate()
+        log = (
+            (root / "slurmctld.log").read_text(errors="replace")[-500:]
+            if (root / "slurmctld.log").exists()
+            else ""
+        )
+        pytest.skip(f"the test Slurm did not come up ({idle.strip()!r}); slurmctld.log: {log}")
+    try:
+        yield cluster
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()

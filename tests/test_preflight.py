@@ -1,0 +1,254 @@
+"""Launch preflight on fake nodes: a real nvidia-smi script on PATH answering recorded output
+(GPU list, compute apps, `topo -m`), preflight run as the real `python -m verl_bundle.airgap
+preflight` subprocess, and verl's settings given as its overrides or a YAML file."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cli import run
+from conftest import clean_environ
+from test_doctor import CLEARED
+from toolchain import APPS_ARGS, GPU_ARGS, FakeApp, FakeGpu, FakeMachine, apps_csv, gpu_csv
+
+from verl_bundle.airgap import verlconfig
+from verl_bundle.airgap.preflight import nvlink_pairs
+
+REPO = Path(__file__).resolve().parents[1]
+H100, A100 = "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-40GB"
+EIGHT = tuple(FakeGpu(i, H100, 81559) for i in range(8))
+OFFLINE = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "WANDB_MODE": "offline",
+}
+
+
+def topo(n: int, nvlink: bool = True) -> str:
+    head = "\t" + "\t".join(f"GPU{i}" for i in range(n)) + "\tCPU Affinity\tNUMA Affinity\n"
+    rows = "".join(
+        f"GPU{i}\t"
+        + "\t".join("X" if i == j else ("NV18" if nvlink else "SYS") for j in range(n))
+        + "\t0-47\t0\n"
+        for i in range(n)
+    )
+    return (
+        head
+        + rows
+        + "\nLegend:\n  X    = Self\n  NV#  = Connection traversing a bonded set of # NVLinks\n"
+    )
+
+
+def node(
+    tmp: Path, gpus: tuple[FakeGpu, ...] = EIGHT, apps: tuple[FakeApp, ...] = ()
+) -> FakeMachine:
+    machine = FakeMachine(tmp / "node")
+    answers = {
+        GPU_ARGS: gpu_csv(gpus, "535.104.05"),
+        APPS_ARGS: apps_csv(apps),
+        "topo -m": topo(len(gpus)),
+    }
+    cases = "".join(
+        f"  {shlex.quote(k)}) printf '%s' {shlex.quote(v)} ;;\n" for k, v in answers.items()
+    )
+    machine.script(
+        "nvidia-smi", f'case "$*" in\n{cases}  *) echo "Invalid combination" ; exit 2 ;;\nesac\n'
+    )
+    return machine
+
+
+def preflight(
+    machine: FakeMachine, tmp: Path, *args: str, **env: str
+) -> tuple[int, dict[str, dict[str, Any]]]:
+    base = clean_environ(tmp)
+    for var in CLEARED:
+        base.pop(var, None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "verl_bundle.airgap", "preflight", "--json", *args],
+        env={**base, **machine.environ(), "PYTHONPATH": str(REPO), **OFFLINE, **env},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode in (0, 1), proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["command"] == "preflight" and doc["ok"] is (proc.returncode == 0)
+    return proc.returncode, {c["id"]: c for c in doc["result"]["checks"]}
+
+
+GOOD = [
+    "trainer.n_gpus_per_node=8",
+    "data.train_batch_size=256",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=64",
+]
+
+
+def test_a_good_node_passes_everything_it_controls(tmp_path: Path) -> None:
+    code, checks = preflight(node(tmp_path), tmp_path, *GOOD)
+    assert [c for c in checks] == [
+        "devices",
+        "busy",
+        "gpu-memory",
+        "nvlink",
+        "ranks",
+        "open-files",
+        "offline",
+        "batch",
+    ]
+    bad = {k: c["summary"] for k, c in checks.items() if c["status"] != "ok" and k != "open-files"}
+    assert bad == {}
+    assert checks["nvlink"]["summary"] == "NVLink joins 28 of 28 pairs of visible GPUs"
+    assert code == (0 if checks["open-files"]["status"] == "ok" else 1)
+
+
+def test_visible_devices_that_do_not_exist_and_too_few_for_the_config(tmp_path: Path) -> None:
+    two = tuple(FakeGpu(i, H100, 81559) for i in range(2))
+    _, checks = preflight(
+        node(tmp_path, two),
+        tmp_path,
+        "trainer.n_gpus_per_node=2",
+        "data.train_batch_size=64",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=16",
+        CUDA_VISIBLE_DEVICES="3,1",
+    )
+    devices = checks["devices"]
+    assert devices["status"] == "fail"
+    assert devices["summary"] == "GPU 3 does not exist: this server has 2 (0-1)"
+    assert "Total available GPUs 1 is less than total desired GPUs 2" in devices["detail"]
+    assert devices["fix"].startswith("export CUDA_VISIBLE_DEVICES=0,1")
+
+
+def test_busy_gpus_are_named_and_the_free_ones_offered(tmp_path: Path) -> None:
+    gpus = tuple(FakeGpu(i, H100, 81559, 30000 if i < 4 else 4) for i in range(8))
+    apps = tuple(FakeApp(i, 4000 + i, "python3", 30000) for i in range(4))
+    _, checks = preflight(node(tmp_path, gpus, apps), tmp_path, *GOOD)
+    busy = checks["busy"]
+    assert busy["status"] == "fail" and busy["summary"] == "4 of 8 visible GPUs are busy"
+    assert busy["detail"].splitlines()[0] == "GPU 0: 30000 MiB held by pid 4000 python3"
+    assert "export CUDA_VISIBLE_DEVICES=4,5,6,7 and trainer.n_gpus_per_node=4" in busy["fix"]
+
+
+def test_mixed_gpu_memory_is_a_warning_with_one_kind_offered(tmp_path: Path) -> None:
+    gpus = tuple(FakeGpu(i, H100 if i < 6 else A100, 81559 if i < 6 else 40960) for i in range(8))
+    _, checks = preflight(node(tmp_path, gpus), tmp_path, *GOOD)
+    mem = checks["gpu-memory"]
+    assert mem["status"] == "warn" and "mixed GPU memory" in mem["summary"]
+    assert "6 x NVIDIA H100 80GB HBM3 (81559 MiB)" in mem["summary"]
+    assert "2 x NVIDIA A100-SXM4-40GB (40960 MiB)" in mem["summary"]
+    assert mem["fix"].startswith("use one kind: export CUDA_VISIBLE_DEVICES=0,1,2,3,4,5")
+
+
+def test_two_nodes_with_rank_missing(tmp_path: Path) -> None:
+    _, checks = preflight(
+        node(tmp_path),
+        tmp_path,
+        *GOOD,
+        "trainer.nnodes=2",
+        WORLD_SIZE="2",
+        MASTER_ADDR="10.0.0.1",
+        MASTER_PORT="29500",
+    )
+    ranks = checks["ranks"]
+    assert ranks["status"] == "fail"
+    assert ranks["summary"] == "trainer.nnodes=2 but RANK not set on this node"
+    assert "RANK" in ranks["fix"]
+    _, checks = preflight(
+        node(tmp_path),
+        tmp_path,
+        *GOOD,
+        "trainer.nnodes=2",
+        RANK="1",
+        WORLD_SIZE="2",
+        MASTER_ADDR="10.0.0.1",
+        MASTER_PORT="29500",
+    )
+    assert checks["ranks"]["status"] == "ok"
+
+
+def test_verls_batch_rules_from_a_yaml_and_overrides(tmp_path: Path) -> None:
+    config = tmp_path / "ppo.yaml"
+    config.write_text(
+        "# a verl config\n"
+        "data:\n"
+        "  train_batch_size: 100   # 100 * 1 is not divisible by 16\n"
+        "actor_rollout_ref:\n"
+        "  actor:\n"
+        "    ppo_mini_batch_size: 128\n"
+        "  rollout:\n"
+        "    tensor_model_parallel_size: 3\n"
+        "trainer:\n"
+        "  n_gpus_per_node: 8\n"
+        "  nnodes: 2\n"
+        "  logger: '[console]'\n"
+    )
+    _, checks = preflight(
+        node(tmp_path),
+        tmp_path,
+        "--config",
+        str(config),
+        RANK="0",
+        WORLD_SIZE="2",
+        MASTER_ADDR="10.0.0.1",
+        MASTER_PORT="29500",
+    )
+    batch = checks["batch"]
+    assert batch["status"] == "fail"
+    lines = batch["detail"].splitlines()
+    assert lines[0].startswith(
+        "data.train_batch_size * rollout.n = 100 * 1 = 100 is not divisible by the 16 GPUs"
+    )
+    assert (
+        lines[1]
+        == "data.train_batch_size 100 is below actor_rollout_ref.actor.ppo_mini_batch_size 128"
+    )
+    assert lines[2].startswith(
+        "actor_rollout_ref.rollout.tensor_model_parallel_size 3 does not divide"
+    )
+    # An override wins over the file, exactly as on verl's command line.
+    _, checks = preflight(
+        node(tmp_path),
+        tmp_path,
+        "--config",
+        str(config),
+        "data.train_batch_size=256",
+        "+actor_rollout_ref.rollout.tensor_model_parallel_size='2'",
+        RANK="0",
+        WORLD_SIZE="2",
+        MASTER_ADDR="10.0.0.1",
+        MASTER_PORT="29500",
+    )
+    assert checks["batch"]["status"] == "ok", checks["batch"]
+
+
+def test_offline_variables_and_unreadable_settings(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, checks = preflight(node(tmp_path), tmp_path, *GOOD, HF_HUB_OFFLINE="0")
+    assert checks["offline"]["status"] == "fail"
+    assert checks["offline"]["fix"] == "export HF_HUB_OFFLINE=1"
+    r = run(["preflight", "trainer.nnodes"], capsys)
+    assert r.code == 2 and "'trainer.nnodes' is not a verl override" in r.err
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("trainer:\n  - 1\nnot a map\n")
+    r = run(["preflight", "--config", str(bad)], capsys)
+    assert r.code == 2 and "line 3" in r.err and len(r.err.strip().splitlines()) == 1
+
+
+def test_overrides_are_read_as_verl_reads_them() -> None:
+    values = verlconfig.apply_overrides(
+        {"trainer.nnodes": "1", "trainer.logger": "x"},
+        ["trainer.nnodes=2", "+a.b='[1,2]'", '++c="q"', "~trainer.logger"],
+    )
+    assert values == {"trainer.nnodes": "2", "a.b": "[1,2]", "c": "q"}
+
+
+def test_nvlink_pairs_among_the_visible_gpus() -> None:
+    assert nvlink_pairs(topo(4), [0, 1, 2, 3]) == (6, 6)
+    assert nvlink_pairs(topo(4, nvlink=False), [1, 3]) == (0, 1)

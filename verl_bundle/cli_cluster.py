@@ -1,0 +1,171 @@
+"""The cluster commands (`verl-bundle fleet report`, `verl-bundle preflight`): thin, as cli.py's;
+registered there."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from verl_bundle.cli_options import Json
+
+fleet_app = typer.Typer(
+    help="Compare the doctor results gathered from every node of a cluster.",
+    short_help="Compare the doctor results gathered from every node.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
+
+
+@fleet_app.command("report")
+def fleet_report_cmd(
+    ctx: typer.Context,
+    directory: Annotated[
+        Path, typer.Argument(help="A directory of doctor --json results, one file per node.")
+    ],
+    json_out: Json = False,
+) -> None:
+    """One table of nodes by checks, then what differs between nodes that breaks Ray or NCCL
+    (driver, CUDA, GPUs, glibc, Python patch, environment fingerprint, ulimit -n, /dev/shm,
+    NCCL/GLOO interfaces) and nodes whose interface or MASTER_ADDR does not work. Exit 0 when
+    the nodes agree, 1 on drift, 2 when the results cannot be read."""
+    from verl_bundle import render
+    from verl_bundle.cli import _show
+    from verl_bundle.fleet import fleet_report
+
+    _show(ctx, render.fleet(fleet_report(directory)), json_out)
+
+
+def preflight_cmd(
+    ctx: typer.Context,
+    overrides: Annotated[
+        list[str] | None,
+        typer.Argument(help="verl's overrides, as on its command line (trainer.nnodes=2 ...)."),
+    ] = None,
+    config: Annotated[
+        Path | None, typer.Option(help="verl settings as YAML (nested maps of scalars).")
+    ] = None,
+    json_out: Json = False,
+) -> None:
+    """Check this node right before `ray start` or torchrun: CUDA_VISIBLE_DEVICES against the
+    GPUs and trainer.n_gpus_per_node x trainer.nnodes, busy GPUs, mixed GPU memory, NVLink,
+    RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, ulimit -n, the offline variables, and verl's
+    batch-size and tensor-parallel rules. Exit 0 ready, 1 not, 2 on a bad override or YAML."""
+    import os
+
+    from verl_bundle import render
+    from verl_bundle.airgap import preflight
+    from verl_bundle.airgap.verlconfig import ConfigError
+    from verl_bundle.cli import _show
+    from verl_bundle.errors import UsageError
+
+    try:
+        result = preflight.run_preflight(
+            list(overrides or []), str(config) if config else None, os.environ
+        )
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    _show(ctx, render.preflight(result), json_out)
+
+
+slurm_app = typer.Typer(
+    help="Write sbatch scripts that install and check the bundle on every node of a Slurm job.",
+    short_help="Write sbatch scripts: install on every node, start Ray.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
+
+
+@slurm_app.command("install")
+def slurm_install_cmd(
+    tarball: Annotated[Path, typer.Argument(help="The bundle tarball.")],
+    shared_path: Annotated[
+        Path | None,
+        typer.Option(help="The tarball or extracted bundle on a filesystem every node sees."),
+    ] = None,
+    prefix: Annotated[
+        str, typer.Option(help="The venv on each node (%n: the node's name).")
+    ] = "/opt/verl",
+    nodes: Annotated[int, typer.Option(help="How many nodes.")] = 2,
+    gather: Annotated[
+        Path, typer.Option(help="Where each node's doctor JSON goes (shared by the nodes).")
+    ] = Path("verl-bundle-results"),
+    no_network: Annotated[
+        bool, typer.Option("--no-network", help="Run each node's install under unshare -n.")
+    ] = False,
+    python: Annotated[
+        str, typer.Option(help="The Python each node's venv is made from (install.sh --python).")
+    ] = "",
+    output: Annotated[Path, typer.Option("-o", "--output", help="The script to write.")] = Path(
+        "verl-bundle-install.sbatch"
+    ),
+) -> None:
+    """Write an sbatch script that copies the tarball to every node (sbcast) or reads it from a
+    shared path, installs it and runs the doctor on every node (srun --ntasks-per-node=1), and
+    gathers each node's JSON for `verl-bundle fleet report`. Prints the command to submit it."""
+    from verl_bundle.cluster.slurm import SlurmInstall, write_install
+
+    req = SlurmInstall(tarball, output, gather, prefix, nodes, shared_path, no_network, python)
+    typer.echo(write_install(req).submit)
+
+
+@slurm_app.command("ray")
+def slurm_ray_cmd(
+    prefix: Annotated[
+        str, typer.Option(help="The installed venv on each node (%n: the node's name).")
+    ] = "/opt/verl",
+    nodes: Annotated[int, typer.Option(help="How many nodes.")] = 2,
+    gpus_per_node: Annotated[int, typer.Option(help="GPUs per node (0: do not ask).")] = 0,
+    port: Annotated[int, typer.Option(help="The Ray head's port.")] = 6379,
+    output: Annotated[Path, typer.Option("-o", "--output", help="The script to write.")] = Path(
+        "verl-ray.sbatch"
+    ),
+) -> None:
+    """Write an sbatch script that starts a Ray head and workers from the installed venv with the
+    offline variables set, then runs the given command (verl's trainer) on the head."""
+    from verl_bundle.cluster.slurm import write_ray
+
+    typer.echo(write_ray(output, prefix, nodes, gpus_per_node, port).submit)
+
+
+ansible_app = typer.Typer(
+    help="Write an Ansible playbook that installs and checks the bundle on every host.",
+    short_help="Write an Ansible playbook: install on every host, gather.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
+
+
+@ansible_app.command("install")
+def ansible_install_cmd(
+    tarball: Annotated[Path, typer.Argument(help="The bundle tarball, on this controller.")],
+    prefix: Annotated[
+        str, typer.Option(help="The venv on each host (an inventory verl_prefix overrides it).")
+    ] = "/opt/verl",
+    hosts: Annotated[str, typer.Option(help="The inventory pattern to install on.")] = "all",
+    url: Annotated[
+        str, typer.Option(help="Fetch the tarball from this intranet URL instead of copying it.")
+    ] = "",
+    gather: Annotated[
+        Path, typer.Option(help="Where each host's doctor JSON goes, on this controller.")
+    ] = Path("verl-bundle-results"),
+    output: Annotated[Path, typer.Option("-o", "--output", help="The playbook to write.")] = Path(
+        "verl-bundle-install.yml"
+    ),
+) -> None:
+    """Write a playbook that copies (or fetches) the tarball to every host, installs it, runs the
+    doctor and gathers each host's JSON here for `verl-bundle fleet report`. Per-host inventory
+    variables: verl_prefix, verl_python, verl_work. Prints the command to run it."""
+    from verl_bundle.cluster.ansible import AnsibleInstall, write_playbook
+
+    req = AnsibleInstall(tarball, output, gather, prefix, hosts, url)
+    typer.echo(write_playbook(req).submit)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the cluster commands to the top-level app."""
+    app.command("preflight", short_help="Check a node before ray start or torchrun.")(preflight_cmd)
+    app.add_typer(fleet_app, name="fleet")
+    app.add_typer(slurm_app, name="slurm")
+    app.add_typer(ansible_app, name="ansible")
