@@ -107,6 +107,18 @@ class BuiltFrom:
 
 
 @dataclass(frozen=True)
+class Compiled:
+    """Provenance of a wheel compiled on the online host from a source build's sdist: the
+    toolkit, the host compiler, the GPU architectures, how long it took, and its cache key."""
+
+    toolkit: str  # "nvcc 13.0.88 (/usr/local/cuda-13.0)"
+    compiler: str  # "gcc 12.2.0"
+    archs: str  # TORCH_CUDA_ARCH_LIST, "8.0;9.0"
+    seconds: float
+    key: str = ""
+
+
+@dataclass(frozen=True)
 class File:
     """A payload file: a wheel, an sdist or a bootstrap wheel, with where it came from."""
 
@@ -120,6 +132,7 @@ class File:
     phase: str
     kind: str  # one of KINDS
     built_from: BuiltFrom | None = None
+    compiled: Compiled | None = None  # set for a source build compiled on the online host
 
     @property
     def filename(self) -> str:
@@ -336,6 +349,15 @@ def _file_dict(f: File) -> dict[str, Any]:
     }
     if f.built_from is not None:
         doc["built_from"] = {"file": f.built_from.file, "sha256": f.built_from.sha256}
+    if f.compiled is not None:
+        c = f.compiled
+        doc["compiled"] = {
+            "toolkit": c.toolkit,
+            "compiler": c.compiler,
+            "archs": c.archs,
+            "seconds": c.seconds,
+            "key": c.key,
+        }
     return doc
 
 
@@ -458,6 +480,7 @@ def _file(r: _Reader) -> File:
         raise ManifestError(f"{r.where}.kind must be one of {', '.join(KINDS)}, not {kind!r}")
     path = r.path("path")
     built = r.table("built_from", required=False)
+    compiled = r.table("compiled", required=False)
     return File(
         path=path,
         name=_canon(r.text("name")),
@@ -469,6 +492,20 @@ def _file(r: _Reader) -> File:
         phase=r.text("phase"),
         kind=kind,
         built_from=BuiltFrom(built.text("file"), built.sha256("sha256")) if built.data else None,
+        compiled=_compiled(compiled) if compiled.data else None,
+    )
+
+
+def _compiled(r: _Reader) -> Compiled:
+    seconds = r.data.get("seconds")
+    if not isinstance(seconds, (int, float)) or isinstance(seconds, bool):
+        raise ManifestError(f"{r.where}.seconds must be a number, not {seconds!r}")
+    return Compiled(
+        toolkit=r.text("toolkit"),
+        compiler=r.text("compiler"),
+        archs=r.text("archs"),
+        seconds=float(seconds),
+        key=r.text("key", ""),
     )
 
 
