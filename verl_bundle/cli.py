@@ -20,8 +20,15 @@ from verl_bundle.cli_assets import assets_cmd
 from verl_bundle.cli_cluster import register as register_cluster
 from verl_bundle.cli_options import (
     CacheDir,
+    Cc,
+    CompileMode,
+    CompileOpt,
     Compress,
     Cuda,
+    CudaArchs,
+    CudaHome,
+    Cxx,
+    HostPython,
     Interpreter,
     Jobs,
     Json,
@@ -170,6 +177,12 @@ def build_cmd(
         Compress,
         typer.Option(help="Wheels are already compressed, so the default tar is not."),
     ] = Compress.none,
+    compile_mode: CompileOpt = CompileMode.auto,
+    cuda_archs: CudaArchs = None,
+    cuda_home: CudaHome = None,
+    cc: Cc = None,
+    cxx: Cxx = None,
+    host_python: HostPython = None,
     json_out: Json = False,
 ) -> None:
     """Resolve (or take --lock), fetch every file once with its hash, and write one tarball.
@@ -177,11 +190,14 @@ def build_cmd(
     The tarball holds wheels, sources, bootstrap pip, manifest.json, SHA256SUMS and install.sh.
     The last line printed is the tarball's path; <tarball>.sha256 is written beside it."""
     from verl_bundle import render
+    from verl_bundle.compile import CompileOptions
     from verl_bundle.pipeline import BuildRequest, build
     from verl_bundle.progress import reporter
 
     options = StackOptions(cuda, profile, python, platform, mirror, cache_dir, jobs)
-    req = BuildRequest(options.request(session_of(ctx)), output, lock_file, compress.value)
+    compiling = CompileOptions(compile_mode.value, cuda_archs, cuda_home, cc, cxx, host_python)
+    stack = options.request(session_of(ctx))
+    req = BuildRequest(stack, output, lock_file, compress.value, compiling)
     with reporter(quiet=json_out) as rep:
         shown = render.build(build(req, rep))
     _show(ctx, shown, json_out)

@@ -89,6 +89,46 @@ Jobs = Annotated[int, typer.Option(min=1, max=64, help="Parallel downloads.")]
 Json = Annotated[bool, typer.Option("--json", help="Print a JSON document instead of text.")]
 
 
+class CompileMode(str, enum.Enum):
+    auto = "auto"
+    always = "always"
+    never = "never"
+
+
+CompileOpt = Annotated[
+    CompileMode,
+    typer.Option(
+        "--compile",
+        help="Compile source builds (flash-attn) into wheels here: auto (when a fitting "
+        "toolkit is found, else the server builds them), always (fail without one), never.",
+    ),
+]
+CudaArchs = Annotated[
+    str | None,
+    typer.Option(
+        help="GPU architectures to compile for (TORCH_CUDA_ARCH_LIST), e.g. '9.0' "
+        "(default: the profile's, else 8.0;9.0).",
+        metavar="X.Y;X.Y",
+    ),
+]
+CudaHome = Annotated[
+    Path | None,
+    typer.Option(
+        help="The CUDA toolkit to compile with (default: CUDA_HOME, PATH, /usr/local/cuda-X.Y)."
+    ),
+]
+Cc = Annotated[str | None, typer.Option("--cc", help="The C compiler (default: CC, gcc).")]
+Cxx = Annotated[str | None, typer.Option("--cxx", help="The C++ compiler (default: CXX, g++).")]
+HostPython = Annotated[
+    str | None,
+    typer.Option(
+        help="An interpreter of the target's Python here, for its headers (default: pythonX.Y "
+        "on PATH or in pyenv).",
+        metavar="PATH",
+    ),
+]
+
+
 class Compress(str, enum.Enum):
     none = "none"
     gz = "gz"

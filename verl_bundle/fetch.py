@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from verl_bundle.airgap import manifest as mf
 from verl_bundle.airgap.names import UnsafeNameError, plain_filename
+from verl_bundle.compile import CompileOptions, SourceCompiler
 from verl_bundle.credentials import split_credentials
 from verl_bundle.errors import FetchError, LockError
 from verl_bundle.hostbuild import build_pure_wheel
@@ -36,6 +38,7 @@ class Artifact:
     sha256: str
     size: int
     built_from: LockedFile | None = None  # set for wheels built on the online host
+    compiled: mf.Compiled | None = None  # set for a source build compiled on the online host
 
 
 @dataclass(frozen=True)
@@ -47,9 +50,16 @@ class Wheelhouse:
     downloaded_bytes: int
     cached_files: int
     host_built: int
+    compiled: tuple[str, ...] = ()  # one summary line per source build (compiled or left)
 
 
-def fetch(lock: Lock, profile: Profile, downloader: Downloader, reporter: Reporter) -> Wheelhouse:
+def fetch(
+    lock: Lock,
+    profile: Profile,
+    downloader: Downloader,
+    reporter: Reporter,
+    compile_options: CompileOptions | None = None,
+) -> Wheelhouse:
     """Fetch (or find cached) every file of `lock`; raises FetchError/LockError/HostBuildError."""
     for pkg in lock.packages:
         check_locked_name(pkg)
@@ -59,6 +69,15 @@ def fetch(lock: Lock, profile: Profile, downloader: Downloader, reporter: Report
     artifacts: list[Artifact] = []
     built = 0
     index = profile.location(DEFAULT_INDEX).url
+    compiler = SourceCompiler(
+        profile,
+        lock,
+        compile_options or CompileOptions(),
+        downloader.cache.root,
+        downloader.http.redact,
+    )
+    cached_wheels = {r.want.filename: r.path for r in results}
+    summaries: list[str] = []
     for pkg in lock.packages:
         got = by_name[pkg.name]
         if pkg.kind == "host-build":
@@ -82,6 +101,17 @@ def fetch(lock: Lock, profile: Profile, downloader: Downloader, reporter: Report
             built += 1
             artifacts.append(
                 Artifact(pkg, str(wheel.path), wheel.filename, wheel.sha256, wheel.size, pkg.file)
+            )
+        elif pkg.kind == "sdist" and (source_build := profile.source_build(pkg.name)):
+            outcome = compiler.compile(
+                pkg, source_build, got.path, got.sha256, cached_wheels, reporter
+            )
+            summaries.append(outcome.summary)
+            w = outcome.wheel
+            artifacts.append(
+                Artifact(pkg, str(w.path), w.filename, w.sha256, w.size, pkg.file, w.provenance)
+                if w is not None
+                else Artifact(pkg, str(got.path), pkg.file.filename, got.sha256, got.size)
             )
         else:
             artifacts.append(Artifact(pkg, str(got.path), pkg.file.filename, got.sha256, got.size))
@@ -107,6 +137,7 @@ def fetch(lock: Lock, profile: Profile, downloader: Downloader, reporter: Report
         # Every package's file was either downloaded in this run (lock-time included) or not.
         cached_files=max(0, len(lock.packages) - downloader.downloaded_files),
         host_built=built,
+        compiled=tuple(summaries),
     )
 
 

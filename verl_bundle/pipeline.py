@@ -12,6 +12,7 @@ from pathlib import Path
 
 from verl_bundle.bundle import Bundle, Compression, Damaged, assemble, bundle_name
 from verl_bundle.bundle.plan import check_phases
+from verl_bundle.compile import CompileOptions
 from verl_bundle.errors import LockError
 from verl_bundle.fetch import Wheelhouse, fetch
 from verl_bundle.lock import Lock, diff_locks, read_lock, write_lock
@@ -45,6 +46,7 @@ class BuildRequest:
     output: Path
     lock: Path | None = None
     compress: Compression = "none"
+    compile: CompileOptions | None = None  # None: --compile auto, the profile's archs
 
 
 @dataclass(frozen=True)
@@ -148,14 +150,14 @@ def build(request: BuildRequest, reporter: Reporter) -> BuildResult:
         lock = lock_profile(req.profile, req.target, downloader, reporter)
         source = "resolved"
     reporter.status(f"fetching {len(lock.packages)} files ...")
-    wheelhouse = fetch(lock, req.profile, downloader, reporter)
+    wheelhouse = fetch(lock, req.profile, downloader, reporter, request.compile)
     reporter.status("writing the bundle ...")
 
     def refetch(damaged: Sequence[Damaged]) -> Wheelhouse:
         for d in damaged:  # only files of the cache: a damaged one is never used again
             if d.entry.source and Path(d.entry.source).is_relative_to(downloader.cache.root):
                 Path(d.entry.source).unlink(missing_ok=True)
-        return fetch(lock, req.profile, downloader, reporter)
+        return fetch(lock, req.profile, downloader, reporter, request.compile)
 
     bundle = assemble(
         req.profile, lock, wheelhouse, request.output, request.compress, reporter, refetch

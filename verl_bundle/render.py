@@ -111,6 +111,7 @@ def build_json(result: BuildResult) -> dict[str, Any]:
         "downloaded": {"files": w.downloaded_files, "bytes": w.downloaded_bytes},
         "cached_files": w.cached_files,
         "host_built": w.host_built,
+        "compiled": list(w.compiled),
         "notes": list(result.notes),
     }
 
@@ -123,6 +124,7 @@ def build_text(result: BuildResult) -> str:
             f"(CUDA {result.lock.cuda}); downloaded {w.downloaded_files} files "
             f"({human_size(w.downloaded_bytes)}), {w.cached_files} from the cache, "
             f"{w.host_built} built into wheels here",
+            *w.compiled,
             f"bundle: {human_size(b.size)}, sha256 {b.sha256}",
             str(b.path),
         ]

@@ -70,7 +70,7 @@ def _entry(arcname: str, data: bytes) -> Entry:
 def _folder(a: Artifact) -> str:
     if a.package.role == "bootstrap":
         return mf.BOOTSTRAP
-    if a.package.kind == "sdist":
+    if a.package.kind == "sdist" and a.compiled is None:
         return mf.SOURCES
     return mf.WHEELS
 
@@ -139,7 +139,9 @@ def _phases(
         files.append(_entry(req_path, text.encode()))
         builds = []
         for a in members:
-            build = profile.source_build(a.package.name) if a.package.kind == "sdist" else None
+            # A source build compiled on the online host is a wheel: the server builds nothing.
+            server_builds = a.package.kind == "sdist" and a.compiled is None
+            build = profile.source_build(a.package.name) if server_builds else None
             if build is not None:
                 builds.append(source_build_of(build))
         phases.append(
@@ -167,6 +169,7 @@ def _manifest_file(e: Entry, a: Artifact) -> mf.File:
         built_from=mf.BuiltFrom(a.built_from.filename, a.built_from.sha256)
         if a.built_from
         else None,
+        compiled=a.compiled,
     )
 
 
@@ -292,7 +295,7 @@ def manifest_for_profile(profile: Profile, target: Target) -> mf.Manifest:
 def _manifest_kind(a: Artifact) -> str:
     if a.package.role == "bootstrap":
         return "bootstrap"
-    if a.package.kind == "sdist":
+    if a.package.kind == "sdist" and a.compiled is None:
         return "sdist"
     if a.package.role == "build-dep":
         return "build-dep"

@@ -1,0 +1,311 @@
+"""Source builds compiled on the online host: a tiny real CUDA extension (tests/fixtures/tinycuda,
+setuptools calling this host's nvcc) becomes a cached wheel, recorded in the manifest, and the
+server installs it offline with no nvcc on its PATH."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from airgap import extract, python310, run_install
+from cli import run
+from conftest import clean_environ
+from pkgindex import Server
+from stack import UPLOADED, build_uv_wheel, bundled_wheel
+
+from verl_bundle.compile.toolkit import nvcc_release
+
+FIXTURE = Path(__file__).parent / "fixtures" / "tinycuda"
+NAME = "verl-bundle-tiny-cu130-cp310-manylinux_2_17_x86_64"
+# A real `wheel` wheel for setuptools 65's bdist_wheel (Python's own test data ships one).
+WHEEL_WHEELS = sorted(Path.home().glob(".pyenv/versions/3.1*/lib/python3.1*/test/**/wheel-*.whl"))
+
+PROFILE = """
+name = "tiny-cu130"
+description = "a tiny CUDA extension compiled with nvcc 13"
+cuda = "13.0"
+python = "3.10"
+platform = "manylinux_2_17_x86_64"
+requirements = ["tinycuda=={version}"]
+bootstrap = ["pip", "uv"]
+
+[[static-metadata]]
+name = "tinycuda"
+version = "{version}"
+requires-dist = []
+
+[[source-builds]]
+package = "tinycuda"
+build-requires = ["setuptools", "wheel"]
+max-jobs = {{ gib-per-job = 1 }}
+
+[[phases]]
+name = "tools"
+packages = ["*"]
+
+[[phases]]
+name = "tinycuda"
+packages = ["tinycuda"]
+
+[checks]
+imports = ["tinycuda"]
+
+[readiness]
+limit = "a test stack: a CUDA extension, no verl"
+
+[toolchain]
+nvcc = "13.0"
+gcc = ">=6,<16"
+"""
+
+
+def _toolkit13() -> Path:
+    for home in sorted(Path("/usr/local").glob("cuda-13*")):
+        found = nvcc_release(home / "bin" / "nvcc")
+        if found and found[0].startswith("13."):
+            return home
+    pytest.skip("no CUDA 13 toolkit (nvcc) on this host")
+
+
+def _sdist(directory: Path, version: str, broken: bool = False) -> Path:
+    """tinycuda-VERSION.tar.gz from the fixture (`broken`: a .cu that does not compile)."""
+    base = f"tinycuda-{version}"
+    members = {p.name: p.read_bytes() for p in FIXTURE.iterdir() if p.is_file()}
+    members["setup.py"] = members["setup.py"].replace(
+        b'os.environ.get("TINYCUDA_VERSION", "0.1")', repr(version).encode()
+    )
+    if broken:
+        members["tinycuda.cu"] += b"\nstatic int broken = undeclared_name;\n"
+    members["PKG-INFO"] = f"Metadata-Version: 2.1\nName: tinycuda\nVersion: {version}\n".encode()
+    path = directory / f"{base}.tar.gz"
+    with tarfile.open(path, "w:gz", format=tarfile.PAX_FORMAT) as tf:
+        for name, data in sorted(members.items()):
+            info = tarfile.TarInfo(f"{base}/{name}")
+            info.size, info.mtime, info.mode = len(data), 1704067200, 0o644
+            tf.addfile(info, io.BytesIO(data))
+    return path
+
+
+@dataclass
+class Tiny:
+    server: Server
+    cuda_home: Path
+    root: Path
+
+    def profile(self, directory: Path, version: str = "0.1") -> Path:
+        path = directory / f"tiny-{version}.toml"
+        path.write_text(PROFILE.format(version=version))
+        return path
+
+    def build(
+        self, out: Path, cache: Path, *extra: str, version: str = "0.1"
+    ) -> subprocess.CompletedProcess[str]:
+        """`python -m verl_bundle build --json` as a real subprocess (as a user runs it)."""
+        args = ["build", "--profile", str(self.profile(out.parent, version)), "--python", "3.10"]
+        args += ["--mirror", f"pypi={self.server.index_url}", "-o", str(out)]
+        args += ["--cache-dir", str(cache), "--cuda-archs", "9.0", *extra, "--json"]
+        return subprocess.run(
+            [sys.executable, "-m", "verl_bundle", *args],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=clean_environ(out.parent),
+        )
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tiny]:
+    home = _toolkit13()
+    python310()
+    if not WHEEL_WHEELS:
+        pytest.skip("no `wheel` wheel on this host (Python's test data)")
+    root = tmp_path_factory.mktemp("tiny-index")
+    _sdist(root, "0.1")
+    _sdist(root, "0.2", broken=True)
+    for prefix in ("pip", "setuptools"):
+        shutil.copy(bundled_wheel(prefix), root)
+    shutil.copy(WHEEL_WHEELS[-1], root)
+    build_uv_wheel(root)
+    server = Server(root, json_api=True, upload_time=UPLOADED).start()
+    try:
+        yield Tiny(server, home, root)
+    finally:
+        server.stop()
+
+
+def _result(proc: subprocess.CompletedProcess[str]) -> dict[str, object]:
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["ok"] is True
+    result: dict[str, object] = doc["result"]
+    return result
+
+
+def _manifest(tarball: Path, dest: Path) -> tuple[Path, dict[str, object]]:
+    root = extract(tarball, dest)
+    return root, json.loads((root / "manifest.json").read_text())
+
+
+@pytest.mark.slow
+def test_compiled_here_cached_recorded_and_installed_offline(tiny: Tiny, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    first = _result(tiny.build(tmp_path / "out1", cache, "--compile", "always"))
+    summary = first["compiled"]
+    assert isinstance(summary, list) and len(summary) == 1
+    assert summary[0].startswith("tinycuda compiled here (cu130, sm90, ")
+    assert "reused" not in summary[0]
+    root, manifest = _manifest(Path(str(first["bundle"])), tmp_path / "x1")
+    files = {f["name"]: f for f in manifest["files"]}  # type: ignore[attr-defined]
+    entry = files["tinycuda"]
+    assert entry["path"] == "wheels/tinycuda-0.1-cp310-cp310-linux_x86_64.whl"
+    assert entry["kind"] == "wheel"
+    assert entry["built_from"]["file"] == "tinycuda-0.1.tar.gz"
+    compiled = entry["compiled"]
+    assert (
+        compiled["toolkit"].startswith("nvcc 13.0.")
+        and f"({tiny.cuda_home.resolve()})" in compiled["toolkit"]
+    )
+    assert compiled["compiler"].startswith("gcc ") and compiled["archs"] == "9.0"
+    assert compiled["seconds"] > 0 and len(compiled["key"]) == 32
+    # The server builds nothing: no sdist shipped, no source build left for the doctor.
+    assert not (root / "sources").exists()
+    assert all(not p["source_builds"] for p in manifest["phases"])  # type: ignore[attr-defined]
+    keys = [p.name for p in (cache / "compiled").iterdir() if not p.name.startswith(".")]
+    assert keys == [compiled["key"], "logs"] or sorted(keys) == sorted([compiled["key"], "logs"])
+    log = cache / "compiled" / "logs" / f"tinycuda-{compiled['key']}.log"
+    assert "nvcc" in log.read_text() and "-gencode arch=compute_90,code=sm_90" in log.read_text()
+
+    # A rebuild reuses the wheel: same key, same bytes, and no compile ran (its log untouched).
+    log.write_text("sentinel\n")
+    second = _result(tiny.build(tmp_path / "out2", cache, "--compile", "always"))
+    assert second["compiled"] == [
+        summary[0].replace(")", ", reused from the cache)")
+    ] or "reused from the cache" in str(second["compiled"])
+    assert log.read_text() == "sentinel\n"
+    _, manifest2 = _manifest(Path(str(second["bundle"])), tmp_path / "x2")
+    entry2 = {f["name"]: f for f in manifest2["files"]}["tinycuda"]  # type: ignore[attr-defined]
+    assert entry2["sha256"] == entry["sha256"] and entry2["compiled"]["key"] == compiled["key"]
+
+    # The server: no network, no nvcc anywhere on its PATH.
+    home = tmp_path / "home"
+    home.mkdir()
+    prefix = tmp_path / "prefix"
+    path = "/usr/bin:/bin"
+    assert shutil.which("nvcc", path=path) is None
+    proc = run_install(
+        root, home, "--prefix", str(prefix), "--python", python310(), "--yes", env={"PATH": path}
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    check = subprocess.run(
+        [
+            str(prefix / "bin" / "python"),
+            "-c",
+            "import tinycuda as t; print(t.answer(), t.nvcc_major())",
+        ],
+        capture_output=True,
+        text=True,
+        env={"PATH": path},
+    )
+    assert check.stdout.split() == ["42", "13"], check.stderr
+
+
+def test_wrong_major_toolkit_is_refused_in_one_line(
+    tiny: Tiny, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake = tmp_path / "cuda-11.8"
+    (fake / "bin").mkdir(parents=True)
+    (fake / "include").mkdir()
+    (fake / "include" / "cuda_runtime.h").write_text("/* CUDA 11.8 */\n")
+    nvcc = fake / "bin" / "nvcc"
+    nvcc.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 11.8, V11.8.89'\n")
+    nvcc.chmod(0o755)
+    args = ["build", "--profile", str(tiny.profile(tmp_path)), "--python", "3.10"]
+    args += ["--mirror", f"pypi={tiny.server.index_url}", "-o", str(tmp_path / "out")]
+    args += ["--cache-dir", str(tmp_path / "cache"), "--compile", "always"]
+    result = run([*args, "--cuda-home", str(fake)], capsys)
+    assert result.code == 1
+    lines = result.err.strip().splitlines()
+    assert lines[-1].startswith("error: --cuda-home ")
+    assert "nvcc 11.8" in lines[-1] and "needs CUDA 13.x" in lines[-1]
+    assert "Traceback" not in result.err
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").glob("*.tar"))
+    # auto: the same toolkit leaves the build to the server, saying why and what it needs.
+    result = run([*args[:-1], "auto", "--cuda-home", str(fake)], capsys)
+    assert result.code == 0, result.err
+    assert "tinycuda left to build on the server: --cuda-home " in result.out
+    assert "The server will need nvcc 13.0, gcc >=6,<16, Python 3.10 headers" in result.out
+
+
+@pytest.mark.slow
+def test_compiler_error_names_the_log_and_explains_it(tiny: Tiny, tmp_path: Path) -> None:
+    proc = tiny.build(tmp_path / "out", tmp_path / "cache", version="0.2")
+    assert proc.returncode == 1, proc.stderr
+    line = proc.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: tinycuda: compiling tinycuda-0.2.tar.gz on this host failed")
+    log = Path(line.split("log: ", 1)[1].split(";", 1)[0])
+    assert log.is_file() and "undeclared_name" in log.read_text()
+    assert "explain" in line
+    assert "Traceback" not in proc.stderr
+    compiled = tmp_path / "cache" / "compiled"
+    assert [p.name for p in compiled.iterdir()] == ["logs"]  # nothing under a final name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
+def test_interrupted_compile_leaves_nothing_under_a_final_name(
+    tiny: Tiny, tmp_path: Path, sig: signal.Signals
+) -> None:
+    # An nvcc that starts, says so, and hangs: the build is stopped mid-compile.
+    slow = tmp_path / "slow-cuda"
+    (slow / "bin").mkdir(parents=True)
+    os.symlink(tiny.cuda_home / "include", slow / "include")
+    marker = tmp_path / "compiling"
+    (slow / "bin" / "nvcc").write_text(
+        "#!/bin/sh\n"
+        f'case "$1" in --version) exec {tiny.cuda_home}/bin/nvcc --version;; esac\n'
+        f"echo $$ > {marker}\nexec sleep 300\n"
+    )
+    (slow / "bin" / "nvcc").chmod(0o755)
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    args = ["build", "--profile", str(tiny.profile(tmp_path)), "--python", "3.10"]
+    args += ["--mirror", f"pypi={tiny.server.index_url}", "-o", str(out), "--cache-dir", str(cache)]
+    args += ["--cuda-archs", "9.0", "--cuda-home", str(slow)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "verl_bundle", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean_environ(tmp_path),
+    )
+    deadline = time.monotonic() + 300
+    while not marker.exists() or not marker.read_text().strip():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the compile never started"
+        time.sleep(0.2)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode != 0
+    with contextlib.suppress(ProcessLookupError):  # the fake nvcc this test started, if alive
+        os.kill(int(marker.read_text()), signal.SIGKILL)
+    finals = [
+        p
+        for p in (cache / "compiled").iterdir()
+        if p.name != "logs" and not p.name.startswith(".tmp-")
+    ]
+    assert finals == []
+    if sig == signal.SIGINT:
+        assert "interrupted" in err
+        assert not [p for p in (cache / "compiled").iterdir() if p.name.startswith(".tmp-")]
+    assert not out.exists() or not list(out.glob("*.tar"))

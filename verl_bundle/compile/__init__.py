@@ -1,0 +1,149 @@
+"""Source builds compiled on the online host (the fetch stage calls `SourceCompiler.compile`
+once per source-build sdist): a wheel when a fitting toolkit is here, else the reason it is left
+to the server, with what the server will need and roughly how long it will take there."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+
+from verl_bundle.compile.build import (
+    CompiledWheel,
+    CompileJob,
+    CompileOptions,
+    archs_of,
+    compile_sdist,
+    sm_list,
+)
+from verl_bundle.compile.toolkit import Toolkit, ToolkitError, ToolkitRequest, find_toolkit
+from verl_bundle.credentials import Redactor
+from verl_bundle.lock import Lock, LockedPackage
+from verl_bundle.profile import Profile, SourceBuild
+from verl_bundle.progress import Reporter
+
+__all__ = ["CompileOptions", "Outcome", "SourceCompiler"]
+
+# Measured host figures: CPU-core-minutes to compile one GPU architecture (flash-attn: README,
+# "about 100 CPU-core-minutes per GPU architecture").
+CORE_MINUTES_PER_ARCH: Mapping[str, float] = {"flash-attn": 100.0}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One source build: compiled here (`wheel`), or left to the server (`left`, with why)."""
+
+    package: str
+    summary: str  # "flash-attn compiled here (cu130, sm90, 38 min)" or "... left to build ..."
+    wheel: CompiledWheel | None = None
+
+
+class SourceCompiler:
+    """Compiles a profile's source builds for one lock; the toolkit is looked for once."""
+
+    def __init__(
+        self,
+        profile: Profile,
+        lock: Lock,
+        options: CompileOptions,
+        cache_root: Path,
+        redact: Redactor,
+    ) -> None:
+        self.profile, self.lock, self.options = profile, lock, options
+        self.cache_root, self.redact = cache_root, redact
+        self._toolkit: Toolkit | ToolkitError | None = None
+
+    def toolkit(self) -> Toolkit:
+        if self._toolkit is None:
+            req = ToolkitRequest(
+                self.options.cuda_home, self.options.cc, self.options.cxx, self.options.host_python
+            )
+            try:
+                self._toolkit = find_toolkit(
+                    self.profile.cuda,
+                    self.profile.toolchain.gcc,
+                    self.lock.target.python_version,
+                    req,
+                )
+            except ToolkitError as exc:
+                self._toolkit = exc
+        if isinstance(self._toolkit, ToolkitError):
+            raise self._toolkit
+        return self._toolkit
+
+    def compile(
+        self,
+        pkg: LockedPackage,
+        build: SourceBuild,
+        sdist: Path,
+        sdist_sha256: str,
+        wheels: Mapping[str, Path],
+        reporter: Reporter,
+    ) -> Outcome:
+        job = CompileJob(
+            package=pkg.name,
+            sdist=sdist,
+            sdist_filename=pkg.file.filename,
+            sdist_sha256=sdist_sha256,
+            python_tag=self.lock.target.python_tag,
+            cuda=self.profile.cuda,
+            torch_version=self._locked().get("torch"),
+            build_requires=build.build_requires,
+            env=build.env,
+            gib_per_job=build.max_jobs.gib_per_job,
+            max_jobs_limit=build.max_jobs.limit,
+        )
+        if self.options.mode == "never":
+            return self._left(job, "--compile never")
+        try:
+            toolkit = self.toolkit()
+        except ToolkitError as exc:
+            if self.options.mode == "always":
+                raise
+            return self._left(job, str(exc))
+        wheel = compile_sdist(
+            job,
+            toolkit,
+            self.options,
+            self.cache_root,
+            wheels,
+            self._locked(),
+            reporter,
+            self.redact,
+        )
+        cu = "cu" + self.profile.cuda.replace(".", "")
+        took = wheel.provenance.seconds
+        when = f"{took / 60:.0f} min" if took >= 60 else f"{took:.0f} s"
+        reused = ", reused from the cache" if wheel.reused else ""
+        summary = (
+            f"{pkg.name} compiled here ({cu}, {sm_list(wheel.provenance.archs)}, {when}{reused})"
+        )
+        return Outcome(pkg.name, summary, wheel)
+
+    def _locked(self) -> dict[str, str]:
+        return {canonicalize_name(p.name): p.version for p in self.lock.packages}
+
+    def _left(self, job: CompileJob, why: str) -> Outcome:
+        tc = self.profile.toolchain
+        needs = [f"nvcc {tc.nvcc or self.profile.cuda}"]
+        needs += [
+            f"gcc {tc.gcc}" if tc.gcc else "gcc",
+            f"Python {self.lock.target.python_version} headers",
+        ]
+        archs = [a for a in archs_of(self.options, job).split(";") if a]
+        per_arch = CORE_MINUTES_PER_ARCH.get(canonicalize_name(job.package))
+        how_long = ""
+        if per_arch is not None:
+            total = per_arch * len(archs)
+            how_long = (
+                f"; about {total:.0f} CPU-core-minutes there ({len(archs)} architectures at "
+                f"~{per_arch:.0f} each: ~{total / 60:.1f} h at MAX_JOBS=1, "
+                f"~{total / 8:.0f} min at 8)"
+            )
+        summary = (
+            f"{job.package} left to build on the server: {why}. The server will need "
+            f"{', '.join(needs)}{how_long}"
+        )
+        return Outcome(job.package, summary)

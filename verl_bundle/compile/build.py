@@ -1,0 +1,336 @@
+"""A profile's source build (flash-attn) compiled into a wheel on the online host, so the server
+installs a wheel and needs no nvcc, gcc or headers.
+
+The wheel is cached by a key of everything that changes the binary (sdist, torch and CUDA,
+Python tag, GPU architectures, C++ ABI, compiler versions): a rebuild reuses it. A compile is
+written under a temporary name and renamed into place whole, so an interrupted one (Ctrl-C,
+SIGKILL) leaves nothing under a final name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tarfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.version import Version
+
+from verl_bundle.airgap import explain
+from verl_bundle.airgap import manifest as mf
+from verl_bundle.airgap.hashing import sha256_file
+from verl_bundle.compile.buildenv import make_build_env
+from verl_bundle.compile.toolkit import Toolkit
+from verl_bundle.credentials import Redactor
+from verl_bundle.errors import BundleError
+from verl_bundle.progress import Reporter
+from verl_bundle.uvcmd import uv_binary, uv_env
+
+Mode = Literal["auto", "always", "never"]
+MODES: tuple[Mode, ...] = ("auto", "always", "never")
+PROGRESS_EVERY = 30.0  # seconds between "still compiling" lines
+# A package's own GPU-architecture variable, besides TORCH_CUDA_ARCH_LIST ("80;90" style).
+ARCH_VARIABLES: Mapping[str, str] = {"flash-attn": "FLASH_ATTN_CUDA_ARCHS"}
+# Default architectures by CUDA major when neither --cuda-archs nor the profile names any.
+DEFAULT_ARCHS: Mapping[int, str] = {11: "8.0;8.6", 12: "8.0;9.0", 13: "8.0;9.0"}
+
+
+class CompileError(BundleError):
+    """A host compile failed: names the package, the log file and what explain reads in it."""
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """`build`'s compile options (--compile, --cuda-archs, and where the toolkit is)."""
+
+    mode: Mode = "auto"
+    cuda_archs: str | None = None
+    cuda_home: Path | None = None
+    cc: str | None = None
+    cxx: str | None = None
+    host_python: str | None = None
+
+
+@dataclass(frozen=True)
+class CompileJob:
+    """One sdist to compile, with what the build venv is made of."""
+
+    package: str
+    sdist: Path
+    sdist_filename: str
+    sdist_sha256: str
+    python_tag: str  # the target's, "cp310"
+    cuda: str  # the profile's, "13.0"
+    torch_version: str | None  # the locked torch, or None when the build needs no torch
+    build_requires: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)  # the profile's source-build env
+    gib_per_job: float = 9.0
+    max_jobs_limit: int | None = None
+
+
+@dataclass(frozen=True)
+class CompiledWheel:
+    path: Path
+    filename: str
+    sha256: str
+    size: int
+    provenance: mf.Compiled
+    reused: bool
+
+
+def archs_of(options: CompileOptions, job: CompileJob) -> str:
+    given = options.cuda_archs or job.env.get("TORCH_CUDA_ARCH_LIST")
+    return given or DEFAULT_ARCHS.get(int(job.cuda.split(".")[0]), "8.0;9.0")
+
+
+def sm_list(archs: str) -> str:
+    """ "8.0;9.0" -> "sm80,sm90" (for the summary line)."""
+    return ",".join("sm" + a.replace(".", "").replace("+PTX", "") for a in archs.split(";") if a)
+
+
+def _torch_abi(torch_version: str | None) -> str:
+    # The torch wheels of the default and PyTorch indexes are built with the old C++ ABI up to
+    # 2.6 and the new one from 2.7 (FACTS: cxx11abi FALSE for 2.1-2.6).
+    if torch_version is None:
+        return "none"
+    base = Version(torch_version.split("+")[0])
+    return "cxx11abi=" + ("TRUE" if base >= Version("2.7") else "FALSE")
+
+
+def cache_key(job: CompileJob, toolkit: Toolkit, archs: str) -> str:
+    parts = {
+        "sdist": job.sdist_sha256,
+        "torch": f"{job.torch_version}+cuda{job.cuda}",
+        "python": job.python_tag,
+        "archs": archs,
+        "abi": _torch_abi(job.torch_version),
+        "nvcc": toolkit.nvcc.version,
+        "compiler": toolkit.compiler.version,
+        "build_requires": sorted(job.build_requires),
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _max_jobs(job: CompileJob) -> int:
+    """One job per gib_per_job of the memory available now, at most the cores (and the
+    profile's limit)."""
+    try:
+        avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        avail = 8 << 30
+    jobs = max(1, min(os.cpu_count() or 1, int(avail / (job.gib_per_job * (1 << 30)))))
+    return min(jobs, job.max_jobs_limit) if job.max_jobs_limit else jobs
+
+
+def build_environ(job: CompileJob, toolkit: Toolkit, archs: str, venv: Path) -> dict[str, str]:
+    env = uv_env(venv.parent / ".uv-config")
+    env.update(job.env)
+    env["PATH"] = os.pathsep.join([str(venv / "bin"), str(toolkit.nvcc.home / "bin"), env["PATH"]])
+    env["CUDA_HOME"] = str(toolkit.nvcc.home)
+    env["CC"], env["CXX"] = toolkit.compiler.cc, toolkit.compiler.cxx
+    env["TORCH_CUDA_ARCH_LIST"] = archs
+    own = ARCH_VARIABLES.get(canonicalize_name(job.package))
+    if own:
+        env[own] = ";".join(a.replace(".", "").replace("+PTX", "") for a in archs.split(";"))
+    env["MAX_JOBS"] = str(_max_jobs(job))
+    env.setdefault("NVCC_THREADS", "2")
+    # Never the network: flash-attn's setup.py otherwise tries a prebuilt wheel first.
+    env.setdefault("FLASH_ATTENTION_FORCE_BUILD", "TRUE")
+    env.setdefault("SOURCE_DATE_EPOCH", "315532800")
+    return env
+
+
+def _reuse(final: Path) -> CompiledWheel | None:
+    wheels = sorted(final.glob("*.whl")) if final.is_dir() else []
+    info = final / "compiled.json"
+    if len(wheels) != 1 or not info.is_file():
+        return None
+    doc = json.loads(info.read_text())
+    return _describe(wheels[0], mf.Compiled(**doc), reused=True)
+
+
+def _describe(path: Path, prov: mf.Compiled, reused: bool) -> CompiledWheel:
+    return CompiledWheel(path, path.name, sha256_file(path), path.stat().st_size, prov, reused)
+
+
+def _clean_stale(root: Path) -> None:
+    """Temporary directories of compiles whose process is gone (killed) are removed."""
+    for tmp in root.glob(".tmp-*"):
+        pid = tmp.name.rsplit("-", 1)[-1]
+        alive = pid.isdigit() and _alive(int(pid))
+        if not alive:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _pins(job: CompileJob, locked: Mapping[str, str]) -> list[str]:
+    """Build requirements pinned to the locked versions (exactly the server's torch)."""
+    out = []
+    for req in job.build_requires:
+        name = canonicalize_name(Requirement(req).name)
+        out.append(f"{name}=={locked[name]}" if name in locked else req)
+    return out
+
+
+def compile_sdist(
+    job: CompileJob,
+    toolkit: Toolkit,
+    options: CompileOptions,
+    cache_root: Path,
+    wheels: Mapping[str, Path],
+    locked: Mapping[str, str],
+    reporter: Reporter,
+    redact: Redactor,
+) -> CompiledWheel:
+    """The wheel for `job`: from the cache when its key was built before, else compiled now."""
+    archs = archs_of(options, job)
+    key = cache_key(job, toolkit, archs)
+    root = cache_root / "compiled"
+    final = root / key
+    hit = _reuse(final)
+    if hit is not None:
+        reporter.status(f"{job.package}: compiled wheel reused from the cache (key {key})")
+        return hit
+    root.mkdir(parents=True, exist_ok=True)
+    _clean_stale(root)
+    work = root / f".tmp-{key}-{os.getpid()}"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
+    try:
+        prov = _compile(job, toolkit, archs, key, work, wheels, locked, reporter, redact)
+        out = work / "out"
+        (out / "compiled.json").write_text(json.dumps(vars(prov), sort_keys=True) + "\n")
+        try:
+            os.rename(out, final)
+        except OSError:  # another build finished the same key first
+            if _reuse(final) is None:
+                raise
+        return _describe(next(final.glob("*.whl")), prov, reused=False)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _compile(
+    job: CompileJob,
+    toolkit: Toolkit,
+    archs: str,
+    key: str,
+    work: Path,
+    wheels: Mapping[str, Path],
+    locked: Mapping[str, str],
+    reporter: Reporter,
+    redact: Redactor,
+) -> mf.Compiled:
+    log = cache_log(work.parent, job, key)
+    reporter.status(f"{job.package}: making a build venv from the bundle's wheels ...")
+    python = make_build_env(
+        job.package, toolkit.python.path, wheels, _pins(job, locked), work, redact
+    )
+    with tarfile.open(job.sdist) as tf:
+        tf.extractall(work / "src", filter="data")
+    tops = [p for p in (work / "src").iterdir() if p.is_dir()]
+    src = tops[0] if len(tops) == 1 else work / "src"
+    env = build_environ(job, toolkit, archs, python.parent.parent)
+    args = [uv_binary(), "build", "--wheel", "--no-build-isolation", "--offline", "--no-index"]
+    args += ["--python", str(python), "--out-dir", str(work / "out"), str(src)]
+    reporter.status(f"{job.package}: compiling for {sm_list(archs)} (log: {log}) ...")
+    start = time.monotonic()
+    code = _run_logged(args, env, work, log, job.package, start, reporter)
+    seconds = round(time.monotonic() - start, 1)
+    built = sorted((work / "out").glob("*.whl")) if (work / "out").is_dir() else []
+    if code != 0 or len(built) != 1:
+        raise CompileError(_failure(job, code, log))
+    _check_tags(job, built[0].name, log)
+    return mf.Compiled(
+        toolkit=toolkit.describe(),
+        compiler=toolkit.compiler.describe(),
+        archs=archs,
+        seconds=seconds,
+        key=key,
+    )
+
+
+def cache_log(root: Path, job: CompileJob, key: str) -> Path:
+    """The compile log lives beside the cache, outside the temporary directory, so it is still
+    there to read when the compile failed."""
+    logs = root / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    return logs / f"{canonicalize_name(job.package)}-{key}.log"
+
+
+def _run_logged(
+    args: Sequence[str],
+    env: Mapping[str, str],
+    cwd: Path,
+    log: Path,
+    package: str,
+    start: float,
+    reporter: Reporter,
+) -> int:
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            list(args),
+            cwd=cwd,
+            env=dict(env),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            while True:
+                try:
+                    return proc.wait(timeout=PROGRESS_EVERY)
+                except subprocess.TimeoutExpired:
+                    elapsed = int(time.monotonic() - start)
+                    reporter.status(f"{package}: compiling ... {elapsed // 60}m{elapsed % 60:02d}s")
+        except BaseException:
+            # Ctrl-C or an error here: the compiler's whole process group goes too.
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
+
+
+def _failure(job: CompileJob, code: int, log: Path) -> str:
+    text = log.read_text(errors="replace")
+    findings = explain.explain_text(text)
+    reading = (
+        f"explain: {findings[0].title}: {findings[0].fix}"
+        if findings
+        else "explain knows no cause in it; last line: " + (explain.tail(text, 1) or [""])[0]
+    )
+    return (
+        f"{job.package}: compiling {job.sdist_filename} on this host failed (exit {code}); "
+        f"log: {log}; {reading}"
+    )
+
+
+def _check_tags(job: CompileJob, filename: str, log: Path) -> None:
+    tags = parse_wheel_filename(filename)[3]
+    fits = any(
+        t.interpreter in (job.python_tag, "py3") and t.platform.startswith(("linux", "manylinux"))
+        for t in tags
+    )
+    if not fits:
+        raise CompileError(
+            f"{job.package}: the compile made {filename}, not a wheel for {job.python_tag} on "
+            f"Linux; was --host-python the target's Python? log: {log}"
+        )
