@@ -7,7 +7,7 @@ PY ?= 3.10
 OUT ?= bundles
 STAMP := $(VENV)/.installed
 
-.PHONY: all venv test test-fast lint typecheck bundle e2e-real assets-real bench clean
+.PHONY: all venv test test-fast lint typecheck bundle e2e-real assets-real compile-real bench clean
 
 all: test
 
@@ -62,6 +62,14 @@ assets-real: $(STAMP)
 	rm -rf $(OUT)/assets-real && mkdir -p $(OUT)/assets-real
 	tar xf "$$(ls -t $(OUT)/verl-assets-*.tar | head -1)" -C $(OUT)/assets-real
 	$(OUT)/assets-real/verl-assets-*/install-assets.sh --prefix $(OUT)/assets-real/prefix --python $(BIN)/python
+
+# flash-attn 2.8.3 for cu130 compiled here with this host's nvcc 13.0 for one arch (sm90), then the
+# bundle rehearsed with no network (readiness included). Needs the internet; hours on 2 cores; the
+# compile log is under the cache's compiled/logs/. Not part of `make test`.
+CU130_TAR = $(OUT)/verl-bundle-cu130-cp310-manylinux_2_31_x86_64.tar
+compile-real: $(STAMP)
+	$(BIN)/verl-bundle build --profile cu130 --python 3.10 --compile always --cuda-archs 9.0 --output $(OUT)
+	$(BIN)/verl-bundle rehearse $(CU130_TAR) --python 3.10
 
 # Benchmarks against pip and tar on a synthetic 1 GB stack served on 127.0.0.1: a few minutes,
 # no network; wheels are kept in /tmp/verl-bundle-bench. Not part of `make test`.

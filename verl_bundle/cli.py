@@ -10,25 +10,19 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from verl_bundle import __version__
+from verl_bundle import cli_options as opt
 from verl_bundle.airgap.render import printable
 from verl_bundle.cli_assets import assets_cmd
 from verl_bundle.cli_cluster import register as register_cluster
 from verl_bundle.cli_options import (
     CacheDir,
-    Cc,
-    CompileMode,
-    CompileOpt,
     Compress,
     Cuda,
-    CudaArchs,
-    CudaHome,
-    Cxx,
-    HostPython,
     Interpreter,
     Jobs,
     Json,
@@ -177,12 +171,12 @@ def build_cmd(
         Compress,
         typer.Option(help="Wheels are already compressed, so the default tar is not."),
     ] = Compress.none,
-    compile_mode: CompileOpt = CompileMode.auto,
-    cuda_archs: CudaArchs = None,
-    cuda_home: CudaHome = None,
-    cc: Cc = None,
-    cxx: Cxx = None,
-    host_python: HostPython = None,
+    compile_mode: opt.CompileOpt = opt.CompileMode.auto,
+    cuda_archs: opt.CudaArchs = None,
+    cuda_home: opt.CudaHome = None,
+    cc: opt.Cc = None,
+    cxx: opt.Cxx = None,
+    host_python: opt.HostPython = None,
     json_out: Json = False,
 ) -> None:
     """Resolve (or take --lock), fetch every file once with its hash, and write one tarball.
@@ -352,21 +346,28 @@ app.command("assets", short_help="Fetch models and datasets into an asset bundle
 register_cluster(app)  # preflight, fleet, slurm, ansible: cli_cluster.py
 
 
+@app.command("toolchain", short_help="What this host can compile for each profile.")
+def toolchain_cmd(
+    ctx: typer.Context,
+    python: TargetPython = None,
+    cuda_home: opt.CudaHome = None,
+    cc: opt.Cc = None,
+    cxx: opt.Cxx = None,
+    host_python: opt.HostPython = None,
+    json_out: Json = False,
+) -> None:
+    """For each built-in profile with source builds (flash-attn): the nvcc, gcc and target
+    Python headers found here to compile them into wheels (`build --compile`), or why not."""
+    from verl_bundle import render
+    from verl_bundle.catalog import builtin_profiles
+    from verl_bundle.compile.toolkit import ToolkitRequest
+    from verl_bundle.toolchain import survey
+
+    found = survey(builtin_profiles(), ToolkitRequest(cuda_home, cc, cxx, host_python), python)
+    _show(ctx, render.toolchain(found), json_out)
+
+
 # -- the boundary ------------------------------------------------------------------------------
-
-
-def _click_error() -> type[Exception]:
-    """click's base exception, from typer's own copy of click or from click (older typer)."""
-    return next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
-
-
-def _usage_line(exc: Any) -> str:
-    """click's usage error as one line: what, where, and where to read more."""
-    message = " ".join(str(exc.format_message()).split()).rstrip(".")
-    message = message.replace("Value error, ", "")  # typer's validator prefixes some messages
-    ctx = getattr(exc, "ctx", None)
-    where = ctx.command_path if ctx is not None else "verl-bundle"
-    return f"{where}: {message}; see `{where} --help`"
 
 
 def _fail(session: Session, message: str, code: int) -> int:
@@ -376,7 +377,7 @@ def _fail(session: Session, message: str, code: int) -> int:
 
 def run(args: list[str], session: Session) -> int:
     """Run one command line; return its exit code. Every error ends here as one line."""
-    click_error = _click_error()
+    click_error = opt.click_error()
     command = typer.main.get_command(app)
     try:
         if not args:  # `verl-bundle` alone: the help, and the usage exit code
@@ -390,7 +391,7 @@ def run(args: list[str], session: Session) -> int:
     except typer.Abort:  # older typer turns Ctrl-C into Abort
         return _fail(session, INTERRUPTED, EXIT_INTERRUPTED)
     except click_error as exc:
-        return _fail(session, _usage_line(exc), getattr(exc, "exit_code", EXIT_USAGE))
+        return _fail(session, opt.usage_line(exc), getattr(exc, "exit_code", EXIT_USAGE))
     except KeyboardInterrupt:
         return _fail(session, INTERRUPTED, EXIT_INTERRUPTED)
     except OSError as exc:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -167,3 +167,20 @@ class StackOptions:
             jobs=self.jobs,
             python_given=self.python is not None,
         )
+
+
+# -- the error boundary's helpers ------------------------------------------------------
+
+
+def click_error() -> type[Exception]:
+    """click's base exception, from typer's own copy of click or from click (older typer)."""
+    return next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+
+
+def usage_line(exc: Any) -> str:
+    """click's usage error as one line: what, where, and where to read more."""
+    message = " ".join(str(exc.format_message()).split()).rstrip(".")
+    message = message.replace("Value error, ", "")  # typer's validator prefixes some messages
+    ctx = getattr(exc, "ctx", None)
+    where = ctx.command_path if ctx is not None else "verl-bundle"
+    return f"{where}: {message}; see `{where} --help`"

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from verl_bundle.pipeline import BuildResult, LockCheck, LockResult
     from verl_bundle.profile import Profile
     from verl_bundle.rehearse import Rehearsal
+    from verl_bundle.toolchain import ToolchainReport
 
 
 @dataclass(frozen=True)
@@ -379,3 +380,37 @@ def preflight(result: Preflight) -> Shown:
     from verl_bundle.airgap import preflight as server
 
     return Shown("preflight", result.ok, server.render_json(result), server.render_text(result))
+
+
+def toolchain_json(report: ToolchainReport) -> dict[str, Any]:
+    return {
+        "profiles": [
+            {
+                "profile": p.profile,
+                "cuda": p.cuda,
+                "python": p.python,
+                "source_builds": list(p.packages),
+                "can_compile": p.can_compile,
+                "parts": [{"name": x.name, "found": x.found, "why": x.why} for x in p.parts],
+            }
+            for p in report.profiles
+        ]
+    }
+
+
+def toolchain_text(report: ToolchainReport) -> str:
+    lines = []
+    for p in report.profiles:
+        head = f"{p.profile} (CUDA {p.cuda}, Python {p.python}): "
+        if not p.packages:
+            lines.append(head + "no source builds; nothing to compile")
+            continue
+        what = ", ".join(p.packages)
+        verdict = "can compile" if p.can_compile else "cannot compile"
+        lines.append(f"{head}{verdict} {what} here")
+        lines += [f"  {x.name}: {x.found}" if x.ok else f"  {x.name}: {x.why}" for x in p.parts]
+    return "\n".join(lines)
+
+
+def toolchain(report: ToolchainReport) -> Shown:
+    return Shown("toolchain", True, toolchain_json(report), toolchain_text(report))

@@ -112,7 +112,11 @@ def find_nvcc(cuda: str, req: ToolkitRequest, environ: Mapping[str, str]) -> Nvc
     want = int(cuda.split(".")[0])
     homes, named_by = _homes(req, environ)
     seen: list[str] = []
+    tried: set[Path] = set()
     for home in homes:
+        if home.resolve() in tried:  # /usr/local/cuda is usually a link to a cuda-X.Y
+            continue
+        tried.add(home.resolve())
         nvcc = home / "bin" / "nvcc"
         # A wrapper script (/usr/local/bin/nvcc -> /usr/local) has no toolkit headers beside it.
         if not nvcc.is_file() or not (home / "include" / "cuda_runtime.h").is_file():
