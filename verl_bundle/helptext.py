@@ -27,6 +27,7 @@ Commands:
   explain    Match a failed install's log to causes and fixes.
   assets     Fetch models and datasets into an asset bundle.
   preflight  Check a node before ray start or torchrun.
+  toolchain  What this host can compile for each profile.
   profiles   List the built-in profiles, or show one.
   fleet      Compare the doctor results gathered from every node.
   slurm      Write sbatch scripts: install on every node, start Ray.
