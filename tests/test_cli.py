@@ -341,6 +341,7 @@ def test_every_json_output_is_the_versioned_envelope(
         ),
         ("explain", str(log)): ("explain", True, ["findings", "known", "tail"]),
         ("profiles",): ("profiles", True, None),
+        ("toolchain",): ("toolchain", True, ["profiles"]),
         ("profiles", "show", "cu121"): (
             "profiles show",
             True,
@@ -359,6 +360,7 @@ def test_every_json_output_is_the_versioned_envelope(
     assert sorted(built_bundle[2]) == [
         "bundle",
         "cached_files",
+        "compiled",
         "downloaded",
         "files",
         "host_built",
