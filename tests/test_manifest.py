@@ -1,0 +1,213 @@
+"""The manifest contract: every value written is read back, and the strict reader names what is
+wrong in one line (a newer schema, a mistyped field, a path that leaves the bundle)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from verl_bundle.airgap import manifest as mf
+from verl_bundle.bundle.plan import _airgap_entries
+
+PY38 = Path.home() / ".pyenv" / "versions" / "3.8.18" / "bin" / "python3.8"
+SHA = "a" * 64
+
+
+def full() -> mf.Manifest:
+    """A manifest with every value set, so that a field the writer or reader drops shows."""
+    build = mf.SourceBuild(
+        package="flash-attn",
+        env=(("FLASH_ATTENTION_FORCE_BUILD", "TRUE"), ("NVCC_THREADS", "2")),
+        max_jobs=mf.MaxJobs(gib_per_job=12.0, limit=4),
+        needs_cuda=True,
+    )
+    return mf.Manifest(
+        name="verl-bundle-cu121-cp310-manylinux_2_17_x86_64",
+        created_by="verl-bundle 0.2.0",
+        created="2026-11-30T00:00:00Z",
+        profile=mf.ProfileInfo("cu121", "CUDA 12.1 stack", SHA, ("a note",)),
+        target=mf.Target("3.10", "cp310", "manylinux_2_17_x86_64", "x86_64", "2.17", "12.1"),
+        toolchain=mf.Toolchain(nvcc=">=12.1", gcc="<13", driver=">=530", driver_compat="12.x"),
+        checks=mf.Checks(("torch", "verl"), "2.5.1", "12.1", "flash_attn-2.7.3.whl"),
+        phases=(
+            mf.Phase("torch", "requirements/01-torch.txt", ("torch==2.5.1",)),
+            mf.Phase(
+                "flash-attn", "requirements/02-flash-attn.txt", ("flash-attn==2.7.3",), (build,)
+            ),
+        ),
+        files=(
+            mf.File(
+                path="wheels/torch-2.5.1-cp310-cp310-manylinux_2_17_x86_64.whl",
+                name="torch",
+                version="2.5.1",
+                sha256=SHA,
+                size=10,
+                location="pytorch-cu121",
+                url="https://download.example/torch.whl",
+                phase="torch",
+                kind="wheel",
+            ),
+            mf.File(
+                path="wheels/flash_attn-2.7.3-cp310-cp310-linux_x86_64.whl",
+                name="flash-attn",
+                version="2.7.3",
+                sha256="b" * 64,
+                size=20,
+                location="host-built",
+                url="",
+                phase="flash-attn",
+                kind="wheel",
+                built_from=mf.BuiltFrom("sources/flash_attn-2.7.3.tar.gz", "c" * 64),
+                compiled=mf.Compiled("nvcc 12.1.105", "gcc 12.2.0", "8.0;9.0", 812.5, "k1"),
+            ),
+            mf.File(
+                path="bootstrap/pip-24.0-py3-none-any.whl",
+                name="pip",
+                version="24.0",
+                sha256="d" * 64,
+                size=30,
+                location="default",
+                url="",
+                phase=mf.BOOTSTRAP_PHASE,
+                kind="bootstrap",
+            ),
+        ),
+        generated=(mf.Generated("install.sh", "e" * 64, 40),),
+        installed_size=1234,
+        readiness=mf.Readiness(modules=("verl.trainer.main_ppo",), limit="a known limit"),
+    )
+
+
+def doc() -> dict[str, Any]:
+    return copy.deepcopy(mf.to_dict(full()))
+
+
+def test_every_value_round_trips_through_the_json() -> None:
+    m = full()
+    assert mf.loads(mf.dumps(m)) == m
+    assert mf.from_dict(json.loads(mf.dumps(m))).source_builds[0].environ == {
+        "FLASH_ATTENTION_FORCE_BUILD": "TRUE",
+        "NVCC_THREADS": "2",
+    }
+
+
+def test_public_names_stay_importable_from_manifest() -> None:
+    """Importers use `manifest.NAME`; the split into reader and writer modules keeps them."""
+    for name in mf.__all__:
+        assert getattr(mf, name) is not None, name
+    assert mf.load.__module__ == "verl_bundle.airgap.manifest_read"
+    assert mf.dumps.__module__ == "verl_bundle.airgap.manifest_write"
+
+
+@pytest.mark.parametrize(
+    ("schema", "says"),
+    [
+        (3, r"schema 3, newer than this verl-bundle reads \(up to 2\)"),
+        (1, r"schema 1, older than this verl-bundle reads \(2\)"),
+        ("2", r"no schema number"),
+    ],
+)
+def test_a_schema_it_cannot_read_is_one_line(schema: object, says: str) -> None:
+    data = dict(doc(), schema=schema)
+    with pytest.raises(mf.ManifestError, match=says) as err:
+        mf.from_dict(data)
+    assert "\n" not in str(err.value)
+
+
+def _broken(change: str) -> dict[str, Any]:
+    data = doc()
+    if change == "size":
+        data["files"][0]["size"] = -1
+    elif change == "sha":
+        data["files"][0]["sha256"] = "not-a-digest"
+    elif change == "kind":
+        data["files"][0]["kind"] = "egg"
+    elif change == "phase":
+        data["files"][0]["phase"] = "nowhere"
+    elif change == "twice":
+        data["phases"].append(data["phases"][0])
+    elif change == "env":
+        data["phases"][1]["source_builds"][0]["env"] = {"BAD NAME": "x"}
+    elif change == "target":
+        del data["target"]["cuda"]
+    elif change == "seconds":
+        data["files"][1]["compiled"]["seconds"] = "long"
+    return data
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ("size", r"manifest\.files\[0\]\.size must be a whole number"),
+        ("sha", r"manifest\.files\[0\]\.sha256 is not a sha256 digest"),
+        ("kind", r"manifest\.files\[0\]\.kind must be one of wheel, build-dep"),
+        ("phase", r"is in phase 'nowhere', which is not a phase of this bundle"),
+        ("twice", r"phase 'torch' is listed twice"),
+        ("env", r"env\.BAD NAME must be NAME = \"string\""),
+        ("target", r"manifest\.target\.cuda is missing"),
+        ("seconds", r"manifest\.files\[1\]\.compiled\.seconds must be a number"),
+    ],
+)
+def test_a_bad_field_is_named(change: str, says: str) -> None:
+    with pytest.raises(mf.ManifestError, match=says):
+        mf.from_dict(_broken(change))
+
+
+@pytest.mark.parametrize("path", ["../etc/passwd", "/etc/passwd", "wheels/../../x.whl"])
+def test_a_path_that_leaves_the_bundle_is_refused(path: str) -> None:
+    data = doc()
+    data["files"][0]["path"] = path
+    with pytest.raises(mf.ManifestError, match=r"manifest\.files\[0\]\.path"):
+        mf.from_dict(data)
+
+
+def test_load_finds_the_one_bundle_inside_a_folder_and_names_a_missing_file(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "unpacked" / "verl-bundle-cu121"
+    root.mkdir(parents=True)
+    (root / mf.MANIFEST).write_text(mf.dumps(full()))
+    (root / mf.SUMS).write_text("")
+    assert mf.load(str(tmp_path / "unpacked")) == full()
+    (root / mf.MANIFEST).write_text("{")
+    with pytest.raises(mf.ManifestError, match=r"manifest\.json: manifest\.json is not valid JSON"):
+        mf.load(str(root))
+    with pytest.raises(mf.ManifestError, match=r"cannot read .*empty/manifest\.json"):
+        mf.load(str(tmp_path / "empty"))
+
+
+@pytest.mark.skipif(not PY38.exists(), reason="needs a Python 3.8 under ~/.pyenv")
+def test_the_bundled_reader_and_writer_run_on_python38(tmp_path: Path) -> None:
+    """The bundle's lib/ (as the bundle stage lays it out) carries the reader and the writer,
+    and they round-trip on the oldest server Python with nothing but the standard library."""
+    for entry in _airgap_entries():
+        assert entry.data is not None
+        target = tmp_path / entry.arcname
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(entry.data)
+    assert (tmp_path / "lib/verl_bundle/airgap/manifest_read.py").is_file()
+    (tmp_path / "manifest.json").write_text(mf.dumps(full()))
+    script = (
+        "import sys; from verl_bundle.airgap import manifest as mf; "
+        "m = mf.load(sys.argv[1]); assert mf.loads(mf.dumps(m)) == m; "
+        "print(m.files[1].compiled.archs, len(m.phases))"
+    )
+    out = subprocess.run(
+        [
+            str(PY38),
+            "-I",
+            "-c",
+            f"import sys; sys.path.insert(0, {str(tmp_path / 'lib')!r}); {script}",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["8.0;9.0", "2"]

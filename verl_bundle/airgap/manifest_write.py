@@ -1,0 +1,107 @@
+"""Writing manifest.json from `manifest`'s values (the host's bundle stage calls `dumps`).
+
+Import through `verl_bundle.airgap.manifest` (`manifest.dumps`), which loads this module once
+its values are defined. Standard library only, Python 3.8+ (the bundle carries it).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from verl_bundle.airgap.manifest import File, Manifest
+
+
+def to_dict(m: Manifest) -> dict[str, Any]:
+    """The JSON document; keys are stable (tests and rehearse rely on them)."""
+    return {
+        "schema": m.schema,
+        "name": m.name,
+        "created_by": m.created_by,
+        "created": m.created,
+        "profile": {
+            "name": m.profile.name,
+            "description": m.profile.description,
+            "sha256": m.profile.sha256,
+            "notes": list(m.profile.notes),
+        },
+        "target": {
+            "python": m.target.python,
+            "python_tag": m.target.python_tag,
+            "platform": m.target.platform,
+            "arch": m.target.arch,
+            "glibc": m.target.glibc,
+            "cuda": m.target.cuda,
+        },
+        "toolchain": {
+            "nvcc": m.toolchain.nvcc,
+            "gcc": m.toolchain.gcc,
+            "driver": m.toolchain.driver,
+            "driver_compat": m.toolchain.driver_compat,
+        },
+        "checks": {
+            "imports": list(m.checks.imports),
+            "torch_version": m.checks.torch_version,
+            "torch_cuda": m.checks.torch_cuda,
+            "flash_attn_wheel": m.checks.flash_attn_wheel,
+        },
+        "phases": [
+            {
+                "name": p.name,
+                "requirements": p.requirements,
+                "packages": list(p.packages),
+                "source_builds": [
+                    {
+                        "package": b.package,
+                        "env": dict(b.env),
+                        "max_jobs": {
+                            "gib_per_job": b.max_jobs.gib_per_job,
+                            "limit": b.max_jobs.limit,
+                        },
+                        "needs_cuda": b.needs_cuda,
+                    }
+                    for b in p.source_builds
+                ],
+            }
+            for p in m.phases
+        ],
+        "readiness": {
+            "purpose": m.readiness.purpose,
+            "modules": list(m.readiness.modules),
+            "config": m.readiness.config,
+            "limit": m.readiness.limit,
+        },
+        "installed_size": m.installed_size,
+        "files": [_file_dict(f) for f in m.files],
+        "generated": [{"path": g.path, "sha256": g.sha256, "size": g.size} for g in m.generated],
+    }
+
+
+def _file_dict(f: File) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "path": f.path,
+        "name": f.name,
+        "version": f.version,
+        "sha256": f.sha256,
+        "size": f.size,
+        "location": f.location,
+        "url": f.url,
+        "phase": f.phase,
+        "kind": f.kind,
+    }
+    if f.built_from is not None:
+        doc["built_from"] = {"file": f.built_from.file, "sha256": f.built_from.sha256}
+    if f.compiled is not None:
+        c = f.compiled
+        doc["compiled"] = {
+            "toolkit": c.toolkit,
+            "compiler": c.compiler,
+            "archs": c.archs,
+            "seconds": c.seconds,
+            "key": c.key,
+        }
+    return doc
+
+
+def dumps(m: Manifest) -> str:
+    return json.dumps(to_dict(m), indent=2) + "\n"
