@@ -262,8 +262,10 @@ def canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-# The reader and the writer, importable from here (importers use `manifest.load`). Imported
-# last: they build the values defined above.
+# The reader and the writer, importable from here (importers use `manifest.load`; the asset
+# bundle's manifest, airgap/assets.py, shares the typed table reader `_Reader`). Imported last:
+# they build the values defined above.
+from verl_bundle.airgap.manifest_read import _Reader as _Reader  # noqa: E402
 from verl_bundle.airgap.manifest_read import (  # noqa: E402
     find_root,
     from_dict,
