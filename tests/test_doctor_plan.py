@@ -148,3 +148,35 @@ def test_verl_bundle_doctor_without_a_stack(
     assert [c["id"] for c in json.loads(inside.out)["result"]["checks"]] == IDS
     text = run(["doctor", "--bundle", str(tmp_path / "none")], capsys)
     assert text.code == 2 and text.err.count("\n") == 1 and "cannot read" in text.err
+
+
+def test_verl_bundle_doctor_skip_phase(
+    machine: FakeMachine,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The host CLI's --skip-phase (repeatable) reaches the doctor as the server's does: the
+    build phase left out, its compilers are no longer failures."""
+    unfit(machine)
+    for key, value in machine.environ().items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.chdir(tmp_path)
+    bundle = str(extracted(tmp_path / "bundle", needs(build=True)))
+    args = ["doctor", "--bundle", bundle, "--python", sys.executable, "--json"]
+
+    def build_checks(extra: list[str]) -> tuple[int, dict[str, str]]:
+        r = run([*args, *extra], capsys)
+        checks = json.loads(r.out)["result"]["checks"]
+        return r.code, {c["id"]: c["status"] for c in checks if c["id"] in ("nvcc", "gcc", "ninja")}
+
+    assert build_checks([]) == (1, {"nvcc": "fail", "gcc": "fail", "ninja": "fail"})
+    _, status = build_checks(["--skip-phase", "flash-attn", "--skip-phase", "verl"])
+    assert "fail" not in status.values() and status["ninja"] == "ok"
+    unknown = run([*args, "--skip-phase", "flash-attn", "--skip-phase", "nope"], capsys)
+    assert unknown.code == 2 and unknown.err.count("\n") == 1
+    assert (
+        "--skip-phase nope: no such phase (phases: torch, wheels, flash-attn, verl)" in unknown.err
+    )
+    alone = run(["doctor", "--skip-phase", "verl"], capsys)
+    assert alone.code == 2 and "--skip-phase needs a bundle" in alone.err

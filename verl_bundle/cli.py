@@ -30,6 +30,7 @@ from verl_bundle.cli_options import (
     Platform,
     ProfileOpt,
     Session,
+    SkipPhase,
     StackOptions,
     TargetPython,
     session_of,
@@ -264,6 +265,7 @@ def doctor_cmd(
             "--require-gpu", help="Make the driver and GPU checks failures, not warnings."
         ),
     ] = False,
+    skip_phase: SkipPhase = None,
     json_out: Json = False,
 ) -> None:
     """Check this machine before installing; each problem comes with its fix.
@@ -293,7 +295,13 @@ def doctor_cmd(
             manifest = load(root)
         except ValueError as exc:  # no manifest there, or one the doctor cannot read
             raise UsageError(f"--bundle {bundle or root}: {exc}") from None
-    report = doctor.run_doctor(manifest, py, str(prefix) if prefix else None, require_gpu)
+    if skip_phase and manifest is None:
+        raise UsageError("--skip-phase needs a bundle: give --bundle DIR, --cuda or --profile")
+    where = str(prefix) if prefix else None
+    try:  # ValueError: a phase to skip that the bundle does not have
+        report = doctor.run_doctor(manifest, py, where, require_gpu, skip_phase or ())
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     _show(ctx, render.doctor(report), json_out)
 
 

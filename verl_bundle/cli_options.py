@@ -87,6 +87,14 @@ CacheDir = Annotated[
 ]
 Jobs = Annotated[int, typer.Option(min=1, max=64, help="Parallel downloads.")]
 Json = Annotated[bool, typer.Option("--json", help="Print a JSON document instead of text.")]
+SkipPhase = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--skip-phase",
+        help="A phase the install will leave out (repeatable): what only it needs is not required.",
+        metavar="NAME",
+    ),
+]
 
 
 class CompileMode(str, enum.Enum):
