@@ -3,18 +3,13 @@ names the file and the key."""
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import re
 import sys
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
-from packaging.version import InvalidVersion, Version
 
 from verl_bundle.credentials import redact_url
 from verl_bundle.errors import ProfileError, UsageError
@@ -32,135 +27,19 @@ from verl_bundle.profile import (
     StaticMetadata,
     Toolchain,
 )
+from verl_bundle.profile_table import (
+    Table,
+    read_cutoff,
+    read_requirements,
+    read_specifier,
+    read_version,
+)
 from verl_bundle.target import normalize_platform, parse_python
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on 3.10 hosts only
     import tomli as tomllib
-
-
-class _Table:
-    """A TOML table being read: every access is checked, every unknown key is an error."""
-
-    def __init__(self, path: Path, data: Mapping[str, Any], prefix: str = "") -> None:
-        self.path = path
-        self.data = data
-        self.prefix = prefix
-
-    def key(self, name: str) -> str:
-        return f"{self.prefix}{name}"
-
-    def fail(self, name: str, expected: str) -> ProfileError:
-        return ProfileError(f"{self.path}: key '{self.key(name)}': {expected}")
-
-    def check_keys(self, allowed: set[str]) -> None:
-        for k in self.data:
-            if k not in allowed:
-                raise ProfileError(
-                    f"{self.path}: unknown key '{self.key(k)}'; expected one of: "
-                    + ", ".join(sorted(allowed))
-                )
-
-    def text(self, name: str, default: str | None = None, *, required: bool = False) -> str | None:
-        if name not in self.data:
-            if required:
-                raise self.fail(name, "is required (a string)")
-            return default
-        value = self.data[name]
-        if not isinstance(value, str) or not value.strip():
-            raise self.fail(name, f"expected a non-empty string, found {value!r}")
-        return value.strip()
-
-    def texts(self, name: str) -> tuple[str, ...]:
-        value = self.data.get(name, [])
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise self.fail(name, f"expected a list of strings, found {value!r}")
-        return tuple(v.strip() for v in value)
-
-    def flag(self, name: str, default: bool) -> bool:
-        value = self.data.get(name, default)
-        if not isinstance(value, bool):
-            raise self.fail(name, f"expected true or false, found {value!r}")
-        return value
-
-    def table(self, name: str) -> _Table:
-        value = self.data.get(name, {})
-        if not isinstance(value, dict):
-            raise self.fail(name, f"expected a table, found {value!r}")
-        return _Table(self.path, value, f"{self.key(name)}.")
-
-    def tables(self, name: str) -> list[_Table]:
-        value = self.data.get(name, [])
-        if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
-            raise self.fail(name, f"expected an array of tables ([[{self.key(name)}]])")
-        return [_Table(self.path, v, f"{self.key(name)}[{i}].") for i, v in enumerate(value)]
-
-    def str_map(self, name: str) -> dict[str, str]:
-        t = self.table(name)
-        out = {}
-        for k, v in t.data.items():
-            if not isinstance(v, str):
-                raise t.fail(k, f"expected a string, found {v!r}")
-            out[k] = v
-        return out
-
-
-def _requirement(t: _Table, name: str, index: int, text: str) -> Requirement:
-    try:
-        return Requirement(text)
-    except InvalidRequirement as exc:
-        detail = str(exc).splitlines()[0]
-        raise ProfileError(
-            f"{t.path}: key '{t.key(name)}[{index}]': {text!r} is not a PEP 508 requirement "
-            f"({detail}); write it like 'torch==2.1.2' or 'verl[vllm]>=0.2'"
-        ) from None
-
-
-def _requirements(t: _Table, name: str) -> tuple[str, ...]:
-    return tuple(str(_requirement(t, name, i, r)) for i, r in enumerate(t.texts(name)))
-
-
-def _specifier(t: _Table, name: str) -> str | None:
-    value = t.text(name)
-    if value is None:
-        return None
-    try:
-        SpecifierSet(value)
-    except InvalidSpecifier:
-        raise t.fail(name, f"{value!r} is not a version specifier (e.g. '>=3.8,<3.12')") from None
-    return value
-
-
-def _version(t: _Table, name: str, *, required: bool = False) -> str | None:
-    value = t.text(name, required=required)
-    if value is None:
-        return None
-    try:
-        Version(value)
-    except InvalidVersion:
-        raise t.fail(name, f"{value!r} is not a version (e.g. '11.8')") from None
-    return value
-
-
-def _cutoff(t: _Table, name: str) -> str | None:
-    value = t.data.get(name)
-    if value is None:
-        return None
-    if isinstance(value, dt.datetime):
-        when = value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)
-    elif isinstance(value, dt.date):
-        when = dt.datetime(value.year, value.month, value.day, tzinfo=dt.timezone.utc)
-    elif isinstance(value, str):
-        try:
-            when = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
-            raise t.fail(name, f"{value!r} is not a date (e.g. 2025-03-01)") from None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=dt.timezone.utc)
-    else:
-        raise t.fail(name, f"expected a date such as 2025-03-01, found {value!r}")
-    return when.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 _TOP_KEYS = {
@@ -198,13 +77,13 @@ def load_profile(path: Path) -> Profile:
         data = tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ProfileError(f"{path}: not valid TOML: {exc}") from None
-    top = _Table(path, data)
+    top = Table(path, data)
     top.check_keys(_TOP_KEYS)
 
     name = top.text("name", required=True) or ""
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
         raise top.fail("name", f"{name!r} must be letters, digits, '.', '_' or '-'")
-    cuda = _version(top, "cuda", required=True) or ""
+    cuda = read_version(top, "cuda", required=True) or ""
     python = top.text("python", "3.10") or "3.10"
     try:
         parse_python(python)
@@ -233,11 +112,11 @@ def load_profile(path: Path) -> Profile:
             loc_name, "index" if kind == "index" else "files", url.rstrip("/") if url else None
         )
 
-    requirements = _requirements(top, "requirements")
+    requirements = read_requirements(top, "requirements")
     if not requirements:
         raise top.fail("requirements", "expected at least one requirement")
-    constraints = _requirements(top, "constraints")
-    bootstrap = _requirements(top, "bootstrap") or ("pip",)
+    constraints = read_requirements(top, "constraints")
+    bootstrap = read_requirements(top, "bootstrap") or ("pip",)
 
     bindings: dict[str, str] = {}
     bind_table = top.table("bindings")
@@ -259,9 +138,9 @@ def load_profile(path: Path) -> Profile:
         static.append(
             StaticMetadata(
                 name=pkg,
-                version=_version(t, "version", required=True) or "",
-                requires_dist=_requirements(t, "requires-dist"),
-                requires_python=_specifier(t, "requires-python"),
+                version=read_version(t, "version", required=True) or "",
+                requires_dist=read_requirements(t, "requires-dist"),
+                requires_python=read_specifier(t, "requires-python"),
             )
         )
 
@@ -319,7 +198,7 @@ def load_profile(path: Path) -> Profile:
         builds.append(
             SourceBuild(
                 package=t.text("package", required=True) or "",
-                build_requires=_requirements(t, "build-requires"),
+                build_requires=read_requirements(t, "build-requires"),
                 env=t.str_map("env"),
                 max_jobs=MaxJobs(float(gib), limit),
                 needs_cuda=t.flag("needs-cuda", True),
@@ -344,8 +223,8 @@ def load_profile(path: Path) -> Profile:
     tool_t = top.table("toolchain")
     tool_t.check_keys({"nvcc", "gcc", "driver", "driver-compat"})
     toolchain = Toolchain(
-        nvcc=_version(tool_t, "nvcc"),
-        gcc=_specifier(tool_t, "gcc"),
+        nvcc=read_version(tool_t, "nvcc"),
+        gcc=read_specifier(tool_t, "gcc"),
         driver=tool_t.text("driver"),
         driver_compat=tool_t.text("driver-compat"),
     )
@@ -365,9 +244,9 @@ def load_profile(path: Path) -> Profile:
         description=top.text("description", "") or "",
         cuda=cuda,
         python=python,
-        python_versions=_specifier(top, "python-versions"),
+        python_versions=read_specifier(top, "python-versions"),
         platform=platform,
-        exclude_newer=_cutoff(top, "exclude-newer"),
+        exclude_newer=read_cutoff(top, "exclude-newer"),
         # build prints the notes: a known limit comes first.
         notes=((f"Known limit: {readiness.limit}",) if readiness.limit else ())
         + top.texts("notes"),
@@ -387,7 +266,7 @@ def load_profile(path: Path) -> Profile:
     )
 
 
-def _check_phases(top: _Table, phases: list[Phase], builds: list[SourceBuild]) -> None:
+def _check_phases(top: Table, phases: list[Phase], builds: list[SourceBuild]) -> None:
     seen_names: set[str] = set()
     placed: dict[str, int] = {}
     rest = -1
