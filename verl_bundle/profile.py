@@ -14,6 +14,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from verl_bundle.airgap.manifest import MaxJobs  # one value for host and server
 from verl_bundle.credentials import Redactor, redact_url
 from verl_bundle.errors import UsageError
 from verl_bundle.target import Target, normalize_platform, parse_python
@@ -81,21 +82,13 @@ class DirectArtifact:
 
 
 @dataclass(frozen=True)
-class MaxJobs:
-    """MAX_JOBS for a compiled build: one job per `gib_per_job` of RAM, at most half the cores."""
-
-    gib_per_job: float = 9.0
-    limit: int | None = None
-
-
-@dataclass(frozen=True)
 class SourceBuild:
     """A package shipped as an sdist and compiled on the server, with what its build needs."""
 
     package: str
     build_requires: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)
-    max_jobs: MaxJobs = MaxJobs()
+    max_jobs: MaxJobs = field(default_factory=MaxJobs)
     needs_cuda: bool = True
 
 

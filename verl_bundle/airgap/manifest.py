@@ -66,7 +66,8 @@ class Toolchain:
 
 @dataclass(frozen=True)
 class MaxJobs:
-    """How MAX_JOBS is sized for a source build: so many GiB of RAM per job, at most `limit`."""
+    """How MAX_JOBS is sized for a source build: one job per `gib_per_job` of RAM, at most
+    `limit` (and at most half the cores). The profile declares it; the manifest carries it."""
 
     gib_per_job: float = 9.0
     limit: int | None = None
