@@ -9,12 +9,13 @@ Reading is strict, as for the stack manifest: a missing or mistyped field is one
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import dataclass
 from typing import Any
 
-from verl_bundle.airgap.manifest import MANIFEST, SUMS, Generated, ManifestError, _Reader
+from verl_bundle.airgap.manifest import Generated, ManifestError, _Reader
+from verl_bundle.airgap.manifest_read import find_root as find_root
+from verl_bundle.airgap.manifest_read import load_with, read_json
 
 SCHEMA = 1  # the asset manifest schema this code writes and reads
 KIND = "verl-assets"  # tells an asset bundle's manifest.json from a stack bundle's
@@ -209,37 +210,9 @@ def from_dict(data: Any) -> AssetsManifest:
 
 
 def loads(text: str) -> AssetsManifest:
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise ManifestError(f"manifest.json is not valid JSON: {exc}") from None
-    return from_dict(data)
-
-
-def find_root(path: str) -> str:
-    """The asset bundle directory: `path`, or the one directory inside it holding SHA256SUMS."""
-    if os.path.isfile(os.path.join(path, SUMS)) or os.path.isfile(os.path.join(path, MANIFEST)):
-        return path
-    if os.path.isdir(path):
-        inner = [
-            os.path.join(path, d)
-            for d in sorted(os.listdir(path))
-            if os.path.isfile(os.path.join(path, d, SUMS))
-        ]
-        if len(inner) == 1:
-            return inner[0]
-    return path
+    return from_dict(read_json(text))
 
 
 def load(root: str) -> AssetsManifest:
     """The manifest of the asset bundle at `root`; ManifestError (one line) when unusable."""
-    where = os.path.join(find_root(root), MANIFEST)
-    try:
-        with open(where, encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError as exc:
-        raise ManifestError(f"cannot read {where}: {exc.strerror or exc}") from None
-    try:
-        return loads(text)
-    except ManifestError as exc:
-        raise ManifestError(f"{where}: {exc}") from None
+    return load_with(root, loads)

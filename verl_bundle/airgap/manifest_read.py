@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping, TypeVar
 
 from verl_bundle.airgap.manifest import (
     KINDS,
@@ -37,6 +37,8 @@ from verl_bundle.airgap.manifest import (
 from verl_bundle.airgap.names import UnsafeNameError, bundle_path, plain_filename
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+T = TypeVar("T")
 
 
 class _Reader:
@@ -290,12 +292,16 @@ def _arch_of(platform: str) -> str | None:
     return m.group(1) if m else None
 
 
-def loads(text: str) -> Manifest:
+def read_json(text: str) -> Any:
+    """manifest.json's document; ManifestError when it is not JSON."""
     try:
-        data = json.loads(text)
+        return json.loads(text)
     except ValueError as exc:
         raise ManifestError(f"manifest.json is not valid JSON: {exc}") from None
-    return from_dict(data)
+
+
+def loads(text: str) -> Manifest:
+    return from_dict(read_json(text))
 
 
 def find_root(path: str) -> str:
@@ -313,9 +319,10 @@ def find_root(path: str) -> str:
     return path
 
 
-def load(root: str) -> Manifest:
-    """The manifest of the bundle directory `root` (or of the one bundle inside it).
-    ManifestError (one line, naming the file) when it is missing or unusable."""
+def load_with(root: str, parse: Callable[[str], T]) -> T:
+    """`parse` applied to manifest.json of the bundle at `root` (or of the one bundle inside
+    it); ManifestError (one line, naming the file) when it is missing or unusable. The stack
+    and the asset bundle share this."""
     where = os.path.join(find_root(root), MANIFEST)
     try:
         with open(where, encoding="utf-8") as fh:
@@ -323,9 +330,14 @@ def load(root: str) -> Manifest:
     except OSError as exc:
         raise ManifestError(f"cannot read {where}: {exc.strerror or exc}") from None
     try:
-        return loads(text)
+        return parse(text)
     except ManifestError as exc:
         raise ManifestError(f"{where}: {exc}") from None
+
+
+def load(root: str) -> Manifest:
+    """The manifest of the bundle directory `root` (or of the one bundle inside it)."""
+    return load_with(root, loads)
 
 
 def iter_paths(m: Manifest) -> Iterator[str]:
