@@ -309,3 +309,55 @@ def test_interrupted_compile_leaves_nothing_under_a_final_name(
         assert "interrupted" in err
         assert not [p for p in (cache / "compiled").iterdir() if p.name.startswith(".tmp-")]
     assert not out.exists() or not list(out.glob("*.tar"))
+
+
+def test_max_jobs_from_the_environment_wins(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from verl_bundle.compile.build import CompileJob, _max_jobs
+
+    job = CompileJob("x", tmp_path, "x.tar.gz", "0" * 64, "cp310", "13.0", None, ())
+    monkeypatch.setenv("MAX_JOBS", "3")
+    assert _max_jobs(job) == 3
+    monkeypatch.setenv("MAX_JOBS", "nonsense")
+    assert 1 <= _max_jobs(job) <= (os.cpu_count() or 1)
+
+
+@pytest.mark.parametrize(("flag", "abi"), [("1", "cxx11abi=TRUE"), ("0", "cxx11abi=FALSE")])
+def test_the_abi_in_the_cache_key_is_what_the_torch_wheel_declares(
+    tmp_path: Path, flag: str, abi: str
+) -> None:
+    import zipfile
+
+    from verl_bundle.compile.build import torch_abi
+
+    wheel = tmp_path / "torch-2.5.1-cp310-cp310-linux_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr(
+            "torch/share/cmake/Torch/TorchConfig.cmake",
+            f'if(CMAKE_SYSTEM_NAME STREQUAL "Linux")\n'
+            f'  set(TORCH_CXX_FLAGS "-D_GLIBCXX_USE_CXX11_ABI={flag}")\nendif()\n',
+        )
+    # The wheel's own declaration wins over the version rule (2.5.1 would say FALSE).
+    assert torch_abi(wheel, "2.5.1") == abi
+    # No wheel, or one without the file: the rule.
+    assert torch_abi(None, "2.8.0") == "cxx11abi=TRUE"
+    empty = tmp_path / "empty.whl"
+    zipfile.ZipFile(empty, "w").close()
+    assert torch_abi(empty, "2.5.1") == "cxx11abi=FALSE"
+    assert torch_abi(None, None) == "none"
+
+
+def test_temp_dirs_of_killed_compiles_are_cleaned(tmp_path: Path) -> None:
+    from verl_bundle.compile.build import _clean_stale
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    gone = tmp_path / f".tmp-flash-attn-{dead.pid}"
+    mine = tmp_path / f".tmp-flash-attn-{os.getpid()}"
+    for d in (gone, mine):
+        (d / "build").mkdir(parents=True)
+        (d / "build" / "obj.o").write_bytes(b"x")
+    _clean_stale(tmp_path)
+    assert not gone.exists()
+    assert mine.exists()  # a compile still running (this process) is left alone

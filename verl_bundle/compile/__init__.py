@@ -40,6 +40,14 @@ class Outcome:
     wheel: CompiledWheel | None = None
 
 
+def _wheel_of(name: str, wheels: Mapping[str, Path]) -> Path | None:
+    """The cached wheel of `name` among the fetched wheels (keyed by file name)."""
+    for filename, path in wheels.items():
+        if filename.endswith(".whl") and canonicalize_name(filename.split("-")[0]) == name:
+            return path
+    return None
+
+
 class SourceCompiler:
     """Compiles a profile's source builds for one lock; the toolkit is looked for once."""
 
@@ -94,6 +102,7 @@ class SourceCompiler:
             env=build.env,
             gib_per_job=build.max_jobs.gib_per_job,
             max_jobs_limit=build.max_jobs.limit,
+            torch_wheel=_wheel_of("torch", wheels),
         )
         if self.options.mode == "never":
             return self._left(job, "--compile never")

@@ -12,11 +12,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import tarfile
 import time
+import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,6 +78,7 @@ class CompileJob:
     env: Mapping[str, str] = field(default_factory=dict)  # the profile's source-build env
     gib_per_job: float = 9.0
     max_jobs_limit: int | None = None
+    torch_wheel: Path | None = None  # the locked torch's wheel, whose ABI the build must match
 
 
 @dataclass(frozen=True)
@@ -98,13 +101,32 @@ def sm_list(archs: str) -> str:
     return ",".join("sm" + a.replace(".", "").replace("+PTX", "") for a in archs.split(";") if a)
 
 
-def _torch_abi(torch_version: str | None) -> str:
-    # The torch wheels of the default and PyTorch indexes are built with the old C++ ABI up to
-    # 2.6 and the new one from 2.7 (FACTS: cxx11abi FALSE for 2.1-2.6).
+def torch_abi(torch_wheel: Path | None, torch_version: str | None) -> str:
+    """The C++ ABI extensions must be built with, as the torch wheel itself declares it (its
+    TorchConfig.cmake sets -D_GLIBCXX_USE_CXX11_ABI=0|1); without the wheel, the known rule:
+    the default and PyTorch indexes' torch wheels use the old ABI up to 2.6 and the new one from
+    2.7 (FACTS: cxx11abi FALSE for 2.1-2.6)."""
+    if torch_wheel is not None:
+        declared = _declared_abi(torch_wheel)
+        if declared is not None:
+            return "cxx11abi=" + ("TRUE" if declared else "FALSE")
     if torch_version is None:
         return "none"
     base = Version(torch_version.split("+")[0])
     return "cxx11abi=" + ("TRUE" if base >= Version("2.7") else "FALSE")
+
+
+_ABI_FLAG = re.compile(rb"-D_GLIBCXX_USE_CXX11_ABI=([01])")
+
+
+def _declared_abi(wheel: Path) -> bool | None:
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            text = zf.read("torch/share/cmake/Torch/TorchConfig.cmake")
+    except (OSError, KeyError, zipfile.BadZipFile):
+        return None
+    found = _ABI_FLAG.search(text)
+    return None if found is None else found.group(1) == b"1"
 
 
 def cache_key(job: CompileJob, toolkit: Toolkit, archs: str) -> str:
@@ -113,7 +135,7 @@ def cache_key(job: CompileJob, toolkit: Toolkit, archs: str) -> str:
         "torch": f"{job.torch_version}+cuda{job.cuda}",
         "python": job.python_tag,
         "archs": archs,
-        "abi": _torch_abi(job.torch_version),
+        "abi": torch_abi(job.torch_wheel, job.torch_version),
         "nvcc": toolkit.nvcc.version,
         "compiler": toolkit.compiler.version,
         "build_requires": sorted(job.build_requires),
@@ -122,8 +144,12 @@ def cache_key(job: CompileJob, toolkit: Toolkit, archs: str) -> str:
 
 
 def _max_jobs(job: CompileJob) -> int:
-    """One job per gib_per_job of the memory available now, at most the cores (and the
-    profile's limit)."""
+    """MAX_JOBS from the environment when set (as flash-attn's own setup.py reads it), else one
+    job per gib_per_job of the memory available now, at most the cores (and the profile's
+    limit)."""
+    given = os.environ.get("MAX_JOBS", "").strip()
+    if given.isdigit() and int(given) > 0:
+        return int(given)
     try:
         avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError):
