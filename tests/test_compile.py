@@ -361,3 +361,149 @@ def test_temp_dirs_of_killed_compiles_are_cleaned(tmp_path: Path) -> None:
     _clean_stale(tmp_path)
     assert not gone.exists()
     assert mine.exists()  # a compile still running (this process) is left alone
+
+
+# The wheel layout of NVIDIA's CUDA 13 nvcc wheels (nvidia-cuda-nvcc 13.2.86's own nvcc.profile).
+WHEEL_NVCC_PROFILE = """
+TOP              = $(_HERE_)/..
+
+CICC_PATH        = $(TOP)/nvvm/bin
+NVVMIR_LIBRARY_DIR = $(TOP)/nvvm/libdevice
+
+LD_LIBRARY_PATH += $(TOP)/lib:
+PATH            += $(CICC_PATH):$(_HERE_):
+
+INCLUDES        +=  "-I$(TOP)/include" $(_SPACE_)
+SYSTEM_INCLUDES +=  "-isystem" "$(TOP)/include/cccl" $(_SPACE_)
+
+LIBRARIES        =+ $(_SPACE_) "-L$(TOP)/lib/stubs" "-L$(TOP)/lib"
+"""
+
+
+def _toolkit_wheel(directory: Path, name: str, version: str, members: dict[str, Path]) -> Path:
+    """A wheel shaped like NVIDIA's CUDA 13 ones: files under nvidia/cu13/, executables marked."""
+    import base64
+    import hashlib
+    import zipfile
+
+    dist = name.replace("-", "_")
+    path = directory / f"{dist}-{version}-py3-none-manylinux_2_17_x86_64.whl"
+    info = f"{dist}-{version}.dist-info"
+    record: list[str] = []
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as zf:
+
+        def put(arc: str, data: bytes, mode: int) -> None:
+            zi = zipfile.ZipInfo(arc, date_time=(2024, 1, 1, 0, 0, 0))
+            zi.external_attr = mode << 16
+            zf.writestr(zi, data)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
+            record.append(f"{arc},sha256={digest.decode()},{len(data)}")
+
+        for arc, src in sorted(members.items()):
+            put(f"nvidia/cu13/{arc}", src.read_bytes(), 0o755 if os.access(src, os.X_OK) else 0o644)
+        put(
+            f"{info}/METADATA",
+            f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+            0o644,
+        )
+        put(
+            f"{info}/WHEEL",
+            b"Wheel-Version: 1.0\nGenerator: verl-bundle-tests\nRoot-Is-Purelib: false\n"
+            b"Tag: py3-none-manylinux_2_17_x86_64\n",
+            0o644,
+        )
+        zi = zipfile.ZipInfo(f"{info}/RECORD", date_time=(2024, 1, 1, 0, 0, 0))
+        zi.external_attr = 0o644 << 16
+        zf.writestr(zi, "\n".join([*record, f"{info}/RECORD,,"]) + "\n")
+    return path
+
+
+def _tree(home: Path, sub: str) -> dict[str, Path]:
+    return {
+        str(p.relative_to(home)): p
+        for p in sorted((home / sub).rglob("*"))
+        if p.is_file() and not p.is_symlink()
+    }
+
+
+@pytest.mark.slow
+def test_a_host_with_no_cuda_compiles_with_the_stacks_own_nvcc_wheels(
+    tiny: Tiny, tmp_path: Path
+) -> None:
+    # CUDA 13's nvidia-cuda-nvcc wheel carries nvcc itself: a stack that locks it (with nvvm and
+    # the runtime headers) compiles here with no CUDA installed. The wheels are made from this
+    # host's toolkit in NVIDIA's wheel layout; the build then runs with /usr/local/cuda* hidden.
+    home = tiny.cuda_home.resolve()
+    index = tmp_path / "index"
+    shutil.copytree(tiny.root, index)
+    bins = {f"bin/{n}": home / "bin" / n for n in ("nvcc", "cudafe++", "fatbinary", "nvlink")}
+    bins |= {"bin/ptxas": home / "bin" / "ptxas"}
+    bins |= _tree(home, "bin/crt") | _tree(home, "nvvm")
+    profile_file = tmp_path / "nvcc.profile"
+    profile_file.write_text(WHEEL_NVCC_PROFILE)
+    bins["bin/nvcc.profile"] = profile_file
+    _toolkit_wheel(index, "nvidia-cuda-nvcc", "13.0.88", bins)
+    runtime = _tree(home, "include")
+    runtime |= {f"lib/{n}": home / "lib" / n for n in ("libcudart_static.a", "libcudadevrt.a")}
+    _toolkit_wheel(index, "nvidia-cuda-runtime", "13.0.96", runtime)
+    server = Server(index, json_api=True, upload_time=UPLOADED).start()
+    try:
+        profile = tmp_path / "tiny-stack-nvcc.toml"
+        profile.write_text(
+            PROFILE.format(version="0.1").replace(
+                'requirements = ["tinycuda==0.1"]',
+                'requirements = ["tinycuda==0.1", "nvidia-cuda-nvcc==13.0.88", '
+                '"nvidia-cuda-runtime==13.0.96"]',
+            )
+        )
+        out, cache = tmp_path / "out", tmp_path / "cache"
+        env = clean_environ(tmp_path)
+        env["PATH"] = os.pathsep.join(
+            p for p in env["PATH"].split(os.pathsep) if not p.startswith("/usr/local")
+        )
+        env.pop("CUDA_HOME", None)
+        args = ["build", "--profile", str(profile), "--python", "3.10", "--compile", "always"]
+        args += ["--mirror", f"pypi={server.index_url}", "-o", str(out), "--cache-dir", str(cache)]
+        args += ["--cuda-archs", "9.0", "--json"]
+        hide = f'mount -t tmpfs tmpfs {home} && exec "$@"'
+        proc = subprocess.run(
+            ["unshare", "-m", "sh", "-c", hide, "sh", sys.executable, "-m", "verl_bundle", *args],
+            capture_output=True,
+            text=True,
+            timeout=900,
+            env=env,
+        )
+    finally:
+        server.stop()
+    result = _result(proc)
+    assert str(result["compiled"]).startswith("['tinycuda compiled here (cu130, sm90, ")
+    _, manifest = _manifest(Path(str(result["bundle"])), tmp_path / "x")
+    entry = {f["name"]: f for f in manifest["files"]}["tinycuda"]  # type: ignore[attr-defined]
+    assert entry["compiled"]["toolkit"] == "nvcc 13.0.88 (the stack's nvidia-cuda-nvcc wheels)"
+    trees = [p for p in (cache / "toolkits").iterdir()]
+    assert [p.name.startswith(".tmp-") for p in trees] == [False]
+    assert os.access(trees[0] / "nvidia" / "cu13" / "nvvm" / "bin" / "cicc", os.X_OK)
+
+
+def test_cuda12_nvcc_wheels_make_no_toolkit_and_unsafe_members_are_refused(tmp_path: Path) -> None:
+    import zipfile
+
+    from verl_bundle.compile.stacktoolkit import stack_toolkit
+    from verl_bundle.compile.toolkit import ToolkitError
+
+    # The CUDA 12 nvcc wheel holds ptxas and headers only (nvidia/cuda_nvcc/...): no toolkit.
+    cu12 = tmp_path / "nvidia_cuda_nvcc_cu12-12.4.131-py3-none-manylinux2014_x86_64.whl"
+    with zipfile.ZipFile(cu12, "w") as zf:
+        zf.writestr("nvidia/cuda_nvcc/bin/ptxas", b"\x7fELF")
+        zf.writestr("nvidia/cuda_nvcc/include/crt/host_config.h", b"")
+    assert stack_toolkit({cu12.name: cu12}, 12, tmp_path / "cache") is None
+    assert not list((tmp_path / "cache").glob("toolkits/*"))
+    # A member that climbs out of the tree is refused, and nothing is left under a final name.
+    bad = tmp_path / "nvidia_cuda_nvcc-13.0.88-py3-none-manylinux_2_17_x86_64.whl"
+    with zipfile.ZipFile(bad, "w") as zf:
+        zf.writestr("nvidia/cu13/bin/nvcc", b"#!/bin/sh\n")
+        zf.writestr("nvidia/cu13/../../../escape", b"x")
+    with pytest.raises(ToolkitError, match="unsafe member name"):
+        stack_toolkit({bad.name: bad}, 13, tmp_path / "cache")
+    assert list((tmp_path / "cache" / "toolkits").iterdir()) == []
+    assert not (tmp_path / "escape").exists()

@@ -90,3 +90,33 @@ def test_gcc_out_of_the_profiles_range_is_the_reason(
     assert cu118["can_compile"] is False
     assert why["nvcc"] == ""
     assert "is gcc 13.2.0, the profile's nvcc wants gcc" in why["gcc"]
+
+
+def test_with_no_cuda_here_cu130_compiles_with_its_own_nvcc_wheel(tmp_path: Path) -> None:
+    # The cu130 lock carries nvidia-cuda-nvcc 13.x, whose wheel holds nvcc: with every CUDA
+    # toolkit of this host hidden (a mount namespace), cu130 still can compile; cu124 cannot.
+    import os
+    import subprocess
+    import sys
+
+    homes = [p for p in Path("/usr/local").glob("cuda-*") if p.is_dir() and not p.is_symlink()]
+    hide = "".join(f"mount -t tmpfs tmpfs '{h}' && " for h in homes)
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join(
+        p for p in env["PATH"].split(os.pathsep) if not p.startswith("/usr/local")
+    )
+    env.pop("CUDA_HOME", None)
+    tool = [sys.executable, "-m", "verl_bundle", "toolchain", "--json"]
+    proc = subprocess.run(
+        ["unshare", "-m", "sh", "-c", hide + 'exec "$@"', "sh", *tool],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    by_name = _profiles(proc.stdout)
+    nvcc = {p["name"]: p for p in by_name["cu130"]["parts"]}["nvcc"]  # type: ignore[attr-defined]
+    assert nvcc["found"].startswith("the stack's own nvidia-cuda-nvcc 13."), nvcc
+    cu124 = {p["name"]: p for p in by_name["cu124"]["parts"]}["nvcc"]  # type: ignore[attr-defined]
+    assert cu124["why"].startswith("no CUDA 12.x toolkit (>= 12.4) on this host"), cu124

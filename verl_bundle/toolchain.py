@@ -15,6 +15,7 @@ from verl_bundle.compile.toolkit import (
     find_host_python,
     find_nvcc,
 )
+from verl_bundle.lock import read_lock
 from verl_bundle.profile import Profile
 
 
@@ -78,8 +79,31 @@ def survey(
 
 
 def _nvcc_text(p: Profile, request: ToolkitRequest, env: Mapping[str, str]) -> str:
-    nvcc = find_nvcc(p.cuda, request, env)
+    try:
+        nvcc = find_nvcc(p.cuda, request, env)
+    except ToolkitError:
+        named = request.cuda_home is not None or bool(env.get("CUDA_HOME"))
+        wheel = None if named else _stack_nvcc(p)
+        if wheel is None:
+            raise
+        return f"the stack's own {wheel} wheel (CUDA 13+ nvcc wheels carry nvcc; unpacked by build)"
     return f"nvcc {nvcc.version} ({nvcc.home})"
+
+
+def _stack_nvcc(p: Profile) -> str | None:
+    """nvidia-cuda-nvcc X in the profile's committed lock, when it is a CUDA 13+ one (which
+    holds nvcc itself, see compile/stacktoolkit.py), else None."""
+    if p.lock is None or not p.lock.is_file() or int(p.cuda.split(".")[0]) < 13:
+        return None
+    try:
+        lock = read_lock(p.lock)
+    except (OSError, ValueError):
+        return None
+    for pkg in lock.packages:
+        major = pkg.version.split(".")[0]
+        if pkg.name == "nvidia-cuda-nvcc" and major.isdigit() and int(major) >= 13:
+            return f"nvidia-cuda-nvcc {pkg.version}"
+    return None
 
 
 def _gcc_text(p: Profile, request: ToolkitRequest, env: Mapping[str, str]) -> str:

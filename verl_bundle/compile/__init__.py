@@ -4,6 +4,8 @@ to the server, with what the server will need and roughly how long it will take 
 
 from __future__ import annotations
 
+import dataclasses
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +20,7 @@ from verl_bundle.compile.build import (
     compile_sdist,
     sm_list,
 )
+from verl_bundle.compile.stacktoolkit import stack_toolkit
 from verl_bundle.compile.toolkit import Toolkit, ToolkitError, ToolkitRequest, find_toolkit
 from verl_bundle.credentials import Redactor
 from verl_bundle.lock import Lock, LockedPackage
@@ -63,23 +66,30 @@ class SourceCompiler:
         self.cache_root, self.redact = cache_root, redact
         self._toolkit: Toolkit | ToolkitError | None = None
 
-    def toolkit(self) -> Toolkit:
+    def toolkit(self, wheels: Mapping[str, Path] | None = None) -> Toolkit:
+        """The host's toolkit for this profile. When the host has none (and none was named by
+        --cuda-home or CUDA_HOME), the fetched `wheels` may make one (CUDA 13+: stacktoolkit)."""
         if self._toolkit is None:
-            req = ToolkitRequest(
-                self.options.cuda_home, self.options.cc, self.options.cxx, self.options.host_python
-            )
-            try:
-                self._toolkit = find_toolkit(
-                    self.profile.cuda,
-                    self.profile.toolchain.gcc,
-                    self.lock.target.python_version,
-                    req,
-                )
-            except ToolkitError as exc:
-                self._toolkit = exc
+            o = self.options
+            req = ToolkitRequest(o.cuda_home, o.cc, o.cxx, o.host_python)
+            self._toolkit = self._find(req)
+            named = o.cuda_home is not None or bool(os.environ.get("CUDA_HOME"))
+            if isinstance(self._toolkit, ToolkitError) and not named and wheels:
+                major = int(self.profile.cuda.split(".")[0])
+                stack = stack_toolkit(wheels, major, self.cache_root)
+                if stack is not None:
+                    self._toolkit = self._find(dataclasses.replace(req, stack_home=stack))
         if isinstance(self._toolkit, ToolkitError):
             raise self._toolkit
         return self._toolkit
+
+    def _find(self, req: ToolkitRequest) -> Toolkit | ToolkitError:
+        try:
+            return find_toolkit(
+                self.profile.cuda, self.profile.toolchain.gcc, self.lock.target.python_version, req
+            )
+        except ToolkitError as exc:
+            return exc
 
     def compile(
         self,
@@ -107,7 +117,7 @@ class SourceCompiler:
         if self.options.mode == "never":
             return self._left(job, "--compile never")
         try:
-            toolkit = self.toolkit()
+            toolkit = self.toolkit(wheels)
         except ToolkitError as exc:
             if self.options.mode == "always":
                 raise

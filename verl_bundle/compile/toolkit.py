@@ -32,6 +32,7 @@ class Nvcc:
     home: Path  # CUDA_HOME for the build
     release: str  # "13.0"
     version: str  # "13.0.88"
+    from_stack: bool = False  # unpacked from the stack's own nvidia-cuda-nvcc wheels
 
     @property
     def major(self) -> int:
@@ -64,7 +65,8 @@ class Toolkit:
     python: HostPython
 
     def describe(self) -> str:
-        return f"nvcc {self.nvcc.version} ({self.nvcc.home})"
+        where = "the stack's nvidia-cuda-nvcc wheels" if self.nvcc.from_stack else self.nvcc.home
+        return f"nvcc {self.nvcc.version} ({where})"
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,8 @@ class ToolkitRequest:
     cc: str | None = None
     cxx: str | None = None
     host_python: str | None = None
+    # A toolkit unpacked from the stack's own wheels (CUDA 13+), tried after the host's own.
+    stack_home: Path | None = None
 
 
 def nvcc_release(nvcc: Path) -> tuple[str, str] | None:
@@ -104,6 +108,8 @@ def _homes(req: ToolkitRequest, environ: Mapping[str, str]) -> tuple[list[Path],
         homes.append(Path(on_path).resolve().parent.parent)
     homes.append(Path("/usr/local/cuda"))
     homes += [Path(p) for p in sorted(glob.glob("/usr/local/cuda-*"), reverse=True)]
+    if req.stack_home is not None:
+        homes.append(req.stack_home)
     return homes, None
 
 
@@ -127,7 +133,8 @@ def find_nvcc(cuda: str, req: ToolkitRequest, environ: Mapping[str, str]) -> Nvc
             continue
         release, version = found
         if int(release.split(".")[0]) == want and Version(release) >= Version(cuda):
-            return Nvcc(home.resolve() / "bin" / "nvcc", home.resolve(), release, version)
+            stack = req.stack_home is not None and home == req.stack_home
+            return Nvcc(home.resolve() / "bin" / "nvcc", home.resolve(), release, version, stack)
         seen.append(f"nvcc {release} at {home}")
     if named_by:
         what = f"{named_by} {homes[0]}: " + (
@@ -138,6 +145,8 @@ def find_nvcc(cuda: str, req: ToolkitRequest, environ: Mapping[str, str]) -> Nvc
             f"{named_by} at a CUDA {want} toolkit, or pass --compile never to build on the server"
         )
     found_text = ", ".join(seen) if seen else "no nvcc on PATH or in /usr/local/cuda*"
+    if req.stack_home is None and want >= 13:
+        found_text += ", and the stack locks no nvidia-cuda-nvcc wheel with nvcc in it"
     raise ToolkitError(
         f"no CUDA {want}.x toolkit (>= {cuda}) on this host ({found_text}); give --cuda-home"
     )
