@@ -63,6 +63,13 @@ def main() -> int:
         "`pip install --no-index --find-links` of the bundle's wheels into a fresh venv",
     )
     parser.add_argument(
+        "--compile",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="passed to build: `never` leaves flash-attn to the server (rehearse then skips it), "
+        "where a host compile would take hours",
+    )
+    parser.add_argument(
         "--keep", action="store_true", help="keep each profile's bundle and rehearsal (disk!)"
     )
     args = parser.parse_args()
@@ -73,7 +80,7 @@ def main() -> int:
     failed = False
     for i, name in enumerate(p.strip() for p in args.profiles.split(",") if p.strip()):
         code, verdict = one_profile(
-            name, args.python, args.workdir / name, args.compare_pip and i == 0
+            name, args.python, args.workdir / name, args.compare_pip and i == 0, args.compile
         )
         verdicts[name] = verdict
         failed = failed or code != 0
@@ -85,12 +92,24 @@ def main() -> int:
     return 1 if failed else 0
 
 
-def one_profile(name: str, python: str, workdir: Path, compare: bool) -> tuple[int, str]:
+def one_profile(
+    name: str, python: str, workdir: Path, compare: bool, compile_mode: str = "auto"
+) -> tuple[int, str]:
     """Build, rehearse, import and check readiness of one profile; (exit code, verdict)."""
     workdir.mkdir(parents=True)
     print(f"e2e-real {dt.date.today()}: build --profile {name} --python {python}", flush=True)
     built, build_s, code = run_json(
-        ["build", "--profile", name, "--python", python, "-o", str(workdir / "out")]
+        [
+            "build",
+            "--profile",
+            name,
+            "--python",
+            python,
+            "-o",
+            str(workdir / "out"),
+            "--compile",
+            compile_mode,
+        ]
     )
     if code != 0:
         print(f"build failed (exit {code})")
