@@ -14,7 +14,7 @@ from cli import Result, run
 from conftest import NAME, Stack
 
 from verl_bundle.bundle import Entry, bundle_name
-from verl_bundle.bundle.tarball import DamagedCacheError, write_bundle
+from verl_bundle.bundle.tarball import DamagedCacheError, DigestMemo, write_bundle
 from verl_bundle.lock import read_lock
 from verl_bundle.progress import Silent
 
@@ -162,3 +162,63 @@ def test_two_cold_builds_of_one_lock_give_the_same_tarball(
     assert (tmp_path / "a" / f"{name}.sha256").read_text() == (
         tmp_path / "b" / f"{name}.sha256"
     ).read_text()
+
+
+def _entries(tmp_path: Path, verified: bool = False) -> list[Entry]:
+    files = []
+    for name, size in (("a.whl", 5 << 20), ("b.whl", 1000), ("c.whl", 0)):
+        path = tmp_path / name
+        path.write_bytes(bytes(range(256)) * (size // 256) + b"x" * (size % 256))
+        files.append(
+            Entry(f"wheels/{name}", sha256(path), size, source=str(path), verified=verified)
+        )
+    return [Entry("SHA256SUMS", hashlib.sha256(b"sums\n").hexdigest(), 5, data=b"sums\n"), *files]
+
+
+def test_a_rebuild_takes_the_tarball_digest_from_the_memo_and_still_hashes_every_file(
+    tmp_path: Path,
+) -> None:
+    """The second write of the same layout copies in the kernel and takes the .sha256 an
+    earlier write hashed: the bytes and the digest are the same; a damaged file still fails."""
+    entries = _entries(tmp_path)
+    memo = DigestMemo(tmp_path / "memo")
+    first = write_bundle("b", entries, tmp_path / "one", "none", Silent(quiet=True), memo)
+    assert [p.read_text().strip() for p in (tmp_path / "memo").iterdir()] == [first.sha256]
+    second = write_bundle("b", entries, tmp_path / "two", "none", Silent(quiet=True), memo)
+    assert first.path.read_bytes() == second.path.read_bytes()
+    assert second.sha256 == first.sha256 == sha256(second.path)
+    assert (tmp_path / "two" / "b.tar.sha256").read_text() == f"{sha256(second.path)}  b.tar\n"
+    assert second.size == second.path.stat().st_size
+    with tarfile.open(second.path) as tf:
+        assert [m.name for m in tf.getmembers() if m.isfile()] == [
+            "b/SHA256SUMS",
+            "b/wheels/a.whl",
+            "b/wheels/b.whl",
+            "b/wheels/c.whl",
+        ]
+    data = bytearray(Path(tmp_path / "a.whl").read_bytes())
+    data[3 << 20] ^= 1  # in place, past the first read
+    (tmp_path / "a.whl").write_bytes(bytes(data))
+    with pytest.raises(DamagedCacheError) as exc:
+        write_bundle("b", entries, tmp_path / "three", "none", Silent(quiet=True), memo)
+    assert [d.entry.arcname for d in exc.value.damaged] == ["wheels/a.whl"]
+    assert list((tmp_path / "three").iterdir()) == []
+
+
+@pytest.mark.parametrize("memo", [False, True])
+def test_a_file_verified_in_this_run_is_still_checked_for_its_size(
+    tmp_path: Path, memo: bool
+) -> None:
+    """A fresh download is not hashed again, but a file that is gone or changed size still
+    leaves no tarball, in both ways of writing it."""
+    entries = _entries(tmp_path, verified=True)
+    store = DigestMemo(tmp_path / "memo")
+    if memo:
+        write_bundle("b", entries, tmp_path / "one", "none", Silent(quiet=True), store)
+    (tmp_path / "b.whl").write_bytes(b"short")
+    (tmp_path / "c.whl").unlink()
+    with pytest.raises(DamagedCacheError) as exc:
+        write_bundle("b", entries, tmp_path / "two", "none", Silent(quiet=True), store)
+    lines = [d.line() for d in exc.value.damaged]
+    assert len(lines) == 2 and "has 5 bytes, not 1000" in lines[0] and "is gone" in lines[1]
+    assert list((tmp_path / "two").iterdir()) == []

@@ -39,6 +39,9 @@ class Artifact:
     size: int
     built_from: LockedFile | None = None  # set for wheels built on the online host
     compiled: mf.Compiled | None = None  # set for a source build compiled on the online host
+    # Fetched and hashed against the lock in this run (as it streamed in): the tar writer does
+    # not hash it again. False for a cache hit, which the tar writer hashes while copying it.
+    verified: bool = False
 
 
 @dataclass(frozen=True)
@@ -114,7 +117,16 @@ def fetch(
                 else Artifact(pkg, str(got.path), pkg.file.filename, got.sha256, got.size)
             )
         else:
-            artifacts.append(Artifact(pkg, str(got.path), pkg.file.filename, got.sha256, got.size))
+            artifacts.append(
+                Artifact(
+                    pkg,
+                    str(got.path),
+                    pkg.file.filename,
+                    got.sha256,
+                    got.size,
+                    verified=got.fresh,
+                )
+            )
     wheels = [a for a in artifacts if a.filename.endswith(".whl")]
     if wheels:
         reporter.status(f"checking {len(wheels)} wheels are whole ...")

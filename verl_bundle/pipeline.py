@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from verl_bundle.bundle import Bundle, Compression, Damaged, assemble, bundle_name
+from verl_bundle.bundle import Bundle, Compression, Damaged, DigestMemo, assemble, bundle_name
 from verl_bundle.bundle.plan import check_phases
 from verl_bundle.compile import CompileOptions
 from verl_bundle.errors import LockError
@@ -159,7 +159,8 @@ def build(request: BuildRequest, reporter: Reporter) -> BuildResult:
                 Path(d.entry.source).unlink(missing_ok=True)
         return fetch(lock, req.profile, downloader, reporter, request.compile)
 
+    memo = DigestMemo(downloader.cache.root / "tarballs")  # digests of tarballs written before
     bundle = assemble(
-        req.profile, lock, wheelhouse, request.output, request.compress, reporter, refetch
+        req.profile, lock, wheelhouse, request.output, request.compress, reporter, refetch, memo
     )
     return BuildResult(bundle, lock, source, wheelhouse, tuple(notes))

@@ -6,41 +6,26 @@ neither lists (a planted lib/sitecustomize.py, a __pycache__/*.pyc) is a problem
 holds only what it lists, and the installer refuses to run code it does not.
 
 Reads are large and every byte is hashed once per question: in a directory each file once, by
-as many threads as there are cores; in a tarball each member once on one thread while the
-other hashes the whole file for its .sha256 (only when that file is there).
+as many threads as there are cores; a tarball is read once by airgap/tarread.py, each member
+hashed on one thread while another hashes the whole file for its .sha256.
 """
 
 from __future__ import annotations
 
 import os
-import queue
 import re
-import subprocess
 import sys
 import tarfile
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import IO, Any
 
 from verl_bundle.airgap import manifest as mf
-from verl_bundle.airgap.hashing import CHUNK, HashingReader, StreamHash, sha256_file
+from verl_bundle.airgap.hashing import sha256_file
+from verl_bundle.airgap.tarread import Problem, read_tarball, sidecar, unsafe_member
+
+__all__ = ["Problem", "Report", "parse_sums", "unsafe_member", "verify", "verify_dir", "verify_tar"]
 
 MANIFEST, SUMS = mf.MANIFEST, mf.SUMS
-READ = 4 << 20
-_GZIP, _ZSTD = (
-    b"\x1f\x8b",
-    b"\x28\xb5\x2f\xfd",
-)  # what a compressed tarball starts with  # one read of a tarball: large, so the hashing threads get big buffers
-
-
-@dataclass(frozen=True)
-class Problem:
-    path: str
-    what: str
-
-    def line(self) -> str:
-        return f"{self.path}: {self.what}"
 
 
 @dataclass
@@ -155,228 +140,12 @@ def verify_dir(path: str) -> Report:
     return report
 
 
-def unsafe_member(member: tarfile.TarInfo, top: str | None) -> str | None:
-    """Why a member must not be extracted, or None when it is a plain file or directory."""
-    name = member.name
-    if name.startswith("/") or re.match(r"^[A-Za-z]:", name):
-        return "absolute path"
-    parts = name.split("/")
-    if ".." in parts:
-        return "path with '..'"
-    if top is not None and parts[0] != top:
-        return f"outside the bundle's top directory {top}/"
-    if not (member.isfile() or member.isdir()):
-        return "not a plain file or directory (links and devices are refused)"
-    return None
-
-
-class _Hasher:
-    """A thread that hashes what it is given, in order: (stream index, bytes) pairs, each
-    stream its own sha256. hashlib releases the GIL on large buffers, so it runs beside the
-    reading thread; the bounded queue keeps memory at a few reads."""
-
-    def __init__(self, streams: int) -> None:
-        self.streams = [StreamHash() for _ in range(streams)]
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=8)
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while True:
-            work = self._queue.get()
-            if work is None:
-                return
-            for i, data in work:
-                self.streams[i].update(data)
-
-    def give(self, work: list[tuple[int, Any]]) -> None:
-        if work:
-            self._queue.put(work)
-
-    def finish(self) -> list[str]:
-        self._queue.put(None)
-        self._thread.join()
-        return [s.hexdigest() for s in self.streams]
-
-
-def _sidecar(path: str) -> str | None:
-    """The sha256 the tarball's .sha256 file names, or None when there is none."""
-    sidecar = path + ".sha256"
-    if not os.path.isfile(sidecar):
-        return None
-    with open(sidecar, encoding="utf-8", errors="replace") as fh:
-        return (fh.read().split() or [""])[0].lower()
-
-
-def _check_members(
-    members: list[tarfile.TarInfo], report: Report
-) -> tuple[list[tuple[str, tarfile.TarInfo]], str]:
-    """The regular files to hash, as (bundle path, member); unsafe members become problems."""
-    top = members[0].name.split("/")[0] if members else None
-    files = []
-    for member in members:
-        why = unsafe_member(member, top)
-        if why:
-            report.problems.append(Problem(member.name, "unsafe tar member: " + why))
-        elif member.isfile():
-            files.append((member.name[len(top or "") + 1 :], member))
-    return files, top or ""
-
-
-def _plain_tar(path: str, report: Report) -> tuple[dict[str, str], dict[str, str], str] | None:
-    """An uncompressed tarball: headers read by seeking, then one pass of large reads; each
-    member's bytes go to one hashing thread, the whole file to another when a .sha256 is
-    beside it. Returns (member digests, texts of the two lists, whole digest) or None when
-    the tar is damaged (the problem is in the report)."""
-    base = os.path.basename(path)
-    expected = _sidecar(path)
-    with tarfile.open(path, "r:") as tf:
-        members = tf.getmembers()
-    files, _ = _check_members(members, report)
-    size = os.path.getsize(path)
-    end = 0
-    if members:
-        last = members[-1]
-        end = last.offset_data + (last.size if last.isfile() else 0)
-    if end > size:
-        report.problems.append(
-            Problem(base, f"damaged tar: cut short in {members[-1].name}; copy it again")
-        )
-        return None
-    spans = [(m.offset_data, m.offset_data + m.size) for _, m in files]
-    members_hasher = _Hasher(len(files))
-    whole = _Hasher(1) if expected is not None else None
-    leftover = False
-    texts: dict[str, list[bytes]] = {rel: [] for rel, _ in files if rel in (SUMS, MANIFEST)}
-    index = {rel: i for i, (rel, _) in enumerate(files)}
-    try:
-        with open(path, "rb", buffering=0) as raw:
-            pos, k = 0, 0  # k: the first member whose data may still lie ahead
-            while True:
-                chunk = raw.read(READ)
-                if not chunk:
-                    break
-                view = memoryview(chunk)
-                stop = pos + len(chunk)
-                if whole is not None:
-                    whole.give([(0, chunk)])
-                work = []
-                j = k
-                while j < len(spans) and spans[j][0] < stop:
-                    lo, hi = max(spans[j][0], pos), min(spans[j][1], stop)
-                    if lo < hi:
-                        work.append((j, view[lo - pos : hi - pos]))
-                    if spans[j][1] <= stop:
-                        k = j + 1
-                    j += 1
-                members_hasher.give(work)
-                if stop > end and not leftover:
-                    leftover = bytes(view[max(0, end - pos) :]).strip(b"\0") != b""
-                pos = stop
-    finally:
-        digests = members_hasher.finish()
-        whole_hex = whole.finish()[0] if whole is not None else None
-    if leftover:
-        # tarfile stops quietly at a header it cannot read: say so once, rather than calling
-        # every later file missing.
-        report.problems.append(
-            Problem(
-                base,
-                "damaged tar: unreadable after %s; copy it again"
-                % (members[-1].name if members else "its start"),
-            )
-        )
-        return None
-    for rel in texts:
-        m = files[index[rel]][1]
-        with open(path, "rb") as fh:
-            fh.seek(m.offset_data)
-            texts[rel] = [fh.read(m.size)]
-    actual = {rel: digests[i] for i, (rel, _) in enumerate(files)}
-    return (
-        actual,
-        {k: b"".join(v).decode("utf-8", errors="replace") for k, v in texts.items()},
-        whole_hex or "",
-    )
-
-
-def _stream_tar(stream: IO[bytes], report: Report) -> tuple[dict[str, str], dict[str, str], str]:
-    """A compressed tarball read as a stream: each member hashed as it goes by."""
-    actual: dict[str, str] = {}
-    texts: dict[str, str] = {}
-    last = ""
-    with tarfile.open(fileobj=stream, mode="r|*") as tf:
-        top: str | None = None
-        for member in tf:
-            last = member.name
-            if top is None:
-                top = member.name.split("/")[0]
-            why = unsafe_member(member, top)
-            if why:
-                report.problems.append(Problem(member.name, "unsafe tar member: " + why))
-                continue
-            fh = tf.extractfile(member) if member.isfile() else None
-            if fh is None:
-                continue
-            rel = member.name[len(top) + 1 :]
-            h, kept = StreamHash(), []
-            while True:
-                data = fh.read(CHUNK)
-                if not data:
-                    break
-                h.update(data)
-                if rel in (SUMS, MANIFEST):
-                    kept.append(data)
-            actual[rel] = h.hexdigest()
-            if kept or rel in (SUMS, MANIFEST):
-                texts[rel] = b"".join(kept).decode("utf-8", errors="replace")
-    return actual, texts, last
-
-
-def _zstd_tar(path: str, report: Report) -> tuple[dict[str, str], dict[str, str], str]:
-    """A .tar.zst: the file hashed for its .sha256, the tar read from the zstd command."""
-    whole_hex = sha256_file(path) if _sidecar(path) is not None else ""
-    proc = subprocess.Popen(["zstd", "-dcq", path], stdout=subprocess.PIPE)
-    assert proc.stdout is not None  # PIPE sets it
-    try:
-        actual, texts, _ = _stream_tar(proc.stdout, report)
-        proc.stdout.read()
-    finally:
-        proc.stdout.close()
-        if proc.wait() != 0:
-            raise OSError("zstd could not decompress it")
-    return actual, texts, whole_hex
-
-
-def _gzip_tar(path: str, report: Report) -> tuple[dict[str, str], dict[str, str], str] | None:
-    """A .tar.gz read once: the compressed bytes hashed as they are read and unpacked."""
-    with open(path, "rb") as fh:
-        raw = HashingReader(fh)
-        actual, texts, last = _stream_tar(raw, report)  # type: ignore[arg-type]
-        if raw.drain():
-            report.problems.append(
-                Problem(
-                    os.path.basename(path),
-                    f"damaged tar: unreadable after {last or 'its start'}; copy it again",
-                )
-            )
-            return None
-    return actual, texts, raw.hexdigest()
-
-
 def verify_tar(path: str) -> Report:
     """Check a tarball without extracting it (plain, gzip, or zstd through the zstd command)."""
     report = Report(path)
     base = os.path.basename(path)
     try:
-        with open(path, "rb") as fh:
-            magic = fh.read(4)
-        if magic == _ZSTD:
-            done: tuple[dict[str, str], dict[str, str], str] | None = _zstd_tar(path, report)
-        elif magic[:2] == _GZIP:
-            done = _gzip_tar(path, report)
-        else:
-            done = _plain_tar(path, report)
+        done = read_tarball(path, report.problems)
     except FileNotFoundError as exc:
         report.problems.append(Problem(base, f"cannot read it ({exc})"))
         return report
@@ -386,7 +155,7 @@ def verify_tar(path: str) -> Report:
     if done is None:
         return report
     actual, texts, whole_hex = done
-    expected = _sidecar(path)
+    expected = sidecar(path)
     if expected is not None and expected != whole_hex:
         report.problems.append(Problem(base, f"does not match {base}.sha256"))
     _judge(report, actual, texts.get(SUMS), texts.get(MANIFEST))

@@ -10,7 +10,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from verl_bundle.bundle.plan import BundlePlan, Entry, bundle_name, plan
-from verl_bundle.bundle.tarball import Bundle, Compression, Damaged, DamagedCacheError, write_bundle
+from verl_bundle.bundle.tarball import (
+    Bundle,
+    Compression,
+    Damaged,
+    DamagedCacheError,
+    DigestMemo,
+    write_bundle,
+)
 from verl_bundle.fetch import Wheelhouse
 from verl_bundle.lock import Lock
 from verl_bundle.profile import Profile
@@ -22,6 +29,7 @@ __all__ = [
     "Compression",
     "Damaged",
     "DamagedCacheError",
+    "DigestMemo",
     "Entry",
     "Refetch",
     "assemble",
@@ -41,14 +49,15 @@ def assemble(
     compress: Compression,
     reporter: Reporter,
     refetch: Refetch | None = None,
+    memo: DigestMemo | None = None,
 ) -> Bundle:
     planned = plan(profile, lock, wheelhouse)
     try:
-        return write_bundle(planned.name, planned.entries, output, compress, reporter)
+        return write_bundle(planned.name, planned.entries, output, compress, reporter, memo)
     except DamagedCacheError as exc:
         if refetch is None:
             raise
         for d in exc.damaged:
             reporter.note(f"{d.line()}: removed it from the cache and fetching it again")
         planned = plan(profile, lock, refetch(exc.damaged))
-    return write_bundle(planned.name, planned.entries, output, compress, reporter)
+    return write_bundle(planned.name, planned.entries, output, compress, reporter, memo)

@@ -34,6 +34,8 @@ class Entry:
     size: int
     data: bytes | None = None
     source: str | None = None
+    # Downloaded and hashed against the lock in this run: the tar writer trusts that digest.
+    verified: bool = False
 
 
 @dataclass(frozen=True)
@@ -180,7 +182,8 @@ def plan(profile: Profile, lock: Lock, wheelhouse: Wheelhouse) -> BundlePlan:
     by_name = {a.package.name: a for a in wheelhouse.artifacts}
     ordered = sorted(wheelhouse.artifacts, key=lambda a: (_folder(a), a.filename))
     payload = [
-        Entry(f"{_folder(a)}/{a.filename}", a.sha256, a.size, source=a.path) for a in ordered
+        Entry(f"{_folder(a)}/{a.filename}", a.sha256, a.size, source=a.path, verified=a.verified)
+        for a in ordered
     ]
     phases, generated = _phases(lock, profile, by_name)
     generated.append(_entry(mf.LOCK, dumps(lock).encode()))

@@ -1,40 +1,46 @@
 """Writing the planned bundle: one pax tarball streamed from the cache (no second copy on disk),
 optionally compressed, under a hidden temporary name renamed only when complete and checked.
 
-Every payload byte is read once. While it is copied, two threads hash it, one per concern: the
-whole output for the tarball's .sha256, and each cached file against the lock's sha256, so a
-damaged cache blob is caught before the tarball gets its final name.
+Every cached file is hashed once against the lock's sha256 (in the download that fetched it, or
+while it is copied), so a damaged cache blob is caught before the tarball gets its final name.
+The tarball's own .sha256 is hashed while it is written, or, when an earlier build already
+hashed the very same bytes (same layout, same files by hash), taken from the `DigestMemo`; the
+payload is then copied by the kernel (bundle/tarstream.py).
 """
 
 from __future__ import annotations
 
 import gzip
-import hashlib
-import io
 import os
-import queue
 import re
 import shutil
 import subprocess
-import tarfile
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, Literal
 
-from verl_bundle.airgap import manifest as mf
 from verl_bundle.bundle.plan import Entry
+from verl_bundle.bundle.tarstream import (
+    EXECUTABLE,
+    MTIME,
+    Copied,
+    HashingWriter,
+    copy,
+    layout,
+    recipe,
+    stream,
+)
 from verl_bundle.errors import AssembleError
 from verl_bundle.progress import Reporter
+
+__all__ = ["EXECUTABLE", "Bundle", "Damaged", "DamagedCacheError", "DigestMemo", "write_bundle"]
 
 Compression = Literal["none", "gz", "zstd"]
 SUFFIX: dict[str, str] = {"none": ".tar", "gz": ".tar.gz", "zstd": ".tar.zst"}
 CHUNK = 1 << 20
-# Files in a bundle get one fixed time, so that the same inputs give the same tarball.
-MTIME = int(os.environ.get("SOURCE_DATE_EPOCH", "315619200"))  # 1980-01-02
-EXECUTABLE = {mf.INSTALL, mf.DOCTOR, "install-assets.sh"}  # the last: asset bundles
 _PARTIAL = re.compile(r"^\..+\.partial-(\d+)$")
 
 
@@ -81,142 +87,44 @@ class DamagedCacheError(AssembleError):
         )
 
 
-_CUT = object()  # queue marker: the digest of everything since the last cut is complete
+class DigestMemo:
+    """Tarball digests remembered by `recipe` (one small file each, under the cache): a warm
+    rebuild of the same layout from the same files (by hash) writes the same bytes, so their
+    sha256 is the one an earlier build computed while writing them. A memo is only written
+    after a write in which every cached file matched its hash, and only read for a write in
+    which every cached file is hashed again: a damaged blob still fails the build."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def _path(self, key: str) -> Path:
+        return self.root / key
+
+    def get(self, key: str) -> str | None:
+        try:
+            text = self._path(key).read_text(encoding="ascii").strip()
+        except (OSError, UnicodeDecodeError):
+            return None
+        return text if re.fullmatch(r"[0-9a-f]{64}", text) else None
+
+    def put(self, key: str, digest: str) -> None:
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            tmp = self.root / f".{key}.{os.getpid()}.tmp"
+            tmp.write_text(digest + "\n", encoding="ascii")
+            os.replace(tmp, self._path(key))
+        except OSError:
+            pass  # a memo is an optimisation: the next build hashes the tarball again
 
 
-class _HashThread:
-    """One long-lived thread hashing chunks in the order given (hashlib releases the GIL on
-    large buffers, so it runs beside the copying); `cut` closes one digest and starts the
-    next. A bounded queue keeps memory at a few chunks."""
-
-    def __init__(self) -> None:
-        self.digests: list[str] = []
-        self._queue: queue.Queue[object] = queue.Queue(maxsize=16)
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        self._finished = False
-
-    def _run(self) -> None:
-        h = hashlib.sha256()
-        while (item := self._queue.get()) is not None:
-            if item is _CUT:
-                self.digests.append(h.hexdigest())
-                h = hashlib.sha256()
-            else:
-                h.update(item)  # type: ignore[arg-type]
-        self.digests.append(h.hexdigest())
-
-    def update(self, chunk: bytes) -> None:
-        self._queue.put(chunk)
-
-    def cut(self) -> None:
-        self._queue.put(_CUT)
-
-    def finish(self) -> list[str]:
-        """Stop the thread (also after a failure); the digests, the last one unclosed."""
-        if not self._finished:
-            self._finished = True
-            self._queue.put(None)
-            self._thread.join()
-        return self.digests
-
-
-class _HashingWriter(io.RawIOBase):
-    """Counts and hashes (on its own thread) every byte on its way to the file."""
-
-    def __init__(self, fh: IO[bytes]) -> None:
-        super().__init__()
-        self.fh = fh
-        self.size = 0
-        self.hasher = _HashThread()
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, data: Any) -> int:
-        buf = bytes(data)
-        self.fh.write(buf)
-        self.size += len(buf)
-        self.hasher.update(buf)
-        return len(buf)
-
-    def finish(self) -> str:
-        return self.hasher.finish()[-1]
-
-
-def _header(name: str, size: int, mode: int, kind: bytes = tarfile.REGTYPE) -> bytes:
-    info = tarfile.TarInfo(name)
-    info.size = size if kind == tarfile.REGTYPE else 0
-    info.mode = mode
-    info.mtime = MTIME
-    info.type = kind
-    info.uid = info.gid = 0
-    info.uname = info.gname = ""
-    return info.tobuf(format=tarfile.PAX_FORMAT)
-
-
-def _copy(e: Entry, out: IO[bytes], files: _HashThread, reporter: Reporter, handle: object) -> int:
-    """Copy a cached file's bytes (exactly e.size of them, zero-filled if it is short, so the
-    tar stays well formed); its digest is cut on `files`. Returns the bytes the file had, or
-    -1 when it could not be opened."""
-    assert e.source is not None  # noqa: S101 - an Entry has data or a source
-    remaining, had = e.size, 0
-    try:
-        src = open(e.source, "rb")  # noqa: SIM115 - closed below, after the padding is written
-    except FileNotFoundError:
-        had = -1
-    else:
-        with src:
-            while remaining > 0 and (chunk := src.read(min(CHUNK, remaining))):
-                out.write(chunk)
-                files.update(chunk)
-                remaining -= len(chunk)
-                reporter.advance(handle, len(chunk))
-            had = e.size - remaining + len(src.read(1))
-    if remaining:
-        out.write(b"\0" * remaining)
-    files.cut()
-    return had
-
-
-def _write_tar(out: IO[bytes], top: str, entries: Sequence[Entry], reporter: Reporter) -> None:
-    """A POSIX (pax) tar written by hand: headers from tarfile, data copied in 1 MiB chunks.
-    DamagedCacheError when a cached file's bytes are not the planned ones."""
-    dirs: set[str] = {top}
-    out.write(_header(top, 0, 0o755, tarfile.DIRTYPE))
-    handle = reporter.start("writing bundle", sum(e.size for e in entries))
-    files = _HashThread()
-    copied: list[tuple[Entry, int]] = []
-    try:
-        for e in entries:
-            parent = e.arcname.rsplit("/", 1)[0] if "/" in e.arcname else ""
-            if parent:
-                parts = parent.split("/")
-                for i in range(1, len(parts) + 1):
-                    d = f"{top}/{'/'.join(parts[:i])}"
-                    if d not in dirs:
-                        dirs.add(d)
-                        out.write(_header(d, 0, 0o755, tarfile.DIRTYPE))
-            mode = 0o755 if e.arcname in EXECUTABLE else 0o644
-            out.write(_header(f"{top}/{e.arcname}", e.size, mode))
-            if e.data is not None:
-                out.write(e.data)
-            else:
-                copied.append((e, _copy(e, out, files, reporter, handle)))
-            pad = (-e.size) % tarfile.BLOCKSIZE
-            if pad:
-                out.write(b"\0" * pad)
-        out.write(b"\0" * (2 * tarfile.BLOCKSIZE))
-    finally:
-        digests = files.finish()
-        reporter.done(handle)
-    damaged = [
-        Damaged(e, None if had < 0 else digest, had)
-        for (e, had), digest in zip(copied, digests[: len(copied)], strict=True)
-        if had != e.size or digest != e.sha256
+def _damaged(copied: Sequence[Copied]) -> None:
+    bad = [
+        Damaged(c.entry, None if c.had < 0 else (c.sha256 or c.entry.sha256), c.had)
+        for c in copied
+        if c.damaged
     ]
-    if damaged:
-        raise DamagedCacheError(damaged)
+    if bad:
+        raise DamagedCacheError(bad)
 
 
 @contextmanager
@@ -301,6 +209,7 @@ def write_bundle(
     output: Path,
     compress: Compression,
     reporter: Reporter,
+    memo: DigestMemo | None = None,
 ) -> Bundle:
     """Write the tarball and its .sha256 beside it; both appear under their final names only
     when everything was written and every cached file matched its hash."""
@@ -310,13 +219,21 @@ def write_bundle(
     sidecar = output / f"{final.name}.sha256"
     tmp = output / f".{final.name}.partial-{os.getpid()}"
     side_tmp = output / f".{sidecar.name}.partial-{os.getpid()}"
-    writer: _HashingWriter | None = None
+    pieces = layout(name, entries)
+    key = recipe(pieces) if compress == "none" and memo is not None else None
+    known = memo.get(key) if memo is not None and key is not None else None
+    writer: HashingWriter | None = None
     try:
         with tmp.open("wb") as raw:
-            writer = _HashingWriter(raw)
-            with _compressed(writer, compress) as out:  # type: ignore[arg-type]
-                _write_tar(out, name, entries, reporter)
-            digest = writer.finish()
+            if known is not None:
+                copied = copy(pieces, raw.fileno(), reporter)
+                digest, size = known, os.fstat(raw.fileno()).st_size
+            else:
+                writer = HashingWriter(raw)
+                with _compressed(writer, compress) as out:  # type: ignore[arg-type]
+                    copied = stream(pieces, out, reporter)
+                digest, size = writer.finish(), writer.size
+        _damaged(copied)
         # Not fsync'ed: the rename below already keeps a partial tarball from ever having the
         # final name, and the .sha256 beside it catches a file torn by a power loss.
         side_tmp.write_text(f"{digest}  {final.name}\n")
@@ -328,11 +245,13 @@ def write_bundle(
         tmp.unlink(missing_ok=True)
         side_tmp.unlink(missing_ok=True)
         raise
+    if memo is not None and key is not None and known is None:
+        memo.put(key, digest)
     return Bundle(
         name=name,
         path=final,
         sha256=digest,
-        size=writer.size,
+        size=size,
         files=len(entries),
         payload_bytes=sum(e.size for e in entries),
     )

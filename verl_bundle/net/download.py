@@ -53,6 +53,7 @@ class Cached:
     sha256: str
     size: int
     downloaded: int  # bytes transferred in this run; 0 for a cache hit
+    fresh: bool = False  # downloaded (or resumed) and hashed whole in this run
 
 
 @dataclass(frozen=True)
@@ -252,7 +253,7 @@ class Downloader:
         with self._count_lock:
             self.downloaded_files += 1
             self.downloaded_bytes += transferred
-        return Cached(want, path, digest, size, transferred)
+        return Cached(want, path, digest, size, transferred, fresh=True)
 
     def _attempt(self, want: Want, partial: Path, handle: object, state: StreamHash) -> int:
         if self.stop.is_set():

@@ -1,0 +1,304 @@
+"""The tarball's bytes: its layout (pax headers, data, padding, in order) and the two ways of
+writing it.
+
+- `stream`: every payload byte is read once into memory and written; a thread hashes the whole
+  output for the tarball's .sha256 (the caller's `HashingWriter`), another hashes each cached
+  file against the lock's sha256. A file fetched and hashed in this very run (`Entry.verified`)
+  is not hashed a second time.
+- `copy`: for a tarball whose digest is known already (`recipe` names the exact bytes the layout
+  makes, and an earlier build hashed those bytes): the kernel copies the payload
+  (copy_file_range), while every core hashes the cached files against the lock, each from the
+  same open file the copy reads. No check is dropped: every cached file is still hashed once.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import io
+import os
+import queue
+import tarfile
+import threading
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import IO, Any
+
+from verl_bundle.airgap import manifest as mf
+from verl_bundle.bundle.plan import Entry
+from verl_bundle.progress import Reporter
+
+CHUNK = 4 << 20  # reads: large, so hashlib (which releases the GIL) gets big buffers
+COPY_STEP = 64 << 20  # one copy_file_range call at most, so progress moves
+QUEUED = 4  # chunks waiting per hashing thread: memory stays at a few chunks
+# Files in a bundle get one fixed time, so that the same inputs give the same tarball.
+MTIME = int(os.environ.get("SOURCE_DATE_EPOCH", "315619200"))  # 1980-01-02
+EXECUTABLE = {mf.INSTALL, mf.DOCTOR, "install-assets.sh"}  # the last: asset bundles
+# Bump when the layout changes: a remembered digest then no longer applies.
+LAYOUT_VERSION = b"verl-bundle tar layout 1\n"
+
+Piece = bytes | Entry  # bytes made here, or a cached file's content
+
+
+@dataclass(frozen=True)
+class Copied:
+    """A cached file as it was copied: how many bytes it had (-1: it could not be opened) and
+    their sha256 (None when it was not hashed again: fetched and hashed in this run)."""
+
+    entry: Entry
+    had: int
+    sha256: str | None
+
+    @property
+    def damaged(self) -> bool:
+        return self.had != self.entry.size or (
+            self.sha256 is not None and self.sha256 != self.entry.sha256
+        )
+
+
+def _header(name: str, size: int, mode: int, kind: bytes = tarfile.REGTYPE) -> bytes:
+    info = tarfile.TarInfo(name)
+    info.size = size if kind == tarfile.REGTYPE else 0
+    info.mode = mode
+    info.mtime = MTIME
+    info.type = kind
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    return info.tobuf(format=tarfile.PAX_FORMAT)
+
+
+def layout(top: str, entries: Sequence[Entry]) -> list[Piece]:
+    """The tar as a list of pieces: a POSIX (pax) tar whose headers come from tarfile."""
+    dirs: set[str] = {top}
+    pieces: list[Piece] = [_header(top, 0, 0o755, tarfile.DIRTYPE)]
+    for e in entries:
+        parent = e.arcname.rsplit("/", 1)[0] if "/" in e.arcname else ""
+        if parent:
+            parts = parent.split("/")
+            for i in range(1, len(parts) + 1):
+                d = f"{top}/{'/'.join(parts[:i])}"
+                if d not in dirs:
+                    dirs.add(d)
+                    pieces.append(_header(d, 0, 0o755, tarfile.DIRTYPE))
+        mode = 0o755 if e.arcname in EXECUTABLE else 0o644
+        pieces.append(_header(f"{top}/{e.arcname}", e.size, mode))
+        pieces.append(e.data if e.data is not None else e)
+        pad = (-e.size) % tarfile.BLOCKSIZE
+        if pad:
+            pieces.append(b"\0" * pad)
+    pieces.append(b"\0" * (2 * tarfile.BLOCKSIZE))
+    return pieces
+
+
+def recipe(pieces: Sequence[Piece]) -> str:
+    """A digest naming the tarball's exact bytes: every made byte, and each cached file by the
+    lock's sha256 and size (length-prefixed, so no two layouts share one). A tar written from
+    this layout with every cached file matching its hash is always the same bytes."""
+    h = hashlib.sha256(LAYOUT_VERSION)
+    for p in pieces:
+        if isinstance(p, bytes):
+            h.update(b"B%d\n" % len(p))
+            h.update(p)
+        else:
+            h.update(f"F{p.size} {p.sha256}\n".encode())
+    return h.hexdigest()
+
+
+_CUT = object()  # queue marker: the digest of everything since the last cut is complete
+
+
+class HashThread:
+    """One long-lived thread hashing chunks in the order given (hashlib releases the GIL on
+    large buffers, so it runs beside the copying); `cut` closes one digest and starts the
+    next. A bounded queue keeps memory at a few chunks."""
+
+    def __init__(self) -> None:
+        self.digests: list[str] = []
+        self._queue: queue.Queue[object] = queue.Queue(maxsize=QUEUED)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        self._finished = False
+
+    def _run(self) -> None:
+        h = hashlib.sha256()
+        while (item := self._queue.get()) is not None:
+            if item is _CUT:
+                self.digests.append(h.hexdigest())
+                h = hashlib.sha256()
+            else:
+                h.update(item)  # type: ignore[arg-type]
+        self.digests.append(h.hexdigest())
+
+    def update(self, chunk: bytes) -> None:
+        self._queue.put(chunk)
+
+    def cut(self) -> None:
+        self._queue.put(_CUT)
+
+    def finish(self) -> list[str]:
+        """Stop the thread (also after a failure); the digests, the last one unclosed."""
+        if not self._finished:
+            self._finished = True
+            self._queue.put(None)
+            self._thread.join()
+        return self.digests
+
+
+class HashingWriter(io.RawIOBase):
+    """Counts and hashes (on its own thread) every byte on its way to the file."""
+
+    def __init__(self, fh: IO[bytes]) -> None:
+        super().__init__()
+        self.fh = fh
+        self.size = 0
+        self.hasher = HashThread()
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        buf = data if isinstance(data, bytes) else bytes(data)
+        self.fh.write(buf)
+        self.size += len(buf)
+        self.hasher.update(buf)
+        return len(buf)
+
+    def finish(self) -> str:
+        return self.hasher.finish()[-1]
+
+
+def stream(pieces: Sequence[Piece], out: IO[bytes], reporter: Reporter) -> list[Copied]:
+    """Write the pieces to `out`, reading each cached file once in large chunks; files not
+    verified in this run are hashed on a second thread as they go by."""
+    handle = reporter.start("writing bundle", sum(p.size for p in pieces if isinstance(p, Entry)))
+    files = HashThread()
+    copied: list[tuple[Entry, int]] = []
+    try:
+        for p in pieces:
+            if isinstance(p, bytes):
+                out.write(p)
+                continue
+            hasher = None if p.verified else files
+            copied.append((p, _stream_file(p, out, hasher, reporter, handle)))
+    finally:
+        digests = iter(files.finish())
+        reporter.done(handle)
+    return [Copied(e, had, None if e.verified else next(digests)) for e, had in copied]
+
+
+def _stream_file(
+    e: Entry, out: IO[bytes], files: HashThread | None, reporter: Reporter, handle: object
+) -> int:
+    """Copy exactly e.size bytes of a cached file (zero-filled if it is short, so the tar stays
+    well formed), its digest cut on `files`. The bytes the file had, or -1 when it is gone."""
+    assert e.source is not None  # noqa: S101 - an Entry has data or a source
+    remaining, had = e.size, 0
+    try:
+        src = open(e.source, "rb", buffering=0)  # noqa: SIM115 - closed below
+    except FileNotFoundError:
+        had = -1
+    else:
+        with src:
+            while remaining > 0 and (chunk := src.read(min(CHUNK, remaining))):
+                out.write(chunk)
+                if files is not None:
+                    files.update(chunk)
+                remaining -= len(chunk)
+                reporter.advance(handle, len(chunk))
+            had = e.size - remaining + len(src.read(1))
+    if remaining:
+        out.write(b"\0" * remaining)
+    if files is not None:
+        files.cut()
+    return had
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _hash_fd(fd: int, size: int) -> tuple[int, str]:
+    """(bytes the open file has, sha256 of its first `size` bytes), read with pread so that
+    the copy may use the same file at once; closes `fd`."""
+    try:
+        had = os.fstat(fd).st_size
+        h = hashlib.sha256()
+        offset = 0
+        while offset < size and (data := os.pread(fd, min(CHUNK, size - offset), offset)):
+            h.update(data)
+            offset += len(data)
+        return had, h.hexdigest()
+    finally:
+        os.close(fd)
+
+
+def _copy_fd(src: int, dst: int, size: int, reporter: Reporter, handle: object) -> int:
+    """Copy up to `size` bytes from the start of `src` to `dst`'s position, in the kernel
+    where it can (copy_file_range, else sendfile, else read and write); bytes copied."""
+    done = 0
+    kernel = True
+    while done < size:
+        step = min(COPY_STEP, size - done)
+        n = 0
+        if kernel:
+            try:
+                n = os.copy_file_range(src, dst, step, done)
+            except OSError as exc:
+                if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+                    raise
+                kernel = False
+        if not kernel:
+            data = os.pread(src, min(CHUNK, step), done)
+            _write_all(dst, data)
+            n = len(data)
+        if n == 0:
+            break
+        done += n
+        reporter.advance(handle, n)
+    return done
+
+
+def copy(pieces: Sequence[Piece], fd: int, reporter: Reporter) -> list[Copied]:
+    """Write the pieces to the file `fd`: made bytes written, cached files copied by the kernel
+    while a pool of threads (one per core) hashes each file that was not verified in this run.
+    Cache blobs are never written in place (a download is renamed into place when complete),
+    and the hash and the copy read the same open file, so the bytes hashed are the bytes
+    copied."""
+    workers = max(1, min(4, os.cpu_count() or 1))
+    handle = reporter.start("writing bundle", sum(p.size for p in pieces if isinstance(p, Entry)))
+    results: list[tuple[Entry, int, Future[tuple[int, str]] | None]] = []
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        try:
+            for p in pieces:
+                if isinstance(p, bytes):
+                    _write_all(fd, p)
+                    continue
+                assert p.source is not None  # noqa: S101 - an Entry has data or a source
+                try:
+                    src = os.open(p.source, os.O_RDONLY)
+                except FileNotFoundError:
+                    _write_all(fd, b"\0" * p.size)
+                    results.append((p, -1, None))
+                    continue
+                try:
+                    check = None if p.verified else pool.submit(_hash_fd, os.dup(src), p.size)
+                    copied = _copy_fd(src, fd, p.size, reporter, handle)
+                    had = os.fstat(src).st_size
+                finally:
+                    os.close(src)
+                if copied < p.size:
+                    _write_all(fd, b"\0" * (p.size - copied))
+                results.append((p, had, check))
+        finally:
+            reporter.done(handle)
+    out = []
+    for e, had, check in results:
+        if check is None:
+            out.append(Copied(e, had, None))
+        else:
+            had, digest = check.result()
+            out.append(Copied(e, had, digest))
+    return out
