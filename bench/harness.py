@@ -78,16 +78,17 @@ class Measured:
 
 @dataclass(frozen=True)
 class Comparison:
-    """A promise: `value` (a ratio, or an absolute amount) at most `limit`."""
+    """A promise: `value` (a ratio, or an absolute amount) at most `limit`; with no limit, a
+    figure shown for information (the ratio to the familiar, weaker baseline)."""
 
     label: str
     value: float
     unit: str  # "x" for ratios
-    limit: float
+    limit: float | None
 
     @property
     def passed(self) -> bool:
-        return self.value <= self.limit
+        return self.limit is None or self.value <= self.limit
 
 
 @dataclass(frozen=True)
@@ -205,8 +206,10 @@ def run(
     log: Path,
     env: dict[str, str] | None = None,
     cwd: Path | None = None,
+    allowed: tuple[int, ...] = (0,),
 ) -> float:
-    """Run a command to completion, its output into `log`; its wall time in seconds."""
+    """Run a command to completion, its output into `log`; its wall time in seconds. An exit
+    status not `allowed` is a failure (a doctor on a machine with no GPU exits 1)."""
     with log.open("ab") as out:
         out.write(f"$ {show(cmd)}\n".encode())
         out.flush()
@@ -221,7 +224,7 @@ def run(
             check=False,
         )
         elapsed = time.perf_counter() - start
-    if proc.returncode != 0:
+    if proc.returncode not in allowed:
         tail = log.read_text(errors="replace").splitlines()[-15:]
         raise BenchError(
             f"{show(cmd)} exited {proc.returncode}; last lines of {log}:\n  " + "\n  ".join(tail)
@@ -265,8 +268,14 @@ def measured(contenders: list[Contender]) -> tuple[Measured, ...]:
     return tuple(Measured(c.name, c.command, c.unit, tuple(c.samples)) for c in contenders)
 
 
-def ratio(label: str, a: Measured, b: Measured, limit: float) -> Comparison:
+def ratio(label: str, a: Measured, b: Measured, limit: float | None) -> Comparison:
     return Comparison(label, a.median / b.median, "x", limit)
+
+
+def spread(m: Measured) -> str:
+    """The range of a contender's samples, e.g. '1.02-1.31 s'."""
+    lo, hi = min(m.samples), max(m.samples)
+    return f"{num(lo, m.unit).split()[0]}-{num(hi, m.unit)}"
 
 
 @contextmanager
@@ -306,18 +315,27 @@ def verl_bundle() -> list[str]:
 # -- rendering ----------------------------------------------------------------------------
 
 
-def _num(value: float, unit: str) -> str:
+def num(value: float, unit: str) -> str:
     if unit == "x":
         return f"{value:.2f}x"
     if unit == "MB":
         return f"{value:.0f} MB"
+    if unit == "ms":
+        return f"{value:.0f} ms"
     return f"{value:.2f} s"
 
 
-def _verdict(c: Comparison) -> str:
+def verdict(c: Comparison, long: bool = True) -> str:
+    if c.limit is None:
+        return "info"
     if c.passed:
         return "PASS"
-    return f"MISS ({(c.value / c.limit - 1) * 100:+.0f}% over the limit)"
+    over = f"{(c.value / c.limit - 1) * 100:+.0f}%"
+    return f"MISS ({over} over the limit)" if long else f"MISS ({over})"
+
+
+def target(c: Comparison) -> str:
+    return "(info)" if c.limit is None else f"<= {num(c.limit, c.unit)}"
 
 
 def render_text(report: Report) -> str:
@@ -334,12 +352,11 @@ def render_text(report: Report) -> str:
     width = max([width, *(len(c.label) for c in report.comparisons)])
     lines.append(f"   {'':<{width}}  {'median':>10}   samples")
     for m in report.measured:
-        samples = " ".join(_num(s, m.unit).split()[0] for s in m.samples)
-        lines.append(f"   {m.name:<{width}}  {_num(m.median, m.unit):>10}   [{samples}]")
+        samples = " ".join(num(s, m.unit).split()[0] for s in m.samples)
+        lines.append(f"   {m.name:<{width}}  {num(m.median, m.unit):>10}   [{samples}]")
     for c in report.comparisons:
-        target = f"target <= {_num(c.limit, c.unit)}"
         lines.append(
-            f"   {c.label:<{width}}  {_num(c.value, c.unit):>10}   {target}  {_verdict(c)}"
+            f"   {c.label:<{width}}  {num(c.value, c.unit):>10}   target {target(c)}  {verdict(c)}"
         )
     lines += [f"   note: {n}" for n in report.notes]
     return "\n".join(lines)

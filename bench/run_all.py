@@ -1,4 +1,4 @@
-"""Run the four benchmarks one after another and print a summary the README can quote.
+"""Run every benchmark one after another and print a summary the README can quote.
 
     python bench/run_all.py [--runs N] [--size 1G] [--json] [--only NAME]...
 
@@ -9,6 +9,7 @@ Markdown tables: the medians, and every target with PASS or MISS.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -18,39 +19,43 @@ from typing import TextIO
 if __package__ in (None, ""):  # run as `python bench/run_all.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import cold_build, harness, install, peak_memory, warm_rebuild
+from bench import cold_build, harness, install, peak_memory, startup, verify, warm_rebuild
 from bench.harness import BenchError, Options, Report
 
 BENCHES: dict[str, Callable[[Options, TextIO | None], Report]] = {
     "cold_build": cold_build.bench,
     "warm_rebuild": warm_rebuild.bench,
     "install": install.bench,
+    "verify": verify.bench,
+    "startup": startup.bench,
     "peak_memory": peak_memory.bench,
 }
 
 
-def _value(value: float, unit: str) -> str:
-    return {"x": f"{value:.2f}x", "MB": f"{value:.0f} MB"}.get(unit, f"{value:.2f} s")
-
-
 def summary(reports: list[Report], size: int, runs: int) -> str:
+    """Two Markdown tables: every contender's median and range, then every ratio: against the
+    strongest baseline (with its target: PASS or MISS) and the familiar one (info)."""
     lines = [
-        f"Synthetic stack of {size / 1e9:g} GB (peak_memory: also {3 * size / 1e9:g} GB), "
-        f"median of {runs} run(s), 127.0.0.1 index",
+        f"Synthetic stack of {size / 1e9:g} GB (peak_memory: also "
+        f"{peak_memory.GROWTH * size / 1e9:g} GB), median and range of {runs} run(s) in ABBA "
+        f"order, 127.0.0.1 index; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+        f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())} at the end",
         "",
-        "| benchmark | contender | median |",
-        "|---|---|---:|",
+        "| benchmark | contender | median | range |",
+        "|---|---|---:|---:|",
     ]
     for r in reports:
-        lines += [f"| {r.bench} | {m.name} | {_value(m.median, m.unit)} |" for m in r.measured]
-    lines += ["", "| benchmark | target | measured | limit | result |", "|---|---|---:|---:|---|"]
+        lines += [
+            f"| {r.bench} | {m.name} | {harness.num(m.median, m.unit)} | {harness.spread(m)} |"
+            for m in r.measured
+        ]
+    lines += ["", "| benchmark | ratio | measured | target | result |", "|---|---|---:|---:|---|"]
     for r in reports:
-        for c in r.comparisons:
-            verdict = "PASS" if c.passed else f"MISS ({(c.value / c.limit - 1) * 100:+.0f}%)"
-            lines.append(
-                f"| {r.bench} | {c.label} | {_value(c.value, c.unit)} | "
-                f"<= {_value(c.limit, c.unit)} | {verdict} |"
-            )
+        lines += [
+            f"| {r.bench} | {c.label} | {harness.num(c.value, c.unit)} | "
+            f"{harness.target(c)} | {harness.verdict(c, long=False)} |"
+            for c in r.comparisons
+        ]
     return "\n".join(lines)
 
 

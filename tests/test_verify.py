@@ -123,3 +123,16 @@ def test_large_members_hash_across_read_boundaries(tmp_path: Path) -> None:
     (tmp_path / "bad.tar").write_bytes(bytes(data))
     report = verify(str(tmp_path / "bad.tar"))
     assert [p.path for p in report.problems] == ["manifest.json", "wheels/c.whl"]
+
+
+@pytest.mark.parametrize("mark", [b"\x0b", b"\x0c", b"\x1c", b"\r"])
+def test_a_newline_in_sha256sums_damaged_into_another_line_break_is_caught(
+    built_bundle: Built, tmp_path: Path, mark: bytes
+) -> None:
+    """str.splitlines() would still see two lines; SHA256SUMS lines end at a newline alone."""
+    copy = _copy(built_bundle, tmp_path)
+    sums = copy / "SHA256SUMS"
+    data = sums.read_bytes()
+    sums.write_bytes(data.replace(b"\n", mark, 1))
+    report = verify(str(copy))
+    assert [p.path for p in report.problems] == ["SHA256SUMS"], report.problems

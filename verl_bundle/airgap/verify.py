@@ -43,7 +43,9 @@ class Report:
 def parse_sums(text: str) -> dict[str, str]:
     """`sha256sum` lines: '<64 hex>  <path>' (or ' *<path>' in binary mode)."""
     sums: dict[str, str] = {}
-    for line in text.splitlines():
+    # Lines end at "\n" alone: splitlines() also breaks at \v, \f, \x1c.. and U+2028, so a
+    # damaged newline would read as intact.
+    for line in text.split("\n"):
         m = re.match(r"^([0-9a-fA-F]{64}) [ *](.+)$", line)
         if m:
             sums[m.group(2)] = m.group(1).lower()
@@ -130,7 +132,7 @@ def verify_dir(path: str) -> Report:
             if name in filenames and os.path.isfile(full):
                 files[rel] = full
                 if rel in (SUMS, MANIFEST):
-                    with open(full, encoding="utf-8", errors="replace") as fh:
+                    with open(full, encoding="utf-8", errors="replace", newline="") as fh:
                         texts[rel] = fh.read()
     # hashlib releases the GIL on large buffers, so files hash in parallel on every core.
     workers = max(1, min(8, os.cpu_count() or 1))

@@ -1,0 +1,75 @@
+"""Verify: `verl-bundle verify` of a bundle tarball vs `openssl dgst -sha256` of the same file
+(the strongest: one pass of OpenSSL's sha256 over the bytes) and `sha256sum -c` of its .sha256
+(the familiar one).
+
+verify reads the tarball once and hashes it twice, on two threads: every member against
+SHA256SUMS and the manifest, and the whole file against the .sha256 beside it. The tarball is
+read once untimed first, so every contender finds it in the page cache.
+Target: verify at most 1.3x openssl's time.
+
+    python bench/verify.py [--runs N] [--size 1G] [--json]
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TextIO
+
+if __package__ in (None, ""):  # run as `python bench/verify.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench import harness, synthetic
+from bench.cold_build import build_once
+from bench.harness import Contender, Options, Report
+
+TARGET = 1.3
+
+
+def bench(opts: Options, progress: TextIO | None) -> Report:
+    stack = synthetic.stack(opts.size, opts.cache, progress)
+    with harness.workdir("verify", opts.keep, progress) as work:
+        log = work / "commands.log"
+        tarball = build_once(stack, work, log)
+        synthetic.warm_page_cache([tarball])
+        ours = [*harness.verl_bundle(), "verify", str(tarball)]
+        openssl = ["openssl", "dgst", "-sha256", str(tarball)]
+        sums = ["sha256sum", "--quiet", "-c", f"{tarball.name}.sha256"]
+        contenders = [
+            Contender("verl-bundle verify", harness.show(ours), lambda: harness.run(ours, log)),
+            Contender(
+                "openssl dgst -sha256", harness.show(openssl), lambda: harness.run(openssl, log)
+            ),
+            Contender(
+                "sha256sum -c",
+                f"cd {tarball.parent} && {harness.show(sums)}",
+                lambda: harness.run(sums, log, cwd=tarball.parent),
+            ),
+        ]
+        harness.interleave(contenders, opts.runs, progress)
+        size = tarball.stat().st_size
+    results = harness.measured(contenders)
+    ours_m, openssl_m, sums_m = results
+    return Report(
+        bench="verify",
+        title="verify a tarball vs openssl dgst and sha256sum -c",
+        setup=f"{stack.describe()}; tarball {size / 1e9:.2f} GB",
+        runs=opts.runs,
+        measured=results,
+        comparisons=(
+            harness.ratio("ratio verify/openssl", ours_m, openssl_m, TARGET),
+            harness.ratio("ratio verify/sha256sum -c", ours_m, sums_m, None),
+        ),
+        notes=(
+            "verify hashes every byte twice (members, and the whole file for its .sha256) on "
+            "two threads from one read; openssl and sha256sum hash it once on one",
+        ),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    return harness.main_for(bench, argv, __doc__)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
