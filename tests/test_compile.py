@@ -426,63 +426,161 @@ def _tree(home: Path, sub: str) -> dict[str, Path]:
     }
 
 
-@pytest.mark.slow
-def test_a_host_with_no_cuda_compiles_with_the_stacks_own_nvcc_wheels(
-    tiny: Tiny, tmp_path: Path
-) -> None:
-    # CUDA 13's nvidia-cuda-nvcc wheel carries nvcc itself: a stack that locks it (with nvvm and
-    # the runtime headers) compiles here with no CUDA installed. The wheels are made from this
-    # host's toolkit in NVIDIA's wheel layout; the build then runs with /usr/local/cuda* hidden.
-    home = tiny.cuda_home.resolve()
-    index = tmp_path / "index"
-    shutil.copytree(tiny.root, index)
-    bins = {f"bin/{n}": home / "bin" / n for n in ("nvcc", "cudafe++", "fatbinary", "nvlink")}
-    bins |= {"bin/ptxas": home / "bin" / "ptxas"}
-    bins |= _tree(home, "bin/crt") | _tree(home, "nvvm")
-    profile_file = tmp_path / "nvcc.profile"
-    profile_file.write_text(WHEEL_NVCC_PROFILE)
-    bins["bin/nvcc.profile"] = profile_file
-    _toolkit_wheel(index, "nvidia-cuda-nvcc", "13.0.88", bins)
-    runtime = _tree(home, "include")
-    runtime |= {f"lib/{n}": home / "lib" / n for n in ("libcudart_static.a", "libcudadevrt.a")}
-    _toolkit_wheel(index, "nvidia-cuda-runtime", "13.0.96", runtime)
-    server = Server(index, json_api=True, upload_time=UPLOADED).start()
-    try:
-        profile = tmp_path / "tiny-stack-nvcc.toml"
-        profile.write_text(
-            PROFILE.format(version="0.1").replace(
-                'requirements = ["tinycuda==0.1"]',
-                'requirements = ["tinycuda==0.1", "nvidia-cuda-nvcc==13.0.88", '
-                '"nvidia-cuda-runtime==13.0.96"]',
-            )
-        )
-        out, cache = tmp_path / "out", tmp_path / "cache"
-        env = clean_environ(tmp_path)
+@dataclass
+class StackNvcc:
+    """The tiny index plus nvcc wheels in NVIDIA's CUDA 13 layout, made from this host's toolkit
+    (nvidia-cuda-nvcc: bin/; nvidia-nvvm: nvvm/; nvidia-cuda-runtime: include/ and lib/)."""
+
+    server: Server
+    home: Path  # this host's toolkit, hidden from the builds below
+    profile: Path
+
+    def run(
+        self, argv: list[str], env: dict[str, str], *, offline: bool = False, extra: str = ""
+    ) -> subprocess.CompletedProcess[str]:
+        """argv in a mount namespace where every /usr/local/cuda* is empty (and no network
+        when `offline`), after the shell lines `extra`."""
+        env = dict(env)
         env["PATH"] = os.pathsep.join(
             p for p in env["PATH"].split(os.pathsep) if not p.startswith("/usr/local")
         )
         env.pop("CUDA_HOME", None)
-        args = ["build", "--profile", str(profile), "--python", "3.10", "--compile", "always"]
-        args += ["--mirror", f"pypi={server.index_url}", "-o", str(out), "--cache-dir", str(cache)]
-        args += ["--cuda-archs", "9.0", "--json"]
-        hide = f'mount -t tmpfs tmpfs {home} && exec "$@"'
-        proc = subprocess.run(
-            ["unshare", "-m", "sh", "-c", hide, "sh", sys.executable, "-m", "verl_bundle", *args],
+        hide = f'{extra}mount -t tmpfs tmpfs {self.home} && exec "$@"'
+        flags = ["-m", "-n"] if offline else ["-m"]
+        return subprocess.run(
+            ["unshare", *flags, "sh", "-c", hide, "sh", *argv],
             capture_output=True,
             text=True,
             timeout=900,
             env=env,
         )
+
+    def build(self, tmp: Path, compile_mode: str) -> Path:
+        args = ["build", "--profile", str(self.profile), "--python", "3.10"]
+        args += ["--compile", compile_mode, "--mirror", f"pypi={self.server.index_url}"]
+        args += ["-o", str(tmp / "out"), "--cache-dir", str(tmp / "cache")]
+        args += ["--cuda-archs", "9.0", "--json"]
+        proc = self.run([sys.executable, "-m", "verl_bundle", *args], clean_environ(tmp))
+        return Path(str(_result(proc)["bundle"]))
+
+
+@pytest.fixture(scope="module")
+def stack_nvcc(tiny: Tiny, tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackNvcc]:
+    tmp = tmp_path_factory.mktemp("stack-nvcc")
+    home = tiny.cuda_home.resolve()
+    index = tmp / "index"
+    shutil.copytree(tiny.root, index)
+    bins = {f"bin/{n}": home / "bin" / n for n in ("nvcc", "cudafe++", "fatbinary", "nvlink")}
+    bins |= {"bin/ptxas": home / "bin" / "ptxas"} | _tree(home, "bin/crt")
+    profile_file = tmp / "nvcc.profile"
+    profile_file.write_text(WHEEL_NVCC_PROFILE)
+    bins["bin/nvcc.profile"] = profile_file
+    _toolkit_wheel(index, "nvidia-cuda-nvcc", "13.0.88", bins)
+    _toolkit_wheel(index, "nvidia-nvvm", "13.0.88", _tree(home, "nvvm"))
+    runtime = _tree(home, "include")
+    runtime |= {f"lib/{n}": home / "lib" / n for n in ("libcudart_static.a", "libcudadevrt.a")}
+    _toolkit_wheel(index, "nvidia-cuda-runtime", "13.0.96", runtime)
+    profile = tmp / "tiny-stack-nvcc.toml"
+    profile.write_text(
+        PROFILE.format(version="0.1").replace(
+            'requirements = ["tinycuda==0.1"]',
+            'requirements = ["tinycuda==0.1", "nvidia-cuda-nvcc==13.0.88", '
+            '"nvidia-nvvm==13.0.88", "nvidia-cuda-runtime==13.0.96"]',
+        )
+    )
+    server = Server(index, json_api=True, upload_time=UPLOADED).start()
+    try:
+        yield StackNvcc(server, home, profile)
     finally:
         server.stop()
-    result = _result(proc)
-    assert str(result["compiled"]).startswith("['tinycuda compiled here (cu130, sm90, ")
-    _, manifest = _manifest(Path(str(result["bundle"])), tmp_path / "x")
+
+
+@pytest.mark.slow
+def test_a_host_with_no_cuda_compiles_with_the_stacks_own_nvcc_wheels(
+    stack_nvcc: StackNvcc, tmp_path: Path
+) -> None:
+    # CUDA 13's nvidia-cuda-nvcc wheel carries nvcc itself: a stack that locks it (with nvvm and
+    # the runtime headers) compiles here with no CUDA installed.
+    bundle = stack_nvcc.build(tmp_path, "always")
+    _, manifest = _manifest(bundle, tmp_path / "x")
     entry = {f["name"]: f for f in manifest["files"]}["tinycuda"]  # type: ignore[attr-defined]
     assert entry["compiled"]["toolkit"] == "nvcc 13.0.88 (the stack's nvidia-cuda-nvcc wheels)"
-    trees = [p for p in (cache / "toolkits").iterdir()]
+    trees = list((tmp_path / "cache" / "toolkits").iterdir())
     assert [p.name.startswith(".tmp-") for p in trees] == [False]
     assert os.access(trees[0] / "nvidia" / "cu13" / "nvvm" / "bin" / "cicc", os.X_OK)
+
+
+def _import_tinycuda(prefix: Path) -> list[str]:
+    check = subprocess.run(
+        [
+            str(prefix / "bin" / "python"),
+            "-c",
+            "import tinycuda as t; print(t.answer(), t.nvcc_major())",
+        ],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+    return check.stdout.split() or [check.stderr]
+
+
+@pytest.mark.slow
+def test_a_server_with_no_cuda_builds_with_the_bundles_own_nvcc(
+    stack_nvcc: StackNvcc, tmp_path: Path
+) -> None:
+    # The source build is left to the server, which has no CUDA toolkit and no network: the
+    # doctor passes (the bundle brings nvcc) and the installer points CUDA_HOME at the venv's
+    # nvidia/cu13 once the earlier phase has installed the nvcc wheels.
+    bundle = stack_nvcc.build(tmp_path, "never")
+    root = extract(bundle, tmp_path / "x")
+    home = tmp_path / "home"
+    home.mkdir()
+    prefix = tmp_path / "prefix"
+    env = clean_environ(home)
+    env["HOME"] = str(home)
+    argv = [str(root / "install.sh"), "--prefix", str(prefix), "--python", python310(), "--yes"]
+    proc = stack_nvcc.run(argv, env, offline=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout + proc.stderr
+    assert "nvcc from the bundle's own nvidia-cuda-nvcc 13.0.88 wheel" in out
+    site = prefix / "lib" / "python3.10" / "site-packages"
+    assert f"CUDA_HOME={site / 'nvidia' / 'cu13'}" in out
+    assert _import_tinycuda(prefix) == ["42", "13"]
+
+
+@pytest.mark.slow
+def test_an_nvcc_wrapper_on_path_gets_its_real_toolkit_as_cuda_home(
+    tiny: Tiny, tmp_path: Path
+) -> None:
+    # bin/nvcc is a wrapper (as /usr/local/bin/nvcc is on many servers): torch and setup.py
+    # would take the directory above it, which has no headers. The installer sets CUDA_HOME to
+    # the toolkit the wrapper runs. The host's toolkit is moved out of its usual place.
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    bundle = Path(str(_result(tiny.build(out, cache, "--compile", "never"))["bundle"]))
+    root = extract(bundle, tmp_path / "x")
+    real = tmp_path / "toolkit"
+    real.mkdir()
+    wrap = tmp_path / "wrap" / "bin"
+    wrap.mkdir(parents=True)
+    (wrap / "nvcc").write_text(f'#!/bin/sh\nexec {real}/bin/nvcc "$@"\n')
+    (wrap / "nvcc").chmod(0o755)
+    home = tmp_path / "home"
+    home.mkdir()
+    prefix = tmp_path / "prefix"
+    env = clean_environ(home)
+    env["HOME"] = str(home)
+    env["LD_LIBRARY_PATH"] = str(real / "lib64")  # the toolkit's libcudart, moved with it
+    hider = StackNvcc(tiny.server, tiny.cuda_home.resolve(), Path())
+    argv = [
+        "env",
+        f"PATH={wrap}:/usr/bin:/bin:{Path(python310()).parent}",
+        str(root / "install.sh"),
+    ]
+    argv += ["--prefix", str(prefix), "--python", python310(), "--yes"]
+    proc = hider.run(argv, env, offline=True, extra=f"mount --bind {hider.home} {real} && ")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"CUDA_HOME={real}" in proc.stdout + proc.stderr
+    assert _import_tinycuda(prefix) == ["42", "13"]
 
 
 def test_cuda12_nvcc_wheels_make_no_toolkit_and_unsafe_members_are_refused(tmp_path: Path) -> None:

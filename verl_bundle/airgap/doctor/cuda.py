@@ -78,7 +78,7 @@ def is_toolkit(path: Path) -> bool:
     return (path / "bin" / "nvcc").is_file() and (path / "include" / "cuda_runtime.h").is_file()
 
 
-def _nvcc_root(nvcc: str) -> str:
+def nvcc_root(nvcc: str) -> str:
     """The toolkit an nvcc really runs: nvcc -dryrun names it even through a wrapper script."""
     r = run([nvcc, "-dryrun", "-E", "-x", "cu", os.devnull])
     m = re.search(r"^#\$ _HERE_=(.+)$", r.out + "\n" + r.err, re.M)
@@ -139,8 +139,8 @@ def find_toolkit(env: Mapping[str, str]) -> Toolkit:
         return Toolkit(home, source, None, None, None, None, path_nvcc, None, libs)
     r = run([nvcc, "--version"])
     m = re.search(r"release (\d+\.\d+)", r.out)
-    root = _nvcc_root(nvcc)
-    path_root = root if path_nvcc in (None, nvcc) else _nvcc_root(path_nvcc)
+    root = nvcc_root(nvcc)
+    path_root = root if path_nvcc in (None, nvcc) else nvcc_root(path_nvcc)
     lib_root = Path(home) if home and is_toolkit(Path(home)) else Path(root)
     return Toolkit(
         home,
@@ -196,9 +196,30 @@ def _no_build_why(plan: Plan) -> str:
     )
 
 
+def _own_toolkit(plan: Plan, facts: Facts) -> str | None:
+    """What the installer does when the bundle brings its own nvcc (CUDA 13+ wheels) and this
+    server has no toolkit of the bundle's major and no CUDA_HOME/CUDA_PATH: the line to show."""
+    if not plan.cuda_build or facts.env.get("CUDA_HOME") or facts.env.get("CUDA_PATH"):
+        return None
+    version = plan.stack_nvcc
+    tk, need = facts.toolkit, plan.toolkit
+    if version is None or not need:
+        return None
+    have = parse_version(tk.version or "") or (0,)
+    if tk.root and is_toolkit(Path(tk.root)) and have[0] == (parse_version(need) or (0,))[0]:
+        return None  # this server's own toolkit is used
+    return (
+        f"nvcc from the bundle's own nvidia-cuda-nvcc {version} wheel: the installer sets "
+        f"CUDA_HOME to it for {plan.build_names()}"
+    )
+
+
 @check("nvcc")
 def check_nvcc(plan: Plan, facts: Facts, opts: Options) -> Check:
     tk, need = facts.toolkit, plan.toolkit
+    own = _own_toolkit(plan, facts)
+    if own:
+        return ok(own)
     sev = "fail" if plan.cuda_build else "warn"
     why = (
         f"The bundle compiles {plan.build_names()} from source, which needs the CUDA {need} "
@@ -256,6 +277,9 @@ def _suggest_home(need: str | None, tk: Toolkit) -> tuple[str | None, bool]:
 @check("cuda-home")
 def check_cuda_home(plan: Plan, facts: Facts, opts: Options) -> Check:
     tk, need = facts.toolkit, plan.toolkit
+    own = _own_toolkit(plan, facts)
+    if own:
+        return ok(own)
     sev = "fail" if plan.cuda_build else "warn"
     if tk.home is None:
         if not need:
@@ -280,6 +304,13 @@ def check_cuda_home(plan: Plan, facts: Facts, opts: Options) -> Check:
     if tk.home_source in ("CUDA_HOME", "CUDA_PATH") and not home.is_dir():
         return found(
             sev, f"{tk.home_source}={home} does not exist", why, fix or f"unset {tk.home_source}"
+        )
+    env_set = tk.home_source in ("CUDA_HOME", "CUDA_PATH")
+    wrapped = not env_set and not is_toolkit(home) and tk.root and is_toolkit(Path(tk.root))
+    if plan.cuda_build and wrapped:
+        return ok(
+            f"torch would take {home} ({tk.home_source}), not a toolkit; the installer sets "
+            f"CUDA_HOME={tk.root} (the toolkit {tk.nvcc} runs) for source builds"
         )
     if not is_toolkit(home):
         lacks = [p for p in ("bin/nvcc", "include/cuda_runtime.h") if not (home / p).is_file()]

@@ -135,6 +135,19 @@ class Plan:
     def cuda_build(self) -> bool:
         return any(b.needs_cuda for b in self.builds)
 
+    @property
+    def stack_nvcc(self) -> str | None:
+        """The bundle's own CUDA 13+ nvidia-cuda-nvcc wheel version when an earlier phase installs
+        it before every phase that compiles CUDA (see install/cudahome.py), else None."""
+        if self.manifest is None:
+            return None
+        from verl_bundle.airgap.install.cudahome import stack_nvcc
+
+        m = self.manifest
+        phases = [p for p in m.phases if any(b.needs_cuda for b in p.source_builds)]
+        found = {stack_nvcc(m, p) for p in phases}
+        return found.pop() if len(found) == 1 else None
+
     def build_names(self) -> str:
         return ", ".join(b.package for b in self.builds if b.needs_cuda) or "none"
 

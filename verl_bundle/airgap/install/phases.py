@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import IO, Callable
 
 from verl_bundle.airgap.install import dists
+from verl_bundle.airgap.install.cudahome import build_cuda_home
 from verl_bundle.airgap.install.env import Tools, clean_environ
 from verl_bundle.airgap.install.options import Options
 from verl_bundle.airgap.install.state import State, content_key
@@ -59,13 +60,18 @@ def max_jobs(phase: Phase) -> int:
 
 
 def phase_command(
-    phase: Phase, bundle: str, target: str, tools: Tools, state: State
+    m: Manifest, phase: Phase, bundle: str, target: str, tools: Tools, state: State
 ) -> tuple[str, Command, int | None, tuple[tuple[str, str], ...]]:
     req = os.path.join(bundle, phase.requirements)
     wheels = os.path.join(bundle, "wheels")
     if phase.source_builds:
         jobs = max_jobs(phase)
-        build_env = tuple(sorted({k: v for b in phase.source_builds for k, v in b.env}.items()))
+        merged = {k: v for b in phase.source_builds for k, v in b.env}
+        if any(b.needs_cuda for b in phase.source_builds):
+            home = build_cuda_home(m, phase, target)
+            if home is not None:
+                merged["CUDA_HOME"] = home[0]
+        build_env = tuple(sorted(merged.items()))
         # The venv's bin/ comes first on PATH: the bundle's ninja wheel (and anything else a
         # build runs by name) is found there.
         path = os.path.join(target, "bin") + os.pathsep + os.environ.get("PATH", os.defpath)
@@ -95,7 +101,7 @@ def plan_phases(
     """What each phase will do on this run, from the markers of earlier runs."""
     out = []
     for phase in m.phases:
-        tool, cmd, jobs, build_env = phase_command(phase, opts.bundle, target, tools, state)
+        tool, cmd, jobs, build_env = phase_command(m, phase, opts.bundle, target, tools, state)
         key = content_key(os.path.join(opts.bundle, phase.requirements))
         if phase.name in opts.skip_phases:
             action, why = "skip", "skipped (--skip-phase)"

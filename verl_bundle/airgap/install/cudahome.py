@@ -1,0 +1,76 @@
+"""CUDA_HOME for a source build on the server, when the admin set none and torch would guess
+wrong or find nothing.
+
+- torch takes the directory above `which nvcc` without following wrapper scripts or links, so a
+  `/usr/local/bin/nvcc` wrapper gives CUDA_HOME=/usr/local, which has no cuda_runtime.h: the build
+  then fails on its first object. The toolkit that nvcc really runs (`nvcc -dryrun` names it) is
+  used instead.
+- With no toolkit of the bundle's CUDA major on the server at all, a CUDA 13+ stack that carries
+  NVIDIA's nvcc wheels (nvidia-cuda-nvcc 13 holds nvcc itself; nvidia-nvvm, nvidia-cuda-crt and
+  nvidia-cuda-runtime the rest) in an earlier phase brings its own: the venv's
+  site-packages/nvidia/cuNN is a complete toolkit once that phase is installed.
+A CUDA_HOME or CUDA_PATH the admin exported is always kept.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Mapping
+
+from verl_bundle.airgap.doctor.commands import run
+from verl_bundle.airgap.doctor.cuda import is_toolkit, nvcc_root
+from verl_bundle.airgap.manifest import Manifest, Phase
+
+# The wheels whose files together make the toolkit tree (their names may end in -cuNN).
+TREE = ("nvidia-cuda-nvcc", "nvidia-nvvm", "nvidia-cuda-runtime")
+
+
+def stack_nvcc(m: Manifest, phase: Phase) -> str | None:
+    """The version of the bundle's CUDA 13+ nvidia-cuda-nvcc wheel when a phase before `phase`
+    installs it with the rest of the tree, for the bundle's CUDA major; else None."""
+    names = [p.name for p in m.phases]
+    earlier = set(names[: names.index(phase.name)]) if phase.name in names else set()
+    want = m.target.cuda.split(".")[0]
+    found = {
+        re.sub(r"-cu\d+$", "", f.name): f.version
+        for f in m.files
+        if f.kind == "wheel" and f.phase in earlier
+    }
+    version = found.get("nvidia-cuda-nvcc")
+    if version is None or not all(n in found for n in TREE):
+        return None
+    major = version.split(".")[0]
+    return version if major == want and major.isdigit() and int(major) >= 13 else None
+
+
+def _major(nvcc: str) -> str | None:
+    r = run([nvcc, "--version"])
+    m = re.search(r"release (\d+)\.\d+", r.out)
+    return m.group(1) if m else None
+
+
+def build_cuda_home(
+    m: Manifest, phase: Phase, target: str, environ: Mapping[str, str] | None = None
+) -> tuple[str, str] | None:
+    """(CUDA_HOME, why) for `phase`'s source builds, or None to leave torch's own choice."""
+    env = os.environ if environ is None else environ
+    if env.get("CUDA_HOME") or env.get("CUDA_PATH"):
+        return None
+    want = m.target.cuda.split(".")[0]
+    nvcc = shutil.which("nvcc", path=env.get("PATH"))
+    if nvcc is not None and _major(nvcc) == want:
+        guess = Path(nvcc).parent.parent
+        if is_toolkit(guess):
+            return None  # torch finds it by itself
+        root = Path(nvcc_root(nvcc))
+        if is_toolkit(root):
+            return str(root), f"the toolkit {nvcc} runs (torch would take {guess})"
+    version = stack_nvcc(m, phase)
+    if version is None:
+        return None
+    site = os.path.join(target, "lib", "python" + m.target.python, "site-packages")
+    home = os.path.join(site, "nvidia", "cu" + want)
+    return home, f"the bundle's own nvidia-cuda-nvcc {version} wheel"
