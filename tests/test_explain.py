@@ -363,6 +363,25 @@ You may need to use sudo with that command.  After installing the python3-venv
 package, recreate your virtual environment.
 """
 
+# flash-attn 2.8.3 built here with /usr/local/bin/nvcc (a wrapper) on PATH and no CUDA_HOME
+# (a real run, paths shortened): torch took CUDA_HOME=/usr/local.
+WRAPPER_CUDA_HOME = """\
+/venv/lib/python3.10/site-packages/torch/_subclasses/functional_tensor.py:307: UserWarning: Failed to initialize NumPy: No module named 'numpy'
+W1130 21:47:46.148000 15484 torch/utils/cpp_extension.py:140] No CUDA runtime is found, using CUDA_HOME='/usr/local'
+
+
+torch.__version__  = 2.11.0+cu130
+In file included from /venv/lib/python3.10/site-packages/torch/include/c10/cuda/CUDAGuard.h:8,
+                 from /tmp/fa/flash_attn-2.8.3/csrc/flash_attn/flash_api.cpp:8:
+/venv/lib/python3.10/site-packages/torch/include/c10/cuda/CUDAMiscFunctions.h:7:10: fatal error: cuda_runtime.h: No such file or directory
+    7 | #include <cuda_runtime.h>
+      |          ^~~~~~~~~~~~~~~~
+compilation terminated.
+ninja: build stopped: subcommand failed.
+subprocess.CalledProcessError: Command '['ninja', '-v', '-j', '1']' returned non-zero exit status 1.
+RuntimeError: Error compiling objects for extension
+"""
+
 NO_NVCC = """\
       torch.__version__  = 2.1.2+cu118
 
@@ -740,6 +759,14 @@ CASES = [
         ["apt install python3.10-venv"],
         [],
         id="venv-missing",
+    ),
+    pytest.param(
+        "cuda-home-not-toolkit",
+        WRAPPER_CUDA_HOME,
+        "using CUDA_HOME='/usr/local'",
+        ["CUDA_HOME=/usr/local/cuda-X.Y", "_HERE_"],
+        ["wrapper"],
+        id="cuda-home-not-toolkit",
     ),
     pytest.param(
         "cuda-home-missing",
