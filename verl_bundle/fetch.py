@@ -67,7 +67,25 @@ def fetch(
     for pkg in lock.packages:
         check_locked_name(pkg)
     wants = [_want(p, lock, profile, downloader.http) for p in lock.packages]
-    results: list[Cached] = downloader.fetch_all(wants)
+    locked = {p.name: p for p in lock.packages}
+
+    def fetch_and_check(want: Want) -> Cached:
+        """A wheel is checked whole as soon as it is in the cache, while the other downloads
+        go on (a check passed is remembered, so the pass over every wheel below skips it)."""
+        got = downloader.fetch(want)
+        pkg = locked[want.package]
+        if pkg.kind == "wheel" and want.filename.endswith(".whl"):
+            ensure_whole(
+                downloader.cache,
+                got.path,
+                got.sha256,
+                package=pkg.name,
+                filename=want.filename,
+                url=pkg.file.url,
+            )
+        return got
+
+    results: list[Cached] = downloader.parallel(fetch_and_check, wants)
     by_name = {r.want.package: r for r in results}
     artifacts: list[Artifact] = []
     built = 0

@@ -29,9 +29,9 @@ from verl_bundle.airgap import manifest as mf
 from verl_bundle.bundle.plan import Entry
 from verl_bundle.progress import Reporter
 
-CHUNK = 4 << 20  # reads: large, so hashlib (which releases the GIL) gets big buffers
+CHUNK = 1 << 20  # reads: large enough for hashlib to release the GIL, small enough for the caches
 COPY_STEP = 64 << 20  # one copy_file_range call at most, so progress moves
-QUEUED = 4  # chunks waiting per hashing thread: memory stays at a few chunks
+QUEUED = 8  # chunks waiting per hashing thread: memory stays at a few MiB
 # Files in a bundle get one fixed time, so that the same inputs give the same tarball.
 MTIME = int(os.environ.get("SOURCE_DATE_EPOCH", "315619200"))  # 1980-01-02
 EXECUTABLE = {mf.INSTALL, mf.DOCTOR, "install-assets.sh"}  # the last: asset bundles
