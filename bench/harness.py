@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import shlex
 import shutil
 import statistics
@@ -70,10 +71,17 @@ class Measured:
     command: str
     unit: str  # "s" or "MB"
     samples: tuple[float, ...]
+    # CPU seconds (user + system) of the commands each sample ran: on a machine shared with
+    # other work, wall times stretch with the load, CPU times much less.
+    cpu: tuple[float, ...] = ()
 
     @property
     def median(self) -> float:
         return statistics.median(self.samples)
+
+    @property
+    def cpu_median(self) -> float | None:
+        return statistics.median(self.cpu) if self.cpu else None
 
 
 @dataclass(frozen=True)
@@ -244,6 +252,13 @@ class Contender:
     cleanup: Callable[[], object] = lambda: None
     unit: str = "s"
     samples: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
+
+
+def _children_cpu() -> float:
+    """CPU seconds of every child process waited for so far (getrusage: user + system)."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
 
 
 def interleave(contenders: list[Contender], runs: int, progress: TextIO | None) -> None:
@@ -255,17 +270,21 @@ def interleave(contenders: list[Contender], runs: int, progress: TextIO | None) 
             # Write back what the previous run left dirty, so that no run pays for another's
             # writes (a build writes its cache and its tarball: 2 GB for a 1 GB stack).
             os.sync()
+            before = _children_cpu()
             try:
                 value = c.measure()
             finally:
                 c.cleanup()
             c.samples.append(value)
+            c.cpu.append(_children_cpu() - before)
             if progress is not None:
                 print(f"  run {i + 1}/{runs}  {c.name:<34} {value:8.2f} {c.unit}", file=progress)
 
 
 def measured(contenders: list[Contender]) -> tuple[Measured, ...]:
-    return tuple(Measured(c.name, c.command, c.unit, tuple(c.samples)) for c in contenders)
+    return tuple(
+        Measured(c.name, c.command, c.unit, tuple(c.samples), tuple(c.cpu)) for c in contenders
+    )
 
 
 def ratio(label: str, a: Measured, b: Measured, limit: float | None) -> Comparison:
@@ -350,10 +369,11 @@ def render_text(report: Report) -> str:
         lines.append(f"     [{m.name}] {m.command}")
     width = max(len(m.name) for m in report.measured)
     width = max([width, *(len(c.label) for c in report.comparisons)])
-    lines.append(f"   {'':<{width}}  {'median':>10}   samples")
+    lines.append(f"   {'':<{width}}  {'median':>10}   {'cpu':>8}   samples")
     for m in report.measured:
         samples = " ".join(num(s, m.unit).split()[0] for s in m.samples)
-        lines.append(f"   {m.name:<{width}}  {num(m.median, m.unit):>10}   [{samples}]")
+        cpu = f"{m.cpu_median:.2f} s" if m.cpu_median is not None and m.unit == "s" else "-"
+        lines.append(f"   {m.name:<{width}}  {num(m.median, m.unit):>10}   {cpu:>8}   [{samples}]")
     for c in report.comparisons:
         lines.append(
             f"   {c.label:<{width}}  {num(c.value, c.unit):>10}   target {target(c)}  {verdict(c)}"

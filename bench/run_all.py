@@ -32,6 +32,12 @@ BENCHES: dict[str, Callable[[Options, TextIO | None], Report]] = {
 }
 
 
+def _cpu(m: harness.Measured) -> str:
+    if m.cpu_median is None or m.unit != "s":
+        return "-"
+    return f"{m.cpu_median:.2f}"
+
+
 def summary(reports: list[Report], size: int, runs: int) -> str:
     """Two Markdown tables: every contender's median and range, then every ratio: against the
     strongest baseline (with its target: PASS or MISS) and the familiar one (info)."""
@@ -41,12 +47,13 @@ def summary(reports: list[Report], size: int, runs: int) -> str:
         f"order, 127.0.0.1 index; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
         f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())} at the end",
         "",
-        "| benchmark | contender | median | range |",
-        "|---|---|---:|---:|",
+        "| benchmark | contender | median | range | CPU s (median) |",
+        "|---|---|---:|---:|---:|",
     ]
     for r in reports:
         lines += [
-            f"| {r.bench} | {m.name} | {harness.num(m.median, m.unit)} | {harness.spread(m)} |"
+            f"| {r.bench} | {m.name} | {harness.num(m.median, m.unit)} | {harness.spread(m)} | "
+            f"{_cpu(m)} |"
             for m in r.measured
         ]
     lines += ["", "| benchmark | ratio | measured | target | result |", "|---|---|---:|---:|---|"]
