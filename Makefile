@@ -71,7 +71,8 @@ compile-real: $(STAMP)
 	$(BIN)/verl-bundle build --profile cu130 --python 3.10 --compile always --cuda-archs 9.0 --output $(OUT)
 	$(BIN)/verl-bundle rehearse $(CU130_TAR) --python 3.10
 
-# Benchmarks against pip and tar on a synthetic 1 GB stack served on 127.0.0.1: a few minutes,
+# Benchmarks against the strongest and the familiar baselines (parallel curl, tar, uv, openssl;
+# pip, cat, sha256sum) on a synthetic 1 GB stack served on 127.0.0.1: 10-30 minutes,
 # no network; wheels are kept in /tmp/verl-bundle-bench. Not part of `make test`.
 BENCH_ARGS ?=
 bench: $(STAMP)
