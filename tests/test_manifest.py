@@ -80,6 +80,17 @@ def full() -> mf.Manifest:
         generated=(mf.Generated("install.sh", "e" * 64, 40),),
         installed_size=1234,
         readiness=mf.Readiness(modules=("verl.trainer.main_ppo",), limit="a known limit"),
+        interpreter=mf.Interpreter(
+            path="python/cpython-3.10.15+20241016-x86_64-unknown-linux-gnu-install_only.tar.gz",
+            version="3.10.15",
+            sha256="f" * 64,
+            size=50,
+            arch="x86_64",
+            libc="gnu",
+            release="20241016",
+            location="python-build-standalone",
+            url="https://releases.example/20241016/cpython.tar.gz",
+        ),
     )
 
 
@@ -94,6 +105,18 @@ def test_every_value_round_trips_through_the_json() -> None:
         "FLASH_ATTENTION_FORCE_BUILD": "TRUE",
         "NVCC_THREADS": "2",
     }
+
+
+def test_a_bundle_written_before_the_interpreter_field_still_reads() -> None:
+    """Schema-2 bundles without `interpreter` read as carrying none; one that carries it lists
+    its archive among the files every check hashes."""
+    old = doc()
+    del old["interpreter"]
+    m = mf.from_dict(old)
+    assert m.interpreter is None
+    assert "interpreter" not in mf.to_dict(m)  # and a bundle without one writes no key
+    assert full().hashes()[str(full().interpreter.path)] == "f" * 64  # type: ignore[union-attr]
+    assert full().interpreter.path in mf.iter_paths(full())  # type: ignore[union-attr]
 
 
 def test_public_names_stay_importable_from_manifest() -> None:
@@ -137,6 +160,8 @@ def _broken(change: str) -> dict[str, Any]:
         del data["target"]["cuda"]
     elif change == "seconds":
         data["files"][1]["compiled"]["seconds"] = "long"
+    elif change == "interpreter":
+        data["interpreter"]["path"] = "../cpython.tar.gz"
     return data
 
 
@@ -151,6 +176,7 @@ def _broken(change: str) -> dict[str, Any]:
         ("env", r"env\.BAD NAME must be NAME = \"string\""),
         ("target", r"manifest\.target\.cuda is missing"),
         ("seconds", r"manifest\.files\[1\]\.compiled\.seconds must be a number"),
+        ("interpreter", r"manifest\.interpreter\.path"),
     ],
 )
 def test_a_bad_field_is_named(change: str, says: str) -> None:
@@ -195,7 +221,7 @@ def test_the_bundled_reader_and_writer_run_on_python38(tmp_path: Path) -> None:
     script = (
         "import sys; from verl_bundle.airgap import manifest as mf; "
         "m = mf.load(sys.argv[1]); assert mf.loads(mf.dumps(m)) == m; "
-        "print(m.files[1].compiled.archs, len(m.phases))"
+        "print(m.files[1].compiled.archs, len(m.phases), m.interpreter.version)"
     )
     out = subprocess.run(
         [
@@ -210,4 +236,4 @@ def test_the_bundled_reader_and_writer_run_on_python38(tmp_path: Path) -> None:
         timeout=60,
     )
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["8.0;9.0", "2"]
+    assert out.stdout.split() == ["8.0;9.0", "2", "3.10.15"]

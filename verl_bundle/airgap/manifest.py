@@ -26,6 +26,7 @@ README = "README.txt"
 WHEELS = "wheels"
 SOURCES = "sources"
 BOOTSTRAP = "bootstrap"
+INTERPRETER = "python"  # the folder of the bundled CPython archive
 REQUIREMENTS = "requirements"
 LIB = "lib"
 BOOTSTRAP_PHASE = "bootstrap"
@@ -137,6 +138,27 @@ class File:
 
 
 @dataclass(frozen=True)
+class Interpreter:
+    """A relocatable CPython the bundle carries (python-build-standalone's `install_only`
+    archive for the target's Python, architecture and libc), for a server whose own Python
+    does not fit. Bundles written before this field read as None."""
+
+    path: str  # bundle path: python/cpython-3.10.15+20241016-x86_64-unknown-linux-gnu-...
+    version: str  # the full CPython version, "3.10.15"
+    sha256: str
+    size: int
+    arch: str  # "x86_64"
+    libc: str = "gnu"
+    release: str = ""  # the release it comes from, "20241016"
+    location: str = ""
+    url: str = ""  # never carries credentials
+
+    @property
+    def filename(self) -> str:
+        return self.path.rsplit("/", 1)[-1]
+
+
+@dataclass(frozen=True)
 class Generated:
     """A file written by the host for this bundle (install.sh, requirements, lib/ code)."""
 
@@ -195,6 +217,7 @@ class Manifest:
     installed_size: int = 0
     schema: int = SCHEMA
     readiness: Readiness = Readiness()
+    interpreter: Interpreter | None = None
 
     # -- questions every server tool asks ------------------------------------------------------
 
@@ -228,6 +251,8 @@ class Manifest:
     def hashes(self) -> dict[str, str]:
         """Bundle path -> sha256 for every file the manifest lists (payload and generated)."""
         out = {f.path: f.sha256 for f in self.files}
+        if self.interpreter is not None:
+            out[self.interpreter.path] = self.interpreter.sha256
         out.update({g.path: g.sha256 for g in self.generated})
         return out
 
@@ -281,6 +306,7 @@ __all__ = [
     "BOOTSTRAP_PHASE",
     "DOCTOR",
     "INSTALL",
+    "INTERPRETER",
     "KINDS",
     "LIB",
     "LOCK",
@@ -296,6 +322,7 @@ __all__ = [
     "Compiled",
     "File",
     "Generated",
+    "Interpreter",
     "Manifest",
     "ManifestError",
     "MaxJobs",

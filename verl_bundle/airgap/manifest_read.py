@@ -23,6 +23,7 @@ from verl_bundle.airgap.manifest import (
     Compiled,
     File,
     Generated,
+    Interpreter,
     Manifest,
     ManifestError,
     MaxJobs,
@@ -182,6 +183,22 @@ def _compiled(r: _Reader) -> Compiled:
     )
 
 
+def _interpreter(r: _Reader) -> Interpreter | None:
+    if not r.data:
+        return None
+    return Interpreter(
+        path=r.path("path"),
+        version=r.text("version"),
+        sha256=r.sha256("sha256"),
+        size=r.number("size"),
+        arch=r.text("arch"),
+        libc=r.text("libc", "gnu"),
+        release=r.text("release", ""),
+        location=r.text("location", ""),
+        url=r.text("url", ""),
+    )
+
+
 def from_dict(data: Any) -> Manifest:
     """A Manifest from the parsed JSON document; ManifestError naming the first bad field."""
     if not isinstance(data, dict):
@@ -284,6 +301,7 @@ def from_dict(data: Any) -> Manifest:
             config=ready.text("config", Readiness.config),
             limit=ready.text("limit", ""),
         ),
+        interpreter=_interpreter(r.table("interpreter", required=False)),
     )
 
 
@@ -344,5 +362,7 @@ def iter_paths(m: Manifest) -> Iterator[str]:
     """Every bundle path the manifest lists, manifest.json and SHA256SUMS excluded."""
     for f in m.files:
         yield f.path
+    if m.interpreter is not None:
+        yield m.interpreter.path
     for g in m.generated:
         yield g.path

@@ -6,6 +6,7 @@ its values are defined. Standard library only, Python 3.8+ (the bundle carries i
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -14,67 +15,80 @@ from verl_bundle.airgap.manifest import File, Manifest
 
 def to_dict(m: Manifest) -> dict[str, Any]:
     """The JSON document; keys are stable (tests and rehearse rely on them)."""
-    return {
-        "schema": m.schema,
-        "name": m.name,
-        "created_by": m.created_by,
-        "created": m.created,
-        "profile": {
-            "name": m.profile.name,
-            "description": m.profile.description,
-            "sha256": m.profile.sha256,
-            "notes": list(m.profile.notes),
+    return _with_interpreter(
+        m,
+        {
+            "schema": m.schema,
+            "name": m.name,
+            "created_by": m.created_by,
+            "created": m.created,
+            "profile": {
+                "name": m.profile.name,
+                "description": m.profile.description,
+                "sha256": m.profile.sha256,
+                "notes": list(m.profile.notes),
+            },
+            "target": {
+                "python": m.target.python,
+                "python_tag": m.target.python_tag,
+                "platform": m.target.platform,
+                "arch": m.target.arch,
+                "glibc": m.target.glibc,
+                "cuda": m.target.cuda,
+            },
+            "toolchain": {
+                "nvcc": m.toolchain.nvcc,
+                "gcc": m.toolchain.gcc,
+                "driver": m.toolchain.driver,
+                "driver_compat": m.toolchain.driver_compat,
+            },
+            "checks": {
+                "imports": list(m.checks.imports),
+                "torch_version": m.checks.torch_version,
+                "torch_cuda": m.checks.torch_cuda,
+                "flash_attn_wheel": m.checks.flash_attn_wheel,
+            },
+            "phases": [
+                {
+                    "name": p.name,
+                    "requirements": p.requirements,
+                    "packages": list(p.packages),
+                    "source_builds": [
+                        {
+                            "package": b.package,
+                            "env": dict(b.env),
+                            "max_jobs": {
+                                "gib_per_job": b.max_jobs.gib_per_job,
+                                "limit": b.max_jobs.limit,
+                            },
+                            "needs_cuda": b.needs_cuda,
+                        }
+                        for b in p.source_builds
+                    ],
+                }
+                for p in m.phases
+            ],
+            "readiness": {
+                "purpose": m.readiness.purpose,
+                "modules": list(m.readiness.modules),
+                "config": m.readiness.config,
+                "limit": m.readiness.limit,
+            },
+            "installed_size": m.installed_size,
+            "files": [_file_dict(f) for f in m.files],
+            "generated": [
+                {"path": g.path, "sha256": g.sha256, "size": g.size} for g in m.generated
+            ],
         },
-        "target": {
-            "python": m.target.python,
-            "python_tag": m.target.python_tag,
-            "platform": m.target.platform,
-            "arch": m.target.arch,
-            "glibc": m.target.glibc,
-            "cuda": m.target.cuda,
-        },
-        "toolchain": {
-            "nvcc": m.toolchain.nvcc,
-            "gcc": m.toolchain.gcc,
-            "driver": m.toolchain.driver,
-            "driver_compat": m.toolchain.driver_compat,
-        },
-        "checks": {
-            "imports": list(m.checks.imports),
-            "torch_version": m.checks.torch_version,
-            "torch_cuda": m.checks.torch_cuda,
-            "flash_attn_wheel": m.checks.flash_attn_wheel,
-        },
-        "phases": [
-            {
-                "name": p.name,
-                "requirements": p.requirements,
-                "packages": list(p.packages),
-                "source_builds": [
-                    {
-                        "package": b.package,
-                        "env": dict(b.env),
-                        "max_jobs": {
-                            "gib_per_job": b.max_jobs.gib_per_job,
-                            "limit": b.max_jobs.limit,
-                        },
-                        "needs_cuda": b.needs_cuda,
-                    }
-                    for b in p.source_builds
-                ],
-            }
-            for p in m.phases
-        ],
-        "readiness": {
-            "purpose": m.readiness.purpose,
-            "modules": list(m.readiness.modules),
-            "config": m.readiness.config,
-            "limit": m.readiness.limit,
-        },
-        "installed_size": m.installed_size,
-        "files": [_file_dict(f) for f in m.files],
-        "generated": [{"path": g.path, "sha256": g.sha256, "size": g.size} for g in m.generated],
-    }
+    )
+
+
+def _with_interpreter(m: Manifest, doc: dict[str, Any]) -> dict[str, Any]:
+    """The bundled CPython's entry, written only when the bundle carries one (so a bundle
+    without it has the same manifest.json as before the field existed)."""
+    if m.interpreter is not None:
+        doc["interpreter"] = dataclasses.asdict(m.interpreter)
+    return doc
 
 
 def _file_dict(f: File) -> dict[str, Any]:
