@@ -167,3 +167,8 @@ def built_bundle(
     with tarfile.open(tarball) as tf:
         tf.extractall(tmp / "x", filter="data")
     return tarball, tmp / "x" / NAME, doc
+
+
+# The bundled-interpreter fixtures (an install_only archive, its release host, a bundle with it).
+# Imported last: cpython imports airgap, which imports clean_environ from here.
+from cpython import cpython_archive, python_bundle, release_host  # noqa: E402, F401

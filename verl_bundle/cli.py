@@ -178,6 +178,7 @@ def build_cmd(
     cc: opt.Cc = None,
     cxx: opt.Cxx = None,
     host_python: opt.HostPython = None,
+    with_python: opt.WithPython = None,
     json_out: Json = False,
 ) -> None:
     """Resolve (or take --lock), fetch every file once with its hash, and write one tarball.
@@ -192,7 +193,7 @@ def build_cmd(
     options = StackOptions(cuda, profile, python, platform, mirror, cache_dir, jobs)
     compiling = CompileOptions(compile_mode.value, cuda_archs, cuda_home, cc, cxx, host_python)
     stack = options.request(session_of(ctx))
-    req = BuildRequest(stack, output, lock_file, compress.value, compiling)
+    req = BuildRequest(stack, output, lock_file, compress.value, compiling, with_python)
     with reporter(quiet=json_out) as rep:
         shown = render.build(build(req, rep))
     _show(ctx, shown, json_out)

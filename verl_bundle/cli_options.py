@@ -137,6 +137,18 @@ HostPython = Annotated[
 ]
 
 
+WithPython = Annotated[
+    bool | None,
+    typer.Option(
+        "--with-python/--no-with-python",
+        help="Carry a relocatable CPython for the target (python-build-standalone's, location "
+        "python-build-standalone), used on a server with no fitting Python (default: as the "
+        "profile's [interpreter] bundled asks).",
+        show_default=False,
+    ),
+]
+
+
 class Compress(str, enum.Enum):
     none = "none"
     gz = "gz"

@@ -26,6 +26,7 @@ from verl_bundle.net.http import Http, shown_url
 from verl_bundle.net.index import read_project
 from verl_bundle.profile import DEFAULT_INDEX, Profile
 from verl_bundle.progress import Reporter
+from verl_bundle.standalone import BundledPython
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ class Wheelhouse:
     cached_files: int
     host_built: int
     compiled: tuple[str, ...] = ()  # one summary line per source build (compiled or left)
+    interpreter: BundledPython | None = None  # build --with-python: the bundled CPython
 
 
 def fetch(

@@ -22,6 +22,7 @@ from verl_bundle.net.http import Http
 from verl_bundle.profile import Profile
 from verl_bundle.progress import Reporter
 from verl_bundle.resolve import lock_profile
+from verl_bundle.standalone import fetch_interpreter
 from verl_bundle.target import Target
 
 
@@ -47,6 +48,7 @@ class BuildRequest:
     lock: Path | None = None
     compress: Compression = "none"
     compile: CompileOptions | None = None  # None: --compile auto, the profile's archs
+    with_python: bool | None = None  # carry a CPython for the target; None: as the profile asks
 
 
 @dataclass(frozen=True)
@@ -149,15 +151,30 @@ def build(request: BuildRequest, reporter: Reporter) -> BuildResult:
     else:
         lock = lock_profile(req.profile, req.target, downloader, reporter)
         source = "resolved"
-    reporter.status(f"fetching {len(lock.packages)} files ...")
-    wheelhouse = fetch(lock, req.profile, downloader, reporter, request.compile)
+    with_python = request.with_python
+    if with_python is None:
+        with_python = req.profile.interpreter.bundled
+
+    def fetch_all() -> Wheelhouse:
+        # The interpreter first: an archive that does not fit stops the build before the stack's
+        # gigabytes are fetched.
+        python = (
+            fetch_interpreter(req.profile, req.target, downloader, reporter)
+            if with_python
+            else None
+        )
+        reporter.status(f"fetching {len(lock.packages)} files ...")
+        wheelhouse = fetch(lock, req.profile, downloader, reporter, request.compile)
+        return replace(wheelhouse, interpreter=python)
+
+    wheelhouse = fetch_all()
     reporter.status("writing the bundle ...")
 
     def refetch(damaged: Sequence[Damaged]) -> Wheelhouse:
         for d in damaged:  # only files of the cache: a damaged one is never used again
             if d.entry.source and Path(d.entry.source).is_relative_to(downloader.cache.root):
                 Path(d.entry.source).unlink(missing_ok=True)
-        return fetch(lock, req.profile, downloader, reporter, request.compile)
+        return fetch_all()
 
     memo = DigestMemo(downloader.cache.root / "tarballs")  # digests of tarballs written before
     bundle = assemble(

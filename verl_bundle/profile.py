@@ -53,6 +53,12 @@ BUILTIN_LOCATIONS: dict[str, Location] = {
         Location(
             "vllm-releases", "files", "https://github.com/vllm-project/vllm/releases/download"
         ),
+        # python-build-standalone's releases: the relocatable CPython builds uv installs.
+        Location(
+            "python-build-standalone",
+            "files",
+            "https://github.com/astral-sh/python-build-standalone/releases/download",
+        ),
     )
 }
 
@@ -90,6 +96,35 @@ class SourceBuild:
     env: Mapping[str, str] = field(default_factory=dict)
     max_jobs: MaxJobs = field(default_factory=MaxJobs)
     needs_cuda: bool = True
+
+
+# The python-build-standalone release a bundle's CPython comes from unless the profile names
+# another, with its CPython for each Python X.Y (the release's asset names, 20241016).
+DEFAULT_PYTHON_RELEASE = "20241016"
+DEFAULT_PYTHON_VERSIONS: Mapping[str, str] = {
+    "3.9": "3.9.20",
+    "3.10": "3.10.15",
+    "3.11": "3.11.10",
+    "3.12": "3.12.7",
+}
+
+
+@dataclass(frozen=True)
+class InterpreterSource:
+    """Where the bundled CPython comes from (`build --with-python`): an `install_only` archive
+    of a python-build-standalone release on a files location, its hash pinned here or read
+    from the release's SHA256SUMS. `bundled`: the profile asks for it by default."""
+
+    location: str = "python-build-standalone"
+    release: str = DEFAULT_PYTHON_RELEASE
+    versions: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_PYTHON_VERSIONS))
+    file: str = "{release}/cpython-{version}+{release}-{arch}-unknown-linux-gnu-install_only.tar.gz"
+    sums: str = "{release}/SHA256SUMS"
+    sha256: Mapping[str, str] = field(default_factory=dict)  # file name -> known hash
+    bundled: bool = False
+
+    def path_for(self, version: str, arch: str) -> str:
+        return self.file.format(release=self.release, version=version, arch=arch)
 
 
 @dataclass(frozen=True)
@@ -158,6 +193,7 @@ class Profile:
     toolchain: Toolchain
     lock: Path | None = None  # a committed lock to build from by default
     readiness: Readiness = Readiness()
+    interpreter: InterpreterSource = InterpreterSource()
 
     def location(self, name: str) -> Location:
         return self.locations[name]

@@ -19,6 +19,7 @@ from verl_bundle.profile import (
     DEFAULT_INDEX,
     Checks,
     DirectArtifact,
+    InterpreterSource,
     Location,
     Phase,
     Profile,
@@ -64,6 +65,7 @@ _TOP_KEYS = {
     "toolchain",
     "lock",
     "readiness",
+    "interpreter",
 }
 
 
@@ -263,6 +265,44 @@ def load_profile(path: Path) -> Profile:
         toolchain=toolchain,
         lock=(path.parent / lock_rel) if lock_rel else None,
         readiness=readiness,
+        interpreter=_interpreter(top, locations),
+    )
+
+
+def _interpreter(top: Table, locations: dict[str, Location]) -> InterpreterSource:
+    """[interpreter]: where the bundled CPython comes from, and whether build carries it by
+    default; every key optional (the built-in python-build-standalone release)."""
+    t = top.table("interpreter")
+    t.check_keys({"bundled", "location", "release", "versions", "file", "sums", "sha256"})
+    base = InterpreterSource()
+    loc = t.text("location", base.location) or base.location
+    if loc not in locations or locations[loc].kind != "files":
+        raise t.fail("location", f"{loc!r} is not a files location of this profile")
+    template = t.text("file", base.file) or base.file
+    sums = t.text("sums", base.sums) or base.sums
+    for key, value in (("file", template), ("sums", sums)):
+        try:
+            value.format(release="r", version="3.10.0", arch="x86_64")
+        except (KeyError, IndexError, ValueError):
+            raise t.fail(
+                key, "a path template may use only {release}, {version} and {arch}"
+            ) from None
+    versions = t.str_map("versions")
+    for minor, full in versions.items():
+        if not re.fullmatch(r"3\.\d+", minor) or not full.startswith(minor + "."):
+            raise t.fail(f"versions.{minor}", 'expected "X.Y" = "X.Y.Z"')
+    hashes = t.str_map("sha256")
+    for fname, digest in hashes.items():
+        if not re.fullmatch(r"[0-9a-f]{64}", digest):
+            raise t.fail(f"sha256.{fname}", "expected 64 lowercase hex digits")
+    return InterpreterSource(
+        location=loc,
+        release=t.text("release", base.release) or base.release,
+        versions=versions or base.versions,
+        file=template,
+        sums=sums,
+        sha256=hashes,
+        bundled=t.flag("bundled", False),
     )
 
 

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from verl_bundle.airgap.explain import Finding
     from verl_bundle.airgap.preflight import Preflight
     from verl_bundle.airgap.verify import Report
+    from verl_bundle.fetch import Wheelhouse
     from verl_bundle.fleet import FleetReport
     from verl_bundle.lock import Lock
     from verl_bundle.pipeline import BuildResult, LockCheck, LockResult
@@ -113,12 +114,22 @@ def build_json(result: BuildResult) -> dict[str, Any]:
         "cached_files": w.cached_files,
         "host_built": w.host_built,
         "compiled": list(w.compiled),
+        "interpreter": _interpreter(w),
         "notes": list(result.notes),
     }
 
 
+def _interpreter(w: Wheelhouse) -> dict[str, Any] | None:
+    """The bundled CPython (build --with-python), or None."""
+    if w.interpreter is None:
+        return None
+    e = w.interpreter.entry
+    return {"path": e.path, "version": e.version, "sha256": e.sha256, "size": e.size}
+
+
 def build_text(result: BuildResult) -> str:
     b, w = result.bundle, result.wheelhouse
+    python = w.interpreter.entry if w.interpreter else None
     return "\n".join(
         [
             f"{len(result.lock.packages)} packages for {result.lock.target.describe()} "
@@ -126,6 +137,11 @@ def build_text(result: BuildResult) -> str:
             f"({human_size(w.downloaded_bytes)}), {w.cached_files} from the cache, "
             f"{w.host_built} built into wheels here",
             *w.compiled,
+            *(
+                [f"bundled CPython {python.version} ({python.path}, {human_size(python.size)})"]
+                if python
+                else []
+            ),
             f"bundle: {human_size(b.size)}, sha256 {b.sha256}",
             str(b.path),
         ]

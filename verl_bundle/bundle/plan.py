@@ -21,6 +21,7 @@ from verl_bundle.lock import Lock, dumps, group_by_phase
 from verl_bundle.profile import Profile
 from verl_bundle.profile import SourceBuild as ProfileSourceBuild
 from verl_bundle.resources import airgap_dir, data_dir
+from verl_bundle.standalone import BundledPython
 from verl_bundle.target import Target
 
 
@@ -185,6 +186,8 @@ def plan(profile: Profile, lock: Lock, wheelhouse: Wheelhouse) -> BundlePlan:
         Entry(f"{_folder(a)}/{a.filename}", a.sha256, a.size, source=a.path, verified=a.verified)
         for a in ordered
     ]
+    python = wheelhouse.interpreter
+    carried = [] if python is None else [_interpreter_entry(python)]
     phases, generated = _phases(lock, profile, by_name)
     generated.append(_entry(mf.LOCK, dumps(lock).encode()))
     generated += _airgap_entries()
@@ -208,6 +211,9 @@ def plan(profile: Profile, lock: Lock, wheelhouse: Wheelhouse) -> BundlePlan:
         "platform": lock.target.platform,
         "cuda": lock.cuda,
         "phases": [p.name for p in phases],
+        # The bundled CPython the sh entry unpacks when the server has no fitting Python.
+        "python_archive": python.entry.path if python else "",
+        "python_sha256": python.entry.sha256 if python else "",
     }
     generated.insert(0, _entry(mf.INSTALL, render_install(context).encode()))
     generated.insert(1, _entry(mf.README, render_install(context, "README.txt.j2").encode()))
@@ -228,15 +234,22 @@ def plan(profile: Profile, lock: Lock, wheelhouse: Wheelhouse) -> BundlePlan:
         phases=tuple(phases),
         files=tuple(_manifest_file(e, a) for e, a in zip(payload, ordered, strict=True)),
         generated=tuple(mf.Generated(e.arcname, e.sha256, e.size) for e in generated),
-        installed_size=sum(_installed_size(a) for a in wheelhouse.artifacts),
+        installed_size=sum(_installed_size(a) for a in wheelhouse.artifacts)
+        + (python.unpacked if python else 0),
         readiness=mf.Readiness(**vars(profile.readiness)),
+        interpreter=python.entry if python else None,
     )
     manifest_entry = _entry(mf.MANIFEST, mf.dumps(manifest).encode())
-    everything = [manifest_entry, *generated, *payload]
+    everything = [manifest_entry, *generated, *payload, *carried]
     sums = "".join(
         f"{e.sha256}  {e.arcname}\n" for e in sorted(everything, key=lambda e: e.arcname)
     )
     return BundlePlan(name, (_entry(mf.SUMS, sums.encode()), *everything), manifest)
+
+
+def _interpreter_entry(python: BundledPython) -> Entry:
+    e = python.entry
+    return Entry(e.path, e.sha256, e.size, source=str(python.source))
 
 
 def source_build_of(build: ProfileSourceBuild) -> mf.SourceBuild:

@@ -17,7 +17,12 @@ from verl_bundle.airgap.doctor.compilers import Compiler, Ninja, probe_compilers
 from verl_bundle.airgap.doctor.cuda import Toolkit, find_toolkit, read_ldconfig
 from verl_bundle.airgap.doctor.gpus import DriverProbe, GpuListing, list_gpus, probe_driver
 from verl_bundle.airgap.doctor.node import Node, probe_node
-from verl_bundle.airgap.doctor.python import Interpreter, probe_python
+from verl_bundle.airgap.doctor.python import (
+    Interpreter,
+    ServerPython,
+    probe_python,
+    probe_server_pythons,
+)
 from verl_bundle.airgap.doctor.resources import Memory, Place, probe_disk, probe_memory
 from verl_bundle.airgap.doctor.system import Distro, System, read_distro, read_system
 
@@ -37,6 +42,7 @@ class Facts:
     disk: tuple[Place, ...]  # the install prefix, the temp dir
     env: Mapping[str, str]  # the environment, as it was when gathered
     node: Node = field(default_factory=Node)  # for the fleet report: facts no check reads
+    server_pythons: tuple[ServerPython, ...] = ()  # python3 and python3.X on PATH
 
 
 def gather(python: str | None = None, prefix: str | None = None) -> Facts:
@@ -52,6 +58,7 @@ def gather(python: str | None = None, prefix: str | None = None) -> Facts:
         driver = pool.submit(probe_driver)
         compilers = pool.submit(probe_compilers, env)
         ninja = pool.submit(probe_ninja)
+        server_pythons = pool.submit(probe_server_pythons)
         return Facts(
             distro=read_distro(),
             system=read_system(),
@@ -66,4 +73,5 @@ def gather(python: str | None = None, prefix: str | None = None) -> Facts:
             disk=probe_disk(prefix),
             env=env,
             node=node.result(),
+            server_pythons=server_pythons.result(),
         )

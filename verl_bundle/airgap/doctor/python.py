@@ -3,6 +3,7 @@ its headers (Python.h), which triton and every source build compile against."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -76,16 +77,62 @@ def probe_python(path: str) -> Interpreter:
     )
 
 
+@dataclass(frozen=True)
+class ServerPython:
+    """A python3 or python3.X on this server's PATH, and its version (None: it does not run)."""
+
+    path: str
+    version: str | None
+
+
+def probe_server_pythons() -> tuple[ServerPython, ...]:
+    """python3 and every python3.X on PATH: what the server itself offers."""
+    found_: dict[str, ServerPython] = {}
+    for name in ["python3", *(f"python3.{n}" for n in range(6, 15))]:
+        path = shutil.which(name)
+        if path is None or os.path.realpath(path) in found_:
+            continue
+        r = run([path, "-c", "import platform; print(platform.python_version())"], 20.0)
+        found_[os.path.realpath(path)] = ServerPython(path, r.out.strip() if r.ok else None)
+    return tuple(found_.values())
+
+
+def _bundled(plan: Plan, py: Interpreter) -> bool:
+    """Whether `py` is the bundle's own CPython as install.sh unpacks it (PREFIX/python), which
+    carries the archive's sha256 beside bin/."""
+    carried = plan.manifest.interpreter if plan.manifest else None
+    mark = os.path.join(os.path.dirname(os.path.dirname(py.path)), ".sha256")
+    try:
+        with open(mark, encoding="ascii") as fh:
+            return carried is not None and fh.read().strip() == carried.sha256
+    except OSError:
+        return False
+
+
+def _why_bundled(want: str | None, facts: Facts) -> str:
+    fits = [s for s in facts.server_pythons if want and short(s.version) == want]
+    if fits:
+        return f"chosen with --python bundled; this server's {fits[0].path} would also do"
+    own = "; ".join(f"{s.path} is {s.version or 'broken'}" for s in facts.server_pythons)
+    return f"this server has no Python {want}" + (f" ({own})" if own else " (no python3 at all)")
+
+
 @check("python", generic=True)
 def check_python(plan: Plan, facts: Facts, opts: Options) -> Check:
     py, distro, want = facts.python, facts.distro, plan.python
     pkg = f"python{want}" if want else "python3"
+    carried = plan.manifest.interpreter if plan.manifest else None
+    bundled = (
+        f"run ./install.sh --python bundled (this bundle carries CPython {carried.version})"
+        if carried
+        else ""
+    )
     if py.version is None:
         return found(
             "fail",
             f"{py.path} did not answer as a Python interpreter ({py.run.why()})",
             "",
-            f"pass --python with the path of a Python {want or '3'} interpreter",
+            bundled or f"pass --python with the path of a Python {want or '3'} interpreter",
         )
     if want and py.short != want:
         other = shutil.which(f"python{want}")
@@ -95,8 +142,9 @@ def check_python(plan: Plan, facts: Facts, opts: Options) -> Check:
             "wheels tagged for one Python minor version do not install on another",
             f"pass --python {other}"
             if other
-            else distro.install(f"{pkg} {pkg}-venv {pkg}-dev", f"{pkg} {pkg}-devel")
-            + f", then pass --python /usr/bin/{pkg}",
+            else bundled
+            or distro.install(f"{pkg} {pkg}-venv {pkg}-dev", f"{pkg} {pkg}-devel")
+            + f", then pass --python /usr/bin/{pkg} (or build the bundle with --with-python)",
         )
     if py.venv_problem is not None:
         pkg = f"python{want or py.short or '3'}"
@@ -108,7 +156,15 @@ def check_python(plan: Plan, facts: Facts, opts: Options) -> Check:
             distro.install(f"{pkg}-venv", pkg),
         )
     pip = "; pip comes from the bundle" if not plan.generic else ""
-    return ok(f"Python {py.version} at {py.path}; venv works{pip}")
+    if carried is not None and _bundled(plan, py):
+        return ok(
+            f"the bundled CPython {py.version} at {py.path}; venv works{pip}",
+            _why_bundled(want, facts),
+        )
+    also = (
+        f"the bundle also carries CPython {carried.version} (--python bundled)" if carried else ""
+    )
+    return ok(f"Python {py.version} at {py.path}; venv works{pip}", also)
 
 
 @check("headers")

@@ -12,6 +12,7 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 
+from verl_bundle.airgap.install import bundled
 from verl_bundle.airgap.install.dists import SitePaths
 from verl_bundle.airgap.install.options import EXIT_NOT_READY, EXIT_USAGE, InstallError, Options
 from verl_bundle.airgap.install.state import State
@@ -75,6 +76,9 @@ def choose_python(opts: Options, m: Manifest, target: str) -> str:
     own = os.path.join(target, "bin", "python")
     if opts.into_env:
         return own
+    carried = bundled.chosen(opts, m)
+    if carried is not None:
+        return carried
     if opts.python:
         return opts.python
     if os.access(own, os.X_OK):
@@ -122,7 +126,8 @@ def check_prefix(opts: Options, target: str) -> str:
         state.legacy_venv() and os.path.isfile(os.path.join(target, "pyvenv.cfg"))
     ):
         return "ours"
-    if not os.listdir(target):
+    # Nothing but the bundled CPython install.sh unpacked there: still a new prefix.
+    if not set(os.listdir(target)) - {"python"} and _only_bundled(target):
         return "new"
     on_purpose = f"give a new directory, or --into-env {target} to install into it on purpose"
     if os.path.isfile(os.path.join(target, "pyvenv.cfg")):
@@ -132,6 +137,11 @@ def check_prefix(opts: Options, target: str) -> str:
     else:
         what = "a directory that is not empty and not a venv this installer made"
     raise InstallError(EXIT_USAGE, f"--prefix {target}: {what}; {on_purpose}")
+
+
+def _only_bundled(target: str) -> bool:
+    inside = os.path.join(target, "python")
+    return not os.path.lexists(inside) or os.path.isfile(os.path.join(inside, bundled.MARK))
 
 
 def venv_command(python: str, target: str) -> list[str]:

@@ -28,7 +28,8 @@ class InstallError(Exception):
 class Options:
     bundle: str  # the bundle directory (where install.sh is)
     prefix: str | None = None
-    python: str | None = None
+    python: str | None = None  # a path, or "bundled"
+    bundled_python: str | None = None  # where install.sh unpacked the bundled CPython
     into_env: str | None = None
     dry_run: bool = False
     skip_doctor: bool = False
@@ -61,6 +62,7 @@ def default_prefix(m: Manifest) -> str | None:
 _VALUED = {
     "--prefix": "a directory",
     "--python": "a path",
+    "--bundled-python": "a directory",  # given by install.sh, not by people
     "--into-env": "a path",
     "--skip-phase": "a phase name",
     "--log": "a file",
@@ -125,6 +127,7 @@ def usage(m: Manifest | None) -> str:
     profile = m.profile.name if m else "?"
     phases = " ".join(m.phase_names) if m else "(see manifest.json)"
     prefix = (default_prefix(m) if m else None) or "$HOME/verl-<profile>-<cpXY>"
+    carried = f" ({m.interpreter.version})" if m and m.interpreter else " (if it carries one)"
     return f"""Usage: ./install.sh [options]
 
 Installs {name} (profile {profile}, Python {py}, CUDA {cuda}) with no network.
@@ -139,7 +142,9 @@ where it stopped; a newer bundle run on the same prefix installs what changed.
 Options:
   --prefix DIR      create the venv in DIR (default: {prefix}); an existing
                     directory must be empty or a venv this installer made
-  --python PATH     the Python {py} to create the venv from (default: python{py}, then python3)
+  --python PATH     the Python {py} to create the venv from (default: python{py}, then python3);
+                    `bundled`: the CPython this bundle carries{carried}, unpacked into
+                    PREFIX/python (the default when this server has no Python {py})
   --into-env PATH   install into an existing environment instead (a venv or conda env whose
                     bin/python is Python {py}); its own pip is not changed. What would be
                     up- or downgraded is shown and asked about first (unless --yes)

@@ -10,6 +10,7 @@ import os
 import shlex
 from typing import TYPE_CHECKING
 
+from verl_bundle.airgap.install import bundled
 from verl_bundle.airgap.install import env as envs
 from verl_bundle.airgap.install import phases as ph
 from verl_bundle.airgap.install.options import InstallError
@@ -27,6 +28,13 @@ def dry_run(inst: Installer) -> None:
         python = envs.choose_python(opts, m, inst.target)
         got = envs.python_version(python) or "unknown"
         say(f"  python:  {python} is {got} (must be {m.target.python})")
+        if opts.bundled_python and m.interpreter is not None:
+            unpacked = os.path.isfile(os.path.join(opts.bundled_python, bundled.MARK))
+            say(
+                f"           the bundled CPython {m.interpreter.version}"
+                + ("" if unpacked else f", to be unpacked into {opts.bundled_python}")
+                + f": {bundled.why(opts, m)}"
+            )
     except InstallError:
         python = f"python{m.target.python}"
         say(f"  python:  none found (must be {m.target.python}; pass --python PATH)")

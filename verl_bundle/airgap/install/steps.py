@@ -17,6 +17,7 @@ from typing import Any, Iterator
 from verl_bundle.airgap import fingerprint
 from verl_bundle.airgap import manifest as mf
 from verl_bundle.airgap.events import EventLog
+from verl_bundle.airgap.install import bundled
 from verl_bundle.airgap.install import env as envs
 from verl_bundle.airgap.install import phases as ph
 from verl_bundle.airgap.install.options import (
@@ -127,6 +128,9 @@ class Installer:
     def python(self) -> str:
         with self.step("python") as result:
             py = envs.choose_python(self.opts, self.m, self.target)
+            carried = self.m.interpreter if self.opts.bundled_python else None
+            if carried is not None:
+                bundled.check_tree(os.path.dirname(os.path.dirname(py)), self.m)
             got = envs.python_version(py) or "unknown"
             self.out.say(
                 heading(
@@ -134,8 +138,13 @@ class Installer:
                     f"Python: {py} is {got}; this bundle is for Python {self.m.target.python} ({self.m.target.python_tag})",
                 )
             )
+            if carried is not None:
+                reason = bundled.why(self.opts, self.m)
+                self.out.say(f"    the bundled CPython {carried.version}: {reason}")
             envs.check_python(py, self.m)
-            result["detail"] = f"{py} is {got}"
+            result["detail"] = f"{py} is {got}" + (
+                f" (bundled CPython {carried.version})" if carried else ""
+            )
         return py
 
     def doctor(self, python: str) -> None:

@@ -1,0 +1,108 @@
+"""The bundled CPython on the server: install.sh checks the archive's sha256 and unpacks it into
+PREFIX/python before anything runs from it (it may be the only Python there is); this module
+checks again what was unpacked (the archive's hash, no link that leaves the tree, the binary
+there) and says why it is the interpreter the venv is made from."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+from verl_bundle.airgap.install.options import (
+    EXIT_DAMAGED,
+    EXIT_USAGE,
+    InstallError,
+    Options,
+)
+from verl_bundle.airgap.manifest import Manifest
+
+MARK = ".sha256"  # install.sh writes the archive's sha256 here once the tree is unpacked
+
+
+def binary(root: str, m: Manifest) -> str:
+    return os.path.join(root, "bin", f"python{m.target.python}")
+
+
+def chosen(opts: Options, m: Manifest) -> str | None:
+    """The bundled interpreter the venv is made from, or None (this server's own)."""
+    if opts.bundled_python:
+        if m.interpreter is None:
+            raise InstallError(EXIT_USAGE, "--bundled-python: this bundle carries no Python")
+        return binary(os.path.abspath(opts.bundled_python), m)
+    if opts.python == "bundled":
+        raise InstallError(
+            EXIT_USAGE,
+            "--python bundled: run the bundle's ./install.sh (it checks and unpacks the bundled "
+            "CPython before the installer starts)",
+        )
+    return None
+
+
+def check_tree(root: str, m: Manifest) -> None:
+    """What install.sh unpacked is this bundle's archive, complete, and stays inside `root`:
+    InstallError(3) naming the problem otherwise."""
+    carried = m.interpreter
+    assert carried is not None
+    problem = ""
+    try:
+        with open(os.path.join(root, MARK), encoding="ascii") as fh:
+            mark = fh.read().strip()
+    except OSError:
+        mark = ""
+    if mark != carried.sha256:
+        problem = f"{root} is not the unpacked {carried.filename} (its {MARK} does not match)"
+    elif not os.access(binary(root, m), os.X_OK):
+        problem = f"{binary(root, m)} is missing"
+    else:
+        real = os.path.realpath(root)
+        for dirpath, dirnames, filenames in os.walk(root):
+            for name in dirnames + filenames:
+                path = os.path.join(dirpath, name)
+                if os.path.islink(path) and not _inside(os.path.realpath(path), real):
+                    problem = f"{path} links outside {root}"
+                    break
+            if problem:
+                break
+    if problem:
+        raise InstallError(
+            EXIT_DAMAGED,
+            f"the bundled Python is damaged: {problem}; remove {root} and run ./install.sh again",
+        )
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root + os.sep)
+
+
+def servers_own(m: Manifest) -> list[tuple[str, str]]:
+    """This server's python<X.Y> and python3 on PATH, with their versions ("3.6")."""
+    found = []
+    for name in (f"python{m.target.python}", "python3"):
+        path = shutil.which(name)
+        if path is None:
+            continue
+        try:
+            proc = subprocess.run(
+                [path, "-c", 'import sys; print("%d.%d.%d" % sys.version_info[:3])'],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+                timeout=60,
+            )
+            version = proc.stdout.strip() if proc.returncode == 0 else "unknown"
+        except (OSError, subprocess.TimeoutExpired):
+            version = "unknown"
+        found.append((path, version or "unknown"))
+    return found
+
+
+def why(opts: Options, m: Manifest) -> str:
+    """Why the bundled interpreter is used: asked for, or nothing here fits."""
+    if opts.python == "bundled":
+        return "--python bundled"
+    own = servers_own(m)
+    if not own:
+        return f"this server has no python{m.target.python} or python3"
+    shown = "; ".join(f"{path} is {version}" for path, version in own)
+    return f"this server has no Python {m.target.python} ({shown})"
