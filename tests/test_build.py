@@ -288,10 +288,12 @@ def test_build_json_shape(built: tuple[Path, Path, dict[str, object]]) -> None:
             "cached_files",
             "host_built",
             "compiled",
+            "interpreter",
             "notes",
         ]
     )
     assert doc["profile"] == "cu118-legacy" and doc["lock"] == "resolved" and doc["host_built"] == 2
+    assert doc["interpreter"] is None  # the profile does not ask for a bundled CPython
     assert doc["compiled"] == []  # flash-attn comes as the prebuilt wheel: nothing to compile
     assert isinstance(doc["size"], int) and isinstance(doc["notes"], list)
 

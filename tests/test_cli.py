@@ -364,6 +364,7 @@ def test_every_json_output_is_the_versioned_envelope(
         "downloaded",
         "files",
         "host_built",
+        "interpreter",
         "lock",
         "notes",
         "packages",

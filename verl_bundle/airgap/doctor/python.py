@@ -109,11 +109,12 @@ def _bundled(plan: Plan, py: Interpreter) -> bool:
         return False
 
 
-def _why_bundled(want: str | None, facts: Facts) -> str:
-    fits = [s for s in facts.server_pythons if want and short(s.version) == want]
+def why_bundled(want: str | None, pythons: tuple[ServerPython, ...]) -> str:
+    """Why the bundled CPython is the one: nothing on this server fits, or it was asked for."""
+    fits = [s for s in pythons if want and short(s.version) == want]
     if fits:
         return f"chosen with --python bundled; this server's {fits[0].path} would also do"
-    own = "; ".join(f"{s.path} is {s.version or 'broken'}" for s in facts.server_pythons)
+    own = "; ".join(f"{s.path} is {s.version or 'broken'}" for s in pythons)
     return f"this server has no Python {want}" + (f" ({own})" if own else " (no python3 at all)")
 
 
@@ -157,10 +158,8 @@ def check_python(plan: Plan, facts: Facts, opts: Options) -> Check:
         )
     pip = "; pip comes from the bundle" if not plan.generic else ""
     if carried is not None and _bundled(plan, py):
-        return ok(
-            f"the bundled CPython {py.version} at {py.path}; venv works{pip}",
-            _why_bundled(want, facts),
-        )
+        why = why_bundled(want, facts.server_pythons)
+        return ok(f"the bundled CPython {py.version} at {py.path} ({why}); venv works{pip}")
     also = (
         f"the bundle also carries CPython {carried.version} (--python bundled)" if carried else ""
     )

@@ -6,8 +6,6 @@ there) and says why it is the interpreter the venv is made from."""
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 
 from verl_bundle.airgap.install.options import (
     EXIT_DAMAGED,
@@ -75,34 +73,10 @@ def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root + os.sep)
 
 
-def servers_own(m: Manifest) -> list[tuple[str, str]]:
-    """This server's python<X.Y> and python3 on PATH, with their versions ("3.6")."""
-    found = []
-    for name in (f"python{m.target.python}", "python3"):
-        path = shutil.which(name)
-        if path is None:
-            continue
-        try:
-            proc = subprocess.run(
-                [path, "-c", 'import sys; print("%d.%d.%d" % sys.version_info[:3])'],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                text=True,
-                timeout=60,
-            )
-            version = proc.stdout.strip() if proc.returncode == 0 else "unknown"
-        except (OSError, subprocess.TimeoutExpired):
-            version = "unknown"
-        found.append((path, version or "unknown"))
-    return found
-
-
 def why(opts: Options, m: Manifest) -> str:
-    """Why the bundled interpreter is used: asked for, or nothing here fits."""
+    """Why the bundled interpreter is used: asked for, or nothing on this server fits."""
     if opts.python == "bundled":
         return "--python bundled"
-    own = servers_own(m)
-    if not own:
-        return f"this server has no python{m.target.python} or python3"
-    shown = "; ".join(f"{path} is {version}" for path, version in own)
-    return f"this server has no Python {m.target.python} ({shown})"
+    from verl_bundle.airgap.doctor.python import probe_server_pythons, why_bundled
+
+    return why_bundled(m.target.python, probe_server_pythons())
