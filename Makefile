@@ -7,7 +7,7 @@ PY ?= 3.10
 OUT ?= bundles
 STAMP := $(VENV)/.installed
 
-.PHONY: all venv test test-fast lint typecheck bundle e2e-real assets-real compile-real bench clean
+.PHONY: all venv test test-fast lint typecheck bundle e2e-real assets-real compile-real python-real bench clean
 
 all: test
 
@@ -70,6 +70,12 @@ CU130_TAR = $(OUT)/verl-bundle-cu130-cp310-manylinux_2_31_x86_64.tar
 compile-real: $(STAMP)
 	$(BIN)/verl-bundle build --profile cu130 --python 3.10 --compile always --cuda-archs 9.0 --output $(OUT)
 	$(BIN)/verl-bundle rehearse $(CU130_TAR) --python 3.10
+
+# The bundled interpreter (build --with-python) from the real python-build-standalone release
+# host (GitHub; needs the internet, which the test machines do not have): fetched with its
+# published hash, checked as a build checks it, unpacked and run. Not part of `make test`.
+python-real: $(STAMP)
+	$(BIN)/python bench/python_real.py --python $(PY)
 
 # Benchmarks against the strongest and the familiar baselines (parallel curl, tar, uv, openssl;
 # pip, cat, sha256sum) on a synthetic 1 GB stack served on 127.0.0.1: 10-30 minutes,

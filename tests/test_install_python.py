@@ -5,6 +5,7 @@ checked, unpacked into PREFIX/python, runs the installer, and the (fake) stack i
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from airgap import extract, netns_prefix
+from cli import run
 from cpython import Archive
 
 from verl_bundle.airgap import manifest as mf
@@ -160,3 +162,40 @@ def test_dry_run_with_no_python_at_all_changes_nothing(
     assert "the bundled CPython" in proc.stdout
     assert not (home / "p").exists()
     assert shutil.which("python3", path=str(path)) is None
+
+
+@pytest.mark.parametrize("old", [True, False], ids=["python3.6", "no-python3"])
+def test_rehearse_with_no_system_python(
+    python_bundle: tuple[Path, Path, dict[str, object]],
+    cpython_archive: Archive,
+    capsys: pytest.CaptureFixture[str],
+    old: bool,
+) -> None:
+    """rehearse --no-system-python: env -i, no network, a PATH with no Python (or a 3.6): the
+    bundled CPython installs the stack and the post-install checks import it."""
+    args = ["rehearse", str(python_bundle[0]), "--no-system-python", "--json"]
+    args += ["--server-python", python36()] if old else []
+    result = run(args, capsys)
+    assert result.code == 0, result.out + result.err
+    doc = json.loads(result.out)["result"]
+    assert doc["ok"] is True
+    assert doc["python"].startswith(f"the bundled CPython {cpython_archive.version} (PATH: ")
+    assert ("Python 3.6)" if old else "no python3)") in doc["python"]
+    statuses = {s["name"]: s["status"] for s in doc["steps"]}
+    assert statuses["python"] == statuses["post-install checks"] == statuses["done"] == "pass"
+    python_step = next(s for s in doc["steps"] if s["name"] == "python")
+    assert f"(bundled CPython {cpython_archive.version})" in python_step["detail"]
+
+
+def test_rehearse_with_no_system_python_needs_a_bundled_one(
+    built_bundle: tuple[Path, Path, dict[str, object]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = run(["rehearse", str(built_bundle[0]), "--no-system-python"], capsys)
+    assert result.code == 2
+    assert (
+        result.err.strip()
+        .splitlines()[-1]
+        .endswith("--no-system-python: this bundle carries no Python; build it with --with-python")
+    )
+    bad = run(["rehearse", str(built_bundle[0]), "--server-python", "3.6"], capsys)
+    assert bad.code == 2 and "--server-python needs --no-system-python" in bad.err

@@ -228,6 +228,8 @@ def rehearse_cmd(
         Path | None,
         typer.Option(help="Rehearse in this new directory and leave it (bundle/ and venv/) there."),
     ] = None,
+    no_system_python: opt.NoSystemPython = False,
+    server_python: opt.ServerPython = None,
     json_out: Json = False,
 ) -> None:
     """Prove here, before the bundle travels, that it installs with the network cut.
@@ -239,11 +241,15 @@ def rehearse_cmd(
     from verl_bundle import render
     from verl_bundle.interpreter import interpreter
     from verl_bundle.progress import reporter
-    from verl_bundle.rehearse import rehearse
+    from verl_bundle.rehearse import BareServer, rehearse
 
     py = interpreter(python) if python else None
+    if server_python and not no_system_python:
+        raise UsageError("--server-python needs --no-system-python")
+    old = interpreter(server_python, "--server-python") if server_python else None
+    bare = BareServer(old) if no_system_python else None
     with reporter(quiet=json_out) as rep:
-        shown = render.rehearsal(rehearse(tarball, py, rep, keep))
+        shown = render.rehearsal(rehearse(tarball, py, rep, keep, bare))
     _show(ctx, shown, json_out)
 
 

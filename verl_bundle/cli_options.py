@@ -149,6 +149,24 @@ WithPython = Annotated[
 ]
 
 
+NoSystemPython = Annotated[
+    bool,
+    typer.Option(
+        "--no-system-python",
+        help="As a server with no Python 3.8+: env -i, a PATH with no Python (the bundle's own "
+        "CPython must do; build --with-python).",
+    ),
+]
+ServerPython = Annotated[
+    str | None,
+    typer.Option(
+        help="With --no-system-python: the old python3 the server has (a path or X.Y, e.g. "
+        "3.6); default none.",
+        metavar="PATH|X.Y",
+    ),
+]
+
+
 class Compress(str, enum.Enum):
     none = "none"
     gz = "gz"

@@ -126,23 +126,53 @@ def _follow(stream: Any, events: str, reporter: Reporter) -> list[str]:
     return lines
 
 
+@dataclass(frozen=True)
+class BareServer:
+    """`--no-system-python`: install.sh runs under `env -i` with a PATH of this machine's
+    tools and no Python, but `python3` (an old one, e.g. 3.6) when given."""
+
+    python3: str | None = None
+
+
+def bare_path(where: Path, python3: str | None) -> Path:
+    """A folder for PATH: links to this machine's tools, none of them a Python (nor pip)."""
+    where.mkdir(parents=True)
+    for folder in ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"):
+        tools = sorted(Path(folder).iterdir()) if Path(folder).is_dir() else []
+        for tool in tools:
+            if tool.name.startswith(("python", "pip", "pydoc", "idle", "2to3", "pyenv", "conda")):
+                continue
+            if not os.path.lexists(where / tool.name) and os.access(tool, os.X_OK):
+                (where / tool.name).symlink_to(tool)
+    if python3 is not None:
+        (where / "python3").symlink_to(os.path.abspath(python3))
+    return where
+
+
 def rehearse(
-    tarball: Path, python: str | None, reporter: Reporter, keep: Path | None = None
+    tarball: Path,
+    python: str | None,
+    reporter: Reporter,
+    keep: Path | None = None,
+    bare: BareServer | None = None,
 ) -> Rehearsal:
     """Rehearse in a temporary directory, or in `keep` (which must not exist), left in place
-    with the extracted bundle (bundle/) and the venv (venv/) for inspection."""
+    with the extracted bundle (bundle/) and the venv (venv/) for inspection. `bare`: as a
+    server with no Python 3.8+ (the bundle's own CPython must do)."""
     if not tarball.is_file():
         raise UsageError(f"{tarball}: no such file; give the bundle's .tar")
     if keep is not None and keep.exists():
         raise UsageError(f"--keep {keep}: already exists; give a new directory")
     if keep is not None:
         keep.mkdir(parents=True)
-        return _rehearse(tarball, python, reporter, keep)
+        return _rehearse(tarball, python, reporter, keep, bare)
     with tempfile.TemporaryDirectory(prefix="verl-bundle-rehearse-") as tmp:
-        return _rehearse(tarball, python, reporter, Path(tmp))
+        return _rehearse(tarball, python, reporter, Path(tmp), bare)
 
 
-def _rehearse(tarball: Path, python: str | None, reporter: Reporter, work: Path) -> Rehearsal:
+def _rehearse(
+    tarball: Path, python: str | None, reporter: Reporter, work: Path, bare: BareServer | None
+) -> Rehearsal:
     prefix = network_cut()
     steps: list[Step] = []
     started = time.monotonic()
@@ -163,16 +193,20 @@ def _rehearse(tarball: Path, python: str | None, reporter: Reporter, work: Path)
     steps.append(Step("extract", "pass", time.monotonic() - t0))
     manifest = load(str(root))
     want = manifest.target.python
-    py = python or find_python(want)
-    if py is None:
-        raise UsageError(
-            f"no Python {want} on this host to rehearse with; install it or pass --python PATH"
-        )
-    if _python_version(py) != want:
-        raise UsageError(f"--python {py} is not Python {want}, which the bundle is for")
+    if bare is not None:
+        py, command = _bare(manifest, bare, work, root)
+    else:
+        py = python or find_python(want) or ""
+        if not py:
+            raise UsageError(
+                f"no Python {want} on this host to rehearse with; install it or pass --python PATH"
+            )
+        if _python_version(py) != want:
+            raise UsageError(f"--python {py} is not Python {want}, which the bundle is for")
+        command = [str(root / "install.sh"), "--python", py]
     skipped = _unbuildable(manifest)
     events = work / "install-events.jsonl"
-    args = [str(root / "install.sh"), "--prefix", str(work / "venv"), "--python", py]
+    args = [*command, "--prefix", str(work / "venv")]
     args += ["--yes", "--skip-doctor", "--events", str(events)]
     for phase in skipped:
         args += ["--skip-phase", phase]
@@ -195,3 +229,23 @@ def _rehearse(tarball: Path, python: str | None, reporter: Reporter, work: Path)
     if code != 0 and not any(s.status == "fail" for s in ran):
         steps.append(Step("install.sh", "fail", 0.0, f"exited {code}"))
     return Rehearsal(tarball, py, " ".join(prefix), tuple(steps), tuple(lines[-25:]))
+
+
+def _bare(manifest: Manifest, bare: BareServer, work: Path, root: Path) -> tuple[str, list[str]]:
+    """What the rehearsal calls its Python, and install.sh under `env -i` with a bare PATH."""
+    carried = manifest.interpreter
+    if carried is None:
+        raise UsageError(
+            "--no-system-python: this bundle carries no Python; build it with --with-python"
+        )
+    got = _python_version(bare.python3) if bare.python3 else None
+    if got is not None and got != "unknown" and tuple(map(int, got.split("."))) >= (3, 8):
+        raise UsageError(
+            f"--server-python {bare.python3} is Python {got}: give one older than 3.8 (or none)"
+        )
+    path = bare_path(work / "server-bin", bare.python3)
+    shown = f"the bundled CPython {carried.version} (PATH: " + (
+        f"python3 is {bare.python3}, Python {got})" if bare.python3 else "no python3)"
+    )
+    env = ["env", "-i", f"HOME={work}", f"PATH={path}", "LANG=C.UTF-8"]
+    return shown, [*env, str(root / "install.sh")]

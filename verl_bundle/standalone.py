@@ -93,7 +93,7 @@ def fetch_interpreter(
     loc = profile.location(source.location)
     base = split_credentials(loc.url or "")[0]
     url = f"{base}/{path}"
-    where = f"the bundled CPython: {shown_url(url)} (location {source.location})"
+    where = f"the bundled CPython {filename} (location {source.location})"
     sha256 = source.sha256.get(filename) or _published_sha256(
         downloader, base, source.sums.format(release=source.release), filename, where
     )

@@ -37,6 +37,15 @@ def chosen(opts: Options, m: Manifest) -> str | None:
     return None
 
 
+def checked(opts: Options, m: Manifest, python: str) -> str:
+    """ "bundled CPython X.Y.Z" once the unpacked tree of `python` checks out; "" when the
+    venv is made from this server's own interpreter."""
+    if not opts.bundled_python or m.interpreter is None:
+        return ""
+    check_tree(os.path.dirname(os.path.dirname(python)), m)
+    return f"bundled CPython {m.interpreter.version}"
+
+
 def check_tree(root: str, m: Manifest) -> None:
     """What install.sh unpacked is this bundle's archive, complete, and stays inside `root`:
     InstallError(3) naming the problem otherwise."""

@@ -128,9 +128,7 @@ class Installer:
     def python(self) -> str:
         with self.step("python") as result:
             py = envs.choose_python(self.opts, self.m, self.target)
-            carried = self.m.interpreter if self.opts.bundled_python else None
-            if carried is not None:
-                bundled.check_tree(os.path.dirname(os.path.dirname(py)), self.m)
+            carried = bundled.checked(self.opts, self.m, py)
             got = envs.python_version(py) or "unknown"
             self.out.say(
                 heading(
@@ -138,13 +136,10 @@ class Installer:
                     f"Python: {py} is {got}; this bundle is for Python {self.m.target.python} ({self.m.target.python_tag})",
                 )
             )
-            if carried is not None:
-                reason = bundled.why(self.opts, self.m)
-                self.out.say(f"    the bundled CPython {carried.version}: {reason}")
+            if carried:
+                self.out.say(f"    the {carried}: {bundled.why(self.opts, self.m)}")
             envs.check_python(py, self.m)
-            result["detail"] = f"{py} is {got}" + (
-                f" (bundled CPython {carried.version})" if carried else ""
-            )
+            result["detail"] = f"{py} is {got}" + (f" ({carried})" if carried else "")
         return py
 
     def doctor(self, python: str) -> None:
