@@ -17,24 +17,11 @@ from cli import run
 from cpython import Archive
 
 from verl_bundle.airgap import manifest as mf
+from verl_bundle.rehearse import bare_path
 
 pytestmark = pytest.mark.slow
 
 IMPORTS = "import torch, vllm, verl, sys; print(sys.prefix, sys.base_prefix)"
-
-
-def bare_path(where: Path, python3: str | None) -> Path:
-    """A PATH folder with this machine's tools and no Python (python3 -> `python3` if given)."""
-    where.mkdir(parents=True)
-    for folder in ("/usr/local/sbin", "/usr/sbin", "/usr/bin"):
-        for tool in sorted(Path(folder).iterdir()) if Path(folder).is_dir() else []:
-            if tool.name.startswith(("python", "pyenv", "pydoc", "idle", "2to3", "pip")):
-                continue
-            if not (where / tool.name).exists() and os.access(tool, os.X_OK):
-                (where / tool.name).symlink_to(tool)
-    if python3 is not None:
-        (where / "python3").symlink_to(python3)
-    return where
 
 
 def server(
