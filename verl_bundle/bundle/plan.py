@@ -15,6 +15,7 @@ from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel
 
 from verl_bundle import __version__
 from verl_bundle.airgap import manifest as mf
+from verl_bundle.bundle import simple
 from verl_bundle.errors import LockError
 from verl_bundle.fetch import Artifact, Wheelhouse
 from verl_bundle.lock import Lock, dumps, group_by_phase
@@ -218,6 +219,8 @@ def plan(profile: Profile, lock: Lock, wheelhouse: Wheelhouse) -> BundlePlan:
     generated.insert(0, _entry(mf.INSTALL, render_install(context).encode()))
     generated.insert(1, _entry(mf.README, render_install(context, "README.txt.j2").encode()))
     generated.append(_entry(mf.DOCTOR, _doctor_script().encode()))
+    files = tuple(_manifest_file(e, a) for e, a in zip(payload, ordered, strict=True))
+    generated += [_entry(path, data) for path, data in simple.pages(files)]  # pip/uv index
     manifest = mf.Manifest(
         name=name,
         created_by=f"verl-bundle {__version__}",
@@ -232,7 +235,7 @@ def plan(profile: Profile, lock: Lock, wheelhouse: Wheelhouse) -> BundlePlan:
             flash_attn_wheel=flash.filename if flash and flash.filename.endswith(".whl") else None,
         ),
         phases=tuple(phases),
-        files=tuple(_manifest_file(e, a) for e, a in zip(payload, ordered, strict=True)),
+        files=files,
         generated=tuple(mf.Generated(e.arcname, e.sha256, e.size) for e in generated),
         installed_size=sum(_installed_size(a) for a in wheelhouse.artifacts)
         + (python.unpacked if python else 0),
