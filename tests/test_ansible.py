@@ -104,3 +104,36 @@ def test_three_hosts_install_into_their_own_prefixes_and_gather(
     result = json.loads(report.out)["result"]
     assert [n["file"] for n in result["nodes"]] == [f"{h}.json" for h in HOSTS]
     assert not [d for d in result["drift"] if d["fact"] == "fingerprint"]
+
+
+@pytest.mark.slow
+def test_three_hosts_install_from_one_served_copy_with_no_other_network(
+    built_bundle: tuple[Path, Path, dict[str, object]],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from served import BASE, serving
+
+    out = tmp_path / "install.yml"
+    r = run(
+        [
+            *("ansible", "install", "--from-url", f"{BASE}/", "--hosts", "nodes"),
+            *("--gather", str(tmp_path / "results"), "-o", str(out)),
+        ],
+        capsys,
+    )
+    assert r.code == 0, r.err
+    assert f'verl_bundle_from_url: "{BASE}"' in out.read_text()
+    env = {**clean_environ(tmp_path), "LC_ALL": "C.UTF-8"}
+    env["ANSIBLE_LOCAL_TEMP"], env["ANSIBLE_HOME"] = str(tmp_path / "a-tmp"), str(tmp_path / "a")
+    hosts = inventory(tmp_path, python310())
+    cmd = f"{ansible_playbook()} -i {hosts} {out}"
+    done = serving(built_bundle[1], cmd, env, tmp_path, timeout=1500)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    for host in HOSTS:
+        assert (tmp_path / f"prefix-{host}" / "bin" / "python").exists()
+        assert (tmp_path / f"work-{host}" / "bundle" / "SHA256SUMS").is_file()
+        doc = json.loads((tmp_path / "results" / f"{host}.json").read_text())
+        assert doc["command"] == "doctor" and doc["result"]["host"]["fingerprint"]
+    report = run(["fleet", "report", str(tmp_path / "results"), "--json"], capsys)
+    assert not [d for d in json.loads(report.out)["result"]["drift"] if d["fact"] == "fingerprint"]

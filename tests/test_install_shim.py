@@ -29,6 +29,7 @@ CONTEXT = {
     # A bundle that carries a CPython (the longest form of the shim, for shellcheck).
     "python_archive": "python/cpython-3.10.15+20241016-x86_64-unknown-linux-gnu-install_only.tar.gz",
     "python_sha256": "0" * 64,
+    "served_sha256": "0" * 64,
 }
 
 
@@ -44,7 +45,7 @@ def _run(cmd: list[str], env: dict[str, str], cwd: Path) -> subprocess.Completed
 def test_the_shim_is_short_and_passes_shellcheck(tmp_path: Path) -> None:
     text = render_install(CONTEXT)
     assert text.startswith("#!/bin/sh\n")
-    assert len(text.splitlines()) <= 80
+    assert len(text.splitlines()) <= 100  # with the --from bootstrap (served bundles)
     if shutil.which("shellcheck") is None:
         pytest.skip("shellcheck is not installed (apt-get install shellcheck)")
     script = tmp_path / "install.sh"

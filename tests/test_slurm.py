@@ -52,6 +52,30 @@ def test_the_script_is_written_and_names_its_submit_command(
     lint(tmp_path / "ray.sbatch")
 
 
+def test_the_served_mode_fetches_on_every_node_and_needs_an_http_url(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "job.sbatch"
+    url = "http://head:8000/verl-bundle-x/"
+    r = run(["slurm", "install", "--from-url", url, "-o", str(out)], capsys)
+    assert r.code == 0 and r.last_line == f"sbatch {out}"
+    text = out.read_text()
+    assert "FROM_URL=http://head:8000/verl-bundle-x  #" in text and "sbcast" not in text
+    assert 'set -- --from "$FROM_URL" --work "$root"' in text
+    assert subprocess.run(["bash", "-n", str(out)], check=False).returncode == 0
+    lint(out)
+    shared = [str(tmp_path / "x.tar"), "--shared-path", str(tmp_path), "-o", str(out)]
+    plain = run(["slurm", "install", *shared, "--gather", str(tmp_path / "g")], capsys)
+    assert plain.code == 0 and "FROM_URL=''  #" in out.read_text()
+    for args, says in [
+        ([], "give the bundle tarball, or --from-url URL"),
+        (["--from-url", "ftp://u:pw@head/b"], "--from-url ftp://u:****@head/b: give the http://"),
+        (["--from-url", url, "--no-network"], "--from-url needs the network"),
+    ]:
+        bad = run(["slurm", "install", *args, "-o", str(out)], capsys)
+        assert bad.code == 2 and says in bad.err, bad.err
+
+
 def lint(script: Path) -> None:
     if shutil.which("shellcheck") is None:
         return  # `make lint` needs it anyway; the syntax was checked with bash -n

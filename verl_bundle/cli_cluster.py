@@ -69,6 +69,23 @@ def preflight_cmd(
     _show(ctx, render.preflight(result), json_out)
 
 
+FromUrl = Annotated[
+    str,
+    typer.Option(
+        help="Install from one served copy instead: the URL of the extracted bundle behind "
+        "python3 -m http.server or nginx (each node runs install.sh --from URL)."
+    ),
+]
+
+
+def _tarball(tarball: Path | None, from_url: str) -> Path:
+    from verl_bundle.errors import UsageError
+
+    if tarball is None and not from_url:
+        raise UsageError("give the bundle tarball, or --from-url URL of a served bundle")
+    return tarball or Path()
+
+
 slurm_app = typer.Typer(
     help="Write sbatch scripts that install and check the bundle on every node of a Slurm job.",
     short_help="Write sbatch scripts: install on every node, start Ray.",
@@ -79,7 +96,9 @@ slurm_app = typer.Typer(
 
 @slurm_app.command("install")
 def slurm_install_cmd(
-    tarball: Annotated[Path, typer.Argument(help="The bundle tarball.")],
+    tarball: Annotated[
+        Path | None, typer.Argument(help="The bundle tarball (not with --from-url).")
+    ] = None,
     shared_path: Annotated[
         Path | None,
         typer.Option(help="The tarball or extracted bundle on a filesystem every node sees."),
@@ -97,6 +116,7 @@ def slurm_install_cmd(
     python: Annotated[
         str, typer.Option(help="The Python each node's venv is made from (install.sh --python).")
     ] = "",
+    from_url: FromUrl = "",
     output: Annotated[Path, typer.Option("-o", "--output", help="The script to write.")] = Path(
         "verl-bundle-install.sbatch"
     ),
@@ -106,7 +126,17 @@ def slurm_install_cmd(
     gathers each node's JSON for `verl-bundle fleet report`. Prints the command to submit it."""
     from verl_bundle.cluster.slurm import SlurmInstall, write_install
 
-    req = SlurmInstall(tarball, output, gather, prefix, nodes, shared_path, no_network, python)
+    req = SlurmInstall(
+        _tarball(tarball, from_url),
+        output,
+        gather,
+        prefix,
+        nodes,
+        shared_path,
+        no_network,
+        python,
+        from_url,
+    )
     typer.echo(write_install(req).submit)
 
 
@@ -139,7 +169,10 @@ ansible_app = typer.Typer(
 
 @ansible_app.command("install")
 def ansible_install_cmd(
-    tarball: Annotated[Path, typer.Argument(help="The bundle tarball, on this controller.")],
+    tarball: Annotated[
+        Path | None,
+        typer.Argument(help="The bundle tarball, on this controller (not with --from-url)."),
+    ] = None,
     prefix: Annotated[
         str, typer.Option(help="The venv on each host (an inventory verl_prefix overrides it).")
     ] = "/opt/verl",
@@ -150,6 +183,7 @@ def ansible_install_cmd(
     gather: Annotated[
         Path, typer.Option(help="Where each host's doctor JSON goes, on this controller.")
     ] = Path("verl-bundle-results"),
+    from_url: FromUrl = "",
     output: Annotated[Path, typer.Option("-o", "--output", help="The playbook to write.")] = Path(
         "verl-bundle-install.yml"
     ),
@@ -159,7 +193,7 @@ def ansible_install_cmd(
     variables: verl_prefix, verl_python, verl_work. Prints the command to run it."""
     from verl_bundle.cluster.ansible import AnsibleInstall, write_playbook
 
-    req = AnsibleInstall(tarball, output, gather, prefix, hosts, url)
+    req = AnsibleInstall(_tarball(tarball, from_url), output, gather, prefix, hosts, url, from_url)
     typer.echo(write_playbook(req).submit)
 
 

@@ -50,6 +50,9 @@ class BundlePlan:
     manifest: mf.Manifest
 
 
+SERVED = "verl_bundle/airgap/served.py"
+
+
 def bundle_name(lock: Lock) -> str:
     return f"verl-bundle-{lock.profile}-{lock.target.python_tag}-{lock.target.platform}"
 
@@ -192,6 +195,8 @@ def plan(profile: Profile, lock: Lock, wheelhouse: Wheelhouse) -> BundlePlan:
     phases, generated = _phases(lock, profile, by_name)
     generated.append(_entry(mf.LOCK, dumps(lock).encode()))
     generated += _airgap_entries()
+    # install.sh --from URL fetches this file alone and runs it: the shim carries its hash.
+    served = next(e for e in generated if e.arcname == f"{mf.LIB}/{SERVED}")
     glibc = [
         lock.target.highest_glibc(a.filename)
         for a in wheelhouse.artifacts
@@ -215,6 +220,7 @@ def plan(profile: Profile, lock: Lock, wheelhouse: Wheelhouse) -> BundlePlan:
         # The bundled CPython the sh entry unpacks when the server has no fitting Python.
         "python_archive": python.entry.path if python else "",
         "python_sha256": python.entry.sha256 if python else "",
+        "served_sha256": served.sha256,
     }
     generated.insert(0, _entry(mf.INSTALL, render_install(context).encode()))
     generated.insert(1, _entry(mf.README, render_install(context, "README.txt.j2").encode()))

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from verl_bundle.cluster.slurm import Written, bundle_name, render
+from verl_bundle.cluster.slurm import Written, bundle_name, render, served_url
 from verl_bundle.errors import UsageError
 
 
@@ -20,15 +20,22 @@ class AnsibleInstall:
     prefix: str = "/opt/verl"  # the default venv (verl_prefix per host overrides it)
     hosts: str = "all"
     url: str = ""  # fetch from here instead of copying from the controller
+    from_url: str = ""  # a served, extracted bundle each host installs from (install.sh --from)
 
 
 def write_playbook(req: AnsibleInstall) -> Written:
-    if not req.tarball.is_file():
+    if req.from_url:
+        served_url(req.from_url)
+        name = req.from_url.rstrip("/").rsplit("/", 1)[-1]
+    elif not req.tarball.is_file():
         raise UsageError(f"{req.tarball}: no such tarball")
+    else:
+        name = bundle_name(req.tarball)
     text = render(
         "ansible-install.yml.j2",
         {
-            "name": bundle_name(req.tarball),
+            "name": name,
+            "from_url": req.from_url.rstrip("/"),
             "playbook": req.output,
             "hosts": req.hosts,
             "tarball": str(req.tarball.absolute()),

@@ -9,6 +9,7 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from verl_bundle.credentials import redact_url
 from verl_bundle.errors import UsageError
 
 
@@ -22,6 +23,7 @@ class SlurmInstall:
     shared_path: Path | None = None  # the tarball (or extracted bundle) on a shared filesystem
     no_network: bool = False  # each node's install and doctor run under `unshare -n`
     python: str = ""  # the Python each node's venv is made from (default: install.sh's choice)
+    from_url: str = ""  # a served, extracted bundle each node installs from (install.sh --from)
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,17 @@ def bundle_name(tarball: Path) -> str:
     return first.name.split("/", 1)[0]
 
 
+def served_url(url: str, no_network: bool = False) -> None:
+    """A --from-url the nodes can fetch from: http(s), and the network left on."""
+    if not url.startswith(("http://", "https://")):
+        raise UsageError(
+            f"--from-url {redact_url(url)}: give the http:// or https:// URL of the extracted "
+            "bundle as served (python3 -m http.server or nginx in the directory above it)"
+        )
+    if no_network:
+        raise UsageError("--from-url needs the network; leave out --no-network")
+
+
 def render(template: str, context: dict[str, object]) -> str:
     from verl_bundle.bundle.plan import render_install
 
@@ -51,13 +64,17 @@ def render(template: str, context: dict[str, object]) -> str:
 def write_install(req: SlurmInstall) -> Written:
     if req.nodes < 1:
         raise UsageError(f"--nodes {req.nodes}: give at least 1")
-    if req.shared_path is None and not req.tarball.is_file():
+    if req.from_url:
+        served_url(req.from_url, req.no_network)
+        name = req.from_url.rstrip("/").rsplit("/", 1)[-1]
+    elif req.shared_path is None and not req.tarball.is_file():
         raise UsageError(f"{req.tarball}: no such tarball")
-    name = (
-        req.shared_path.name
-        if req.shared_path is not None and req.shared_path.is_dir()
-        else bundle_name(req.shared_path or req.tarball)
-    )
+    else:
+        name = (
+            req.shared_path.name
+            if req.shared_path is not None and req.shared_path.is_dir()
+            else bundle_name(req.shared_path or req.tarball)
+        )
     text = render(
         "slurm-install.sbatch.j2",
         {
@@ -70,6 +87,7 @@ def write_install(req: SlurmInstall) -> Written:
             "tarball": req.tarball.absolute(),
             "wrap": "unshare -n" if req.no_network else "",
             "python": req.python,
+            "from_url": req.from_url.rstrip("/"),
         },
     )
     # Slurm opens the job's output file there before the script runs: it must exist.

@@ -27,6 +27,10 @@ from verl_bundle.airgap.render import dumps, envelope
 
 def main(argv: list[str]) -> int:
     """install.sh's entry: argv is [bundle_dir, *options]. Returns the exit code."""
+    if any(a == "--from" or a.startswith("--from=") for a in argv):  # a served bundle
+        from verl_bundle.airgap.served import main as from_url
+
+        return from_url(argv[1:] if argv and not argv[0].startswith("-") else argv)
     bundle = argv[0] if argv else "."
     try:
         m: mf.Manifest | None = mf.load(bundle)

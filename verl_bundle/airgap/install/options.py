@@ -157,6 +157,12 @@ Options:
   --log FILE        also write everything to FILE (default: <prefix>/.verl-bundle/install.log)
   --events FILE     append each step's events to FILE as JSON lines (for scripts)
   --json            print the result as JSON on stdout (progress goes to stderr)
+  --from URL        install from a served bundle (an extracted bundle behind python3 -m
+                    http.server or nginx: http://head:8000/<bundle>/): every file is fetched
+                    into a local copy, checked against its sha256 as it arrives, then that
+                    copy is installed as above. Credentials go in the URL (user:password@)
+  --work DIR        where --from keeps its copy (kept; a rerun fetches only what is missing);
+                    default: a directory in $TMPDIR, removed after a successful install
   --help            this text
 
 Exit codes:
