@@ -252,3 +252,28 @@ def test_overrides_are_read_as_verl_reads_them() -> None:
 def test_nvlink_pairs_among_the_visible_gpus() -> None:
     assert nvlink_pairs(topo(4), [0, 1, 2, 3]) == (6, 6)
     assert nvlink_pairs(topo(4, nvlink=False), [1, 3]) == (0, 1)
+
+
+def test_unset_keys_take_verls_defaults(tmp_path: Path) -> None:
+    # ppo_trainer.yaml at v0.3.0.post1 (and through 0.8.0.dev): train_batch_size 1024,
+    # ppo_mini_batch_size 256, rollout.n 1, rollout tensor_model_parallel_size 2,
+    # ulysses_sequence_parallel_size 1, n_gpus_per_node 8, nnodes 1.
+    assert verlconfig.settings([]) == {
+        "data.train_batch_size": "1024",
+        "actor_rollout_ref.actor.ppo_mini_batch_size": "256",
+        "actor_rollout_ref.actor.ulysses_sequence_parallel_size": "1",
+        "actor_rollout_ref.rollout.n": "1",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size": "2",
+        "trainer.n_gpus_per_node": "8",
+        "trainer.nnodes": "1",
+    }
+    # With nothing passed, a 6-GPU node is judged as verl would judge it: 8 GPUs wanted, and
+    # tensor parallel 2 of verl's default 8 per node.
+    six = tuple(FakeGpu(i, H100, 81559) for i in range(6))
+    _, checks = preflight(node(tmp_path, six), tmp_path)
+    assert checks["devices"]["status"] == "fail"
+    assert "8" in checks["devices"]["summary"]
+    assert checks["batch"]["status"] == "ok"
+    assert checks["batch"]["summary"] == (
+        "train_batch_size 1024 x rollout.n 1 over 8 GPUs, mini batch 256, tensor parallel 2"
+    )

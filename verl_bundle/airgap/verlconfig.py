@@ -13,7 +13,10 @@ import re
 from pathlib import Path
 from typing import Iterable
 
-# verl's defaults (verl/trainer/config/ppo_trainer.yaml) for the keys preflight checks.
+# verl's defaults for the keys preflight checks, as verl/trainer/config/ppo_trainer.yaml has them
+# at tag v0.3.0.post1 (the cu118/cu121 profiles' verl); unchanged at v0.4.1, v0.5.0, v0.6.1,
+# v0.7.0 and main of 2026-01-29 (0.8.0.dev, _generated_ppo_trainer.yaml). v0.9.1 (cu130) was not
+# in the mirror checked; nothing in these keys moved between 0.3 and 0.8.
 DEFAULTS = {
     "trainer.n_gpus_per_node": "8",
     "trainer.nnodes": "1",
