@@ -126,7 +126,7 @@ def read_sums(source: Source) -> tuple[bytes, dict[str, str]]:
         except (OSError, http.client.HTTPException) as exc:
             raise FetchError(EXIT_FAILED, f"{source.shown}{SUMS}: {exc}") from None
     sums = {}
-    for line in raw.decode("utf-8", "replace").splitlines():
+    for line in raw.decode("utf-8", "replace").split("\n"):  # as verify.parse_sums reads it
         m = _SUM_LINE.match(line)
         if m:
             sums[m.group(2)] = m.group(1).lower()
