@@ -7,7 +7,7 @@ PY ?= 3.10
 OUT ?= bundles
 STAMP := $(VENV)/.installed
 
-.PHONY: all venv test test-fast lint typecheck bundle e2e-real assets-real compile-real python-real bench clean
+.PHONY: all venv test test-fast lint typecheck bundle e2e-real assets-real compile-real python-real bench bench-nodes clean
 
 all: test
 
@@ -83,6 +83,10 @@ python-real: $(STAMP)
 BENCH_ARGS ?=
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py $(BENCH_ARGS)
+
+# N simulated nodes (1, 2, 4) installing at once from one served copy vs one node's own copy.
+bench-nodes: $(STAMP)
+	$(BIN)/python bench/nodes.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist
