@@ -116,3 +116,55 @@ def test_two_nodes_install_offline_and_gather_their_doctor_results(
     result = json.loads(report.out)["result"]
     assert [n["file"] for n in result["nodes"]] == ["n1.json", "n2.json"]
     assert not [d for d in result["drift"] if d["fact"] == "fingerprint"]
+
+
+@pytest.mark.slow
+def test_two_nodes_install_from_one_served_copy(
+    slurm: Slurm,
+    built_bundle: tuple[Path, Path, dict[str, object]],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import socket
+    import sys
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    root = built_bundle[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
+        cwd=root.parent,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(400):  # until it answers (a readiness loop, not an assertion)
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        gather, out = tmp_path / "results", tmp_path / "install.sbatch"
+        url = f"http://127.0.0.1:{port}/{root.name}/"
+        r = run(
+            [
+                *("slurm", "install", "--from-url", url, "--nodes", "2"),
+                *("--prefix", str(tmp_path / "prefix-%n"), "--gather", str(gather)),
+                *("--python", python310(), "-o", str(out)),
+            ],
+            capsys,
+        )
+        assert r.code == 0, r.err
+        job = slurm.run("sbatch", "--wait", "--chdir", str(tmp_path), str(out), timeout=1200)
+    finally:
+        server.terminate()
+        server.wait()
+    log = "\n".join(p.read_text(errors="replace") for p in gather.glob("*.log"))
+    assert job.returncode == 0, job.stdout + job.stderr + log
+    for node in NODES:
+        assert (gather / f"{node}.install.rc").read_text().strip() == "0", log
+        assert "install.sh: fetched " in (gather / f"{node}.install.log").read_text()
+        doc = json.loads((gather / f"{node}.json").read_text())
+        assert doc["command"] == "doctor" and doc["result"]["host"]["fingerprint"]
