@@ -187,3 +187,23 @@ def test_a_rebuilt_bundle_upgrades_in_place(
     rerun = run_install(new, home, "--prefix", str(prefix), "--python", python310(), "--yes")
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     assert rerun.stdout.count("already installed") == 4
+
+
+def test_a_dist_stopped_between_its_record_and_installer_is_incomplete(tmp_path: Path) -> None:
+    # uv writes RECORD before INSTALLER and REQUESTED: a kill -9 between them left a
+    # distribution that looked whole to the cheap check, and a resume kept it without INSTALLER.
+    from verl_bundle.airgap.install import dists
+
+    site = tmp_path / "site"
+    info = site / "demo-1.0.dist-info"
+    info.mkdir(parents=True)
+    (site / "demo.py").write_text("x = 1\n")
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: demo\nVersion: 1.0\n")
+    (info / "RECORD").write_text(
+        "demo.py,,\ndemo-1.0.dist-info/METADATA,,\ndemo-1.0.dist-info/INSTALLER,,\n"
+        "demo-1.0.dist-info/RECORD,,\n"
+    )
+    dist = dists.Dist("demo", "1.0", str(info), str(site))
+    assert dists.problem(dist, False) == "demo-1.0.dist-info/INSTALLER is missing"
+    (info / "INSTALLER").write_text("uv\n")
+    assert dists.problem(dist, False) is None

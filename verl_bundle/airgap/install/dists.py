@@ -95,6 +95,12 @@ def problem(dist: Dist, check_hashes: bool) -> str | None:
     if not rows:
         return "no RECORD (it was being unpacked)"
     if not check_hashes:
+        # Cheap, and catches an installer stopped between RECORD and its last metadata files
+        # (INSTALLER, REQUESTED): the dist-info's own listed files must all be there.
+        own = os.path.basename(dist.path) + "/"
+        for row in rows:
+            if row[0].startswith(own) and not os.path.isfile(os.path.join(dist.site, row[0])):
+                return f"{row[0]} is missing"
         return None
     listed = set()
     for row in rows:
