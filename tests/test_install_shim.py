@@ -152,3 +152,18 @@ def test_json_result_is_one_envelope_on_stdout(bundle: Path, tmp_path: Path) -> 
         bundle, home, "--prefix", str(tmp_path / "b"), "--python", "/nonexistent", "--json"
     )
     assert bad.returncode == 4 and "is Python unknown" in bad.stderr
+
+
+def test_install_sh_alone_without_its_bundle_is_one_line(bundle: Path, tmp_path: Path) -> None:
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    shutil.copy(bundle / "install.sh", alone / "install.sh")
+    env = clean_environ(tmp_path)
+    cmd = [str(alone / "install.sh"), "--prefix", str(tmp_path / "p"), "--python", python310()]
+    proc = _run(cmd, env, tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no bundle beside this install.sh" in lines[0], lines
+    assert "--from URL" in lines[0]
+    assert not (tmp_path / "p").exists()
