@@ -136,3 +136,19 @@ def test_a_newline_in_sha256sums_damaged_into_another_line_break_is_caught(
     sums.write_bytes(data.replace(b"\n", mark, 1))
     report = verify(str(copy))
     assert [p.path for p in report.problems] == ["SHA256SUMS"], report.problems
+
+
+def test_a_sha256sums_line_damaged_in_its_separator_names_sha256sums(
+    built_bundle: Built, tmp_path: Path
+) -> None:
+    """'<hash> !manifest.json' is not a sha256sum line: SHA256SUMS is named, not only the file
+    it no longer lists."""
+    copy = _copy(built_bundle, tmp_path)
+    sums = copy / "SHA256SUMS"
+    data = sums.read_bytes()
+    at = data.index(b"  manifest.json\n") + 1
+    sums.write_bytes(data[:at] + b"!" + data[at + 1 :])
+    report = verify(str(copy))
+    problems = {p.path: p.what for p in report.problems}
+    assert "SHA256SUMS" in problems, report.problems
+    assert "is not '<sha256>  <path>'" in problems["SHA256SUMS"]

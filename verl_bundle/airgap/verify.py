@@ -40,13 +40,16 @@ class Report:
         return not self.problems
 
 
+_SUMS_LINE = re.compile(r"^([0-9a-fA-F]{64}) [ *](.+)$")
+
+
 def parse_sums(text: str) -> dict[str, str]:
     """`sha256sum` lines: '<64 hex>  <path>' (or ' *<path>' in binary mode)."""
     sums: dict[str, str] = {}
     # Lines end at "\n" alone: splitlines() also breaks at \v, \f, \x1c.. and U+2028, so a
     # damaged newline would read as intact.
     for line in text.split("\n"):
-        m = re.match(r"^([0-9a-fA-F]{64}) [ *](.+)$", line)
+        m = _SUMS_LINE.match(line)
         if m:
             sums[m.group(2)] = m.group(1).lower()
     return sums
@@ -70,6 +73,13 @@ def _judge(
     if not sums:
         report.problems.append(Problem(SUMS, "altered: it lists no file"))
         return
+    # A line that is not '<sha256>  <path>' is damage to SHA256SUMS itself, never skipped: a
+    # flipped byte in a separator would otherwise only show as a file "not listed".
+    for number, line in enumerate(sums_text.split("\n"), start=1):
+        if line and not _SUMS_LINE.match(line):
+            report.problems.append(
+                Problem(SUMS, f"altered: line {number} is not '<sha256>  <path>': {line[:80]!r}")
+            )
     listed: dict[str, str] = {}
     if manifest_text is None:
         report.problems.append(Problem(MANIFEST, "missing"))
