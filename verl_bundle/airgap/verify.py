@@ -74,12 +74,16 @@ def _judge(
         report.problems.append(Problem(SUMS, "altered: it lists no file"))
         return
     # A line that is not '<sha256>  <path>' is damage to SHA256SUMS itself, never skipped: a
-    # flipped byte in a separator would otherwise only show as a file "not listed".
-    for number, line in enumerate(sums_text.split("\n"), start=1):
-        if line and not _SUMS_LINE.match(line):
-            report.problems.append(
-                Problem(SUMS, f"altered: line {number} is not '<sha256>  <path>': {line[:80]!r}")
-            )
+    # flipped byte in a separator would otherwise only show as a file "not listed". The list
+    # is then blamed alone: what it fails to list follows from that.
+    bad = [
+        Problem(SUMS, f"altered: line {number} is not '<sha256>  <path>': {line[:80]!r}")
+        for number, line in enumerate(sums_text.split("\n"), start=1)
+        if line and not _SUMS_LINE.match(line)
+    ]
+    if bad:
+        report.problems.extend(bad)
+        return
     listed: dict[str, str] = {}
     if manifest_text is None:
         report.problems.append(Problem(MANIFEST, "missing"))
