@@ -1,8 +1,9 @@
 """The command line: parse options, call one core function, render its result. Nothing else.
 
 Each command builds a request, calls one core function (imported when the command runs, so that
-`verl-bundle profiles` never loads the resolver), and hands the result to `_show`, the one place
-output is written. `main` is the one place errors become a line on stderr and an exit code.
+`verl-bundle profiles` never loads the resolver), and hands the result to `cli_options.show`, the
+one place output is written. lock and build live in cli_build.py, assets in cli_assets.py, the
+cluster commands in cli_cluster.py. `main` is the one place errors become a line on stderr and an exit code.
 `--version` and `--help` are answered before this module is imported (verl_bundle/__main__.py).
 """
 
@@ -10,35 +11,27 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from verl_bundle import __version__
 from verl_bundle import cli_options as opt
-from verl_bundle.airgap.render import printable
 from verl_bundle.cli_assets import assets_cmd
+from verl_bundle.cli_build import register as register_build
 from verl_bundle.cli_cluster import register as register_cluster
 from verl_bundle.cli_options import (
-    CacheDir,
-    Compress,
     Cuda,
     Interpreter,
-    Jobs,
     Json,
-    Mirror,
-    Platform,
     ProfileOpt,
     Session,
     SkipPhase,
-    StackOptions,
     TargetPython,
     session_of,
+    show,
 )
 from verl_bundle.errors import EXIT_FAILED, EXIT_USAGE, BundleError, UsageError
-
-if TYPE_CHECKING:
-    from verl_bundle.render import Shown
 
 EXIT_INTERRUPTED = 130
 INTERRUPTED = "interrupted; run the same command again to resume: finished downloads are cached"
@@ -69,21 +62,6 @@ profiles_app = typer.Typer(
 app.add_typer(profiles_app, name="profiles")
 
 
-def _show(ctx: typer.Context, shown: Shown, json_out: bool) -> None:
-    """The one place a result is written: the JSON envelope, or notes on stderr and text on
-    stdout; then exit 1 when the result is a failure."""
-    redact = session_of(ctx).redact
-    if json_out:
-        typer.echo(redact(shown.json()))
-    else:
-        # Text may quote a log or a tool's output: its control sequences are shown, not obeyed.
-        for note in shown.notes:
-            typer.echo(printable(redact(note)), err=True)
-        typer.echo(printable(redact(shown.text)))
-    if not shown.ok:
-        raise typer.Exit(EXIT_FAILED)
-
-
 def _print_version(value: bool) -> None:
     if value:
         typer.echo(f"verl-bundle {__version__}")
@@ -104,99 +82,7 @@ def _main(
     session_of(ctx).debug = debug
 
 
-@app.command(short_help="Resolve a stack for the server and write its lock.")
-def lock(
-    ctx: typer.Context,
-    cuda: Cuda = None,
-    profile: ProfileOpt = None,
-    python: TargetPython = None,
-    platform: Platform = None,
-    mirror: Mirror = None,
-    output: Annotated[
-        Path | None,
-        typer.Option(
-            "-o", "--output", help="Where to write the lock (default: ./pylock.<bundle>.toml)."
-        ),
-    ] = None,
-    cache_dir: CacheDir = None,
-    jobs: Jobs = 8,
-    check: Annotated[
-        bool,
-        typer.Option(
-            "--check",
-            help="Do not write: resolve again and say whether the lock (-o FILE, or the "
-            "profile's committed one) still matches. Exit 1 with the differences.",
-        ),
-    ] = False,
-    json_out: Json = False,
-) -> None:
-    """Resolve a profile for the server's Python and platform and write the lock.
-
-    The lock (a pylock.toml) holds every package with its version and the one file chosen,
-    with location, URL, sha256 and size. Nothing else is downloaded, except direct artifacts
-    whose hash the profile does not give."""
-    from verl_bundle import render
-    from verl_bundle.pipeline import check_lock, make_lock
-    from verl_bundle.progress import reporter
-
-    options = StackOptions(cuda, profile, python, platform, mirror, cache_dir, jobs)
-    req = options.request(session_of(ctx))
-    with reporter(quiet=json_out) as rep:
-        if check:
-            shown = render.lock_check(check_lock(req, output, rep))
-        else:
-            shown = render.lock(make_lock(req, output, rep))
-    _show(ctx, shown, json_out)
-
-
-@app.command("build", short_help="Resolve, fetch and write the bundle tarball.")
-def build_cmd(
-    ctx: typer.Context,
-    cuda: Cuda = None,
-    profile: ProfileOpt = None,
-    python: TargetPython = None,
-    platform: Platform = None,
-    mirror: Mirror = None,
-    lock_file: Annotated[
-        Path | None,
-        typer.Option(
-            "--lock", help="Build exactly this lock instead of resolving (no cut-off needed)."
-        ),
-    ] = None,
-    output: Annotated[
-        Path, typer.Option("-o", "--output", help="Directory for the tarball.")
-    ] = Path("."),
-    cache_dir: CacheDir = None,
-    jobs: Jobs = 8,
-    compress: Annotated[
-        Compress,
-        typer.Option(help="Wheels are already compressed, so the default tar is not."),
-    ] = Compress.none,
-    compile_mode: opt.CompileOpt = opt.CompileMode.auto,
-    cuda_archs: opt.CudaArchs = None,
-    cuda_home: opt.CudaHome = None,
-    cc: opt.Cc = None,
-    cxx: opt.Cxx = None,
-    host_python: opt.HostPython = None,
-    with_python: opt.WithPython = None,
-    json_out: Json = False,
-) -> None:
-    """Resolve (or take --lock), fetch every file once with its hash, and write one tarball.
-
-    The tarball holds wheels, sources, bootstrap pip, manifest.json, SHA256SUMS and install.sh.
-    The last line printed is the tarball's path; <tarball>.sha256 is written beside it."""
-    from verl_bundle import render
-    from verl_bundle.compile import CompileOptions
-    from verl_bundle.pipeline import BuildRequest, build
-    from verl_bundle.progress import reporter
-
-    options = StackOptions(cuda, profile, python, platform, mirror, cache_dir, jobs)
-    compiling = CompileOptions(compile_mode.value, cuda_archs, cuda_home, cc, cxx, host_python)
-    stack = options.request(session_of(ctx))
-    req = BuildRequest(stack, output, lock_file, compress.value, compiling, with_python)
-    with reporter(quiet=json_out) as rep:
-        shown = render.build(build(req, rep))
-    _show(ctx, shown, json_out)
+register_build(app)  # lock, build: cli_build.py
 
 
 @app.command("verify", short_help="Recheck a bundle against its manifest and sums.")
@@ -216,7 +102,7 @@ def verify_cmd(
 
     if not path.exists():
         raise UsageError(f"{path}: no such file or directory")
-    _show(ctx, render.verify(verify(str(path))), json_out)
+    show(ctx, render.verify(verify(str(path))), json_out)
 
 
 @app.command("rehearse", short_help="Install a bundle here with the network cut.")
@@ -250,7 +136,7 @@ def rehearse_cmd(
     bare = BareServer(old) if no_system_python else None
     with reporter(quiet=json_out) as rep:
         shown = render.rehearsal(rehearse(tarball, py, rep, keep, bare))
-    _show(ctx, shown, json_out)
+    show(ctx, shown, json_out)
 
 
 @app.command("doctor", short_help="Check a machine before installing, with fixes.")
@@ -309,7 +195,7 @@ def doctor_cmd(
         report = doctor.run_doctor(manifest, py, where, require_gpu, skip_phase or ())
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    _show(ctx, render.doctor(report), json_out)
+    show(ctx, render.doctor(report), json_out)
 
 
 @app.command("explain", short_help="Match a failed install's log to causes and fixes.")
@@ -329,7 +215,7 @@ def explain_cmd(
     if str(logfile) != "-" and not logfile.is_file():
         raise UsageError(f"{logfile}: no such file")
     text = sys.stdin.read() if str(logfile) == "-" else explain.read_log(str(logfile))
-    _show(ctx, render.explain(explain.explain_text(text), text), json_out)
+    show(ctx, render.explain(explain.explain_text(text), text), json_out)
 
 
 @profiles_app.callback()
@@ -340,7 +226,7 @@ def profiles_list(ctx: typer.Context, json_out: Json = False) -> None:
     from verl_bundle import render
     from verl_bundle.catalog import builtin_profiles
 
-    _show(ctx, render.profiles(builtin_profiles()), json_out)
+    show(ctx, render.profiles(builtin_profiles()), json_out)
 
 
 @profiles_app.command("show")
@@ -353,7 +239,7 @@ def profiles_show(
     from verl_bundle import render
     from verl_bundle.catalog import find_profile
 
-    _show(ctx, render.profile(find_profile(name)), json_out)
+    show(ctx, render.profile(find_profile(name)), json_out)
 
 
 # `verl-bundle assets` (models and datasets for the air gap) lives in cli_assets.py.
@@ -379,7 +265,7 @@ def toolchain_cmd(
     from verl_bundle.toolchain import survey
 
     found = survey(builtin_profiles(), ToolkitRequest(cuda_home, cc, cxx, host_python), python)
-    _show(ctx, render.toolchain(found), json_out)
+    show(ctx, render.toolchain(found), json_out)
 
 
 # -- the boundary ------------------------------------------------------------------------------

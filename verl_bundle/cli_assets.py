@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from verl_bundle.cli_options import CacheDir, Json, session_of
+from verl_bundle.cli_options import CacheDir, Json, session_of, show
 
 
 def assets_cmd(
@@ -42,7 +42,6 @@ def assets_cmd(
     HF_TOKEN is used for gated repositories and never shown. The last line is the tarball."""
     from verl_bundle.assets.fetch import Hub, parse_spec
     from verl_bundle.assets.plan import AssetsRequest, build_assets, shown
-    from verl_bundle.cli import _show  # the CLI's one place output is written
     from verl_bundle.net.cache import default_cache_dir
     from verl_bundle.progress import reporter
 
@@ -53,4 +52,4 @@ def assets_cmd(
     req = AssetsRequest(tuple(specs), hub, output, tuple(allow or ()), tuple(deny or ()))
     with reporter(quiet=json_out) as rep:
         result = shown(build_assets(req, rep))
-    _show(ctx, result, json_out)
+    show(ctx, result, json_out)

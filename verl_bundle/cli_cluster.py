@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from verl_bundle.cli_options import Json
+from verl_bundle.cli_options import Json, show
 
 fleet_app = typer.Typer(
     help="Compare the doctor results gathered from every node of a cluster.",
@@ -31,10 +31,9 @@ def fleet_report_cmd(
     NCCL/GLOO interfaces) and nodes whose interface or MASTER_ADDR does not work. Exit 0 when
     the nodes agree, 1 on drift, 2 when the results cannot be read."""
     from verl_bundle import render
-    from verl_bundle.cli import _show
     from verl_bundle.fleet import fleet_report
 
-    _show(ctx, render.fleet(fleet_report(directory)), json_out)
+    show(ctx, render.fleet(fleet_report(directory)), json_out)
 
 
 def preflight_cmd(
@@ -57,7 +56,6 @@ def preflight_cmd(
     from verl_bundle import render
     from verl_bundle.airgap import preflight
     from verl_bundle.airgap.verlconfig import ConfigError
-    from verl_bundle.cli import _show
     from verl_bundle.errors import UsageError
 
     try:
@@ -66,7 +64,7 @@ def preflight_cmd(
         )
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
-    _show(ctx, render.preflight(result), json_out)
+    show(ctx, render.preflight(result), json_out)
 
 
 FromUrl = Annotated[

@@ -1,5 +1,6 @@
 """The command line's shared pieces: the options several commands take (declared once, as
-`Annotated` aliases), the request they build, and the session a run's commands share."""
+`Annotated` aliases), the request they build, the session a run's commands share, and `show`,
+the one place a command's result is written."""
 
 from __future__ import annotations
 
@@ -10,10 +11,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from verl_bundle.airgap.render import printable
 from verl_bundle.credentials import Redactor
+from verl_bundle.errors import EXIT_FAILED
 
 if TYPE_CHECKING:
     from verl_bundle.pipeline import Request
+    from verl_bundle.render import Shown
 
 
 @dataclass
@@ -30,6 +34,21 @@ def session_of(ctx: typer.Context) -> Session:
     if found is None:  # run without `main` (typer's own runner): a session of its own
         found = ctx.ensure_object(Session)
     return found
+
+
+def show(ctx: typer.Context, shown: Shown, json_out: bool) -> None:
+    """The one place a command's result is written: the JSON envelope, or notes on stderr and
+    text on stdout; then exit 1 when the result is a failure."""
+    redact = session_of(ctx).redact
+    if json_out:
+        typer.echo(redact(shown.json()))
+    else:
+        # Text may quote a log or a tool's output: its control sequences are shown, not obeyed.
+        for note in shown.notes:
+            typer.echo(printable(redact(note)), err=True)
+        typer.echo(printable(redact(shown.text)))
+    if not shown.ok:
+        raise typer.Exit(EXIT_FAILED)
 
 
 # -- options used by several commands, declared once ----------------------------------------

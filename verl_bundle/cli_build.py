@@ -1,0 +1,124 @@
+"""The build commands (`verl-bundle lock`, `verl-bundle build`): thin, as cli.py's; registered
+there, first, so that the help lists them in pipeline order."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from verl_bundle import cli_options as opt
+from verl_bundle.cli_options import (
+    CacheDir,
+    Compress,
+    Cuda,
+    Jobs,
+    Json,
+    Mirror,
+    Platform,
+    ProfileOpt,
+    StackOptions,
+    TargetPython,
+    session_of,
+    show,
+)
+
+
+def lock_cmd(
+    ctx: typer.Context,
+    cuda: Cuda = None,
+    profile: ProfileOpt = None,
+    python: TargetPython = None,
+    platform: Platform = None,
+    mirror: Mirror = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "-o", "--output", help="Where to write the lock (default: ./pylock.<bundle>.toml)."
+        ),
+    ] = None,
+    cache_dir: CacheDir = None,
+    jobs: Jobs = 8,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check",
+            help="Do not write: resolve again and say whether the lock (-o FILE, or the "
+            "profile's committed one) still matches. Exit 1 with the differences.",
+        ),
+    ] = False,
+    json_out: Json = False,
+) -> None:
+    """Resolve a profile for the server's Python and platform and write the lock.
+
+    The lock (a pylock.toml) holds every package with its version and the one file chosen,
+    with location, URL, sha256 and size. Nothing else is downloaded, except direct artifacts
+    whose hash the profile does not give."""
+    from verl_bundle import render
+    from verl_bundle.pipeline import check_lock, make_lock
+    from verl_bundle.progress import reporter
+
+    options = StackOptions(cuda, profile, python, platform, mirror, cache_dir, jobs)
+    req = options.request(session_of(ctx))
+    with reporter(quiet=json_out) as rep:
+        if check:
+            shown = render.lock_check(check_lock(req, output, rep))
+        else:
+            shown = render.lock(make_lock(req, output, rep))
+    show(ctx, shown, json_out)
+
+
+def build_cmd(
+    ctx: typer.Context,
+    cuda: Cuda = None,
+    profile: ProfileOpt = None,
+    python: TargetPython = None,
+    platform: Platform = None,
+    mirror: Mirror = None,
+    lock_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--lock", help="Build exactly this lock instead of resolving (no cut-off needed)."
+        ),
+    ] = None,
+    output: Annotated[
+        Path, typer.Option("-o", "--output", help="Directory for the tarball.")
+    ] = Path("."),
+    cache_dir: CacheDir = None,
+    jobs: Jobs = 8,
+    compress: Annotated[
+        Compress,
+        typer.Option(help="Wheels are already compressed, so the default tar is not."),
+    ] = Compress.none,
+    compile_mode: opt.CompileOpt = opt.CompileMode.auto,
+    cuda_archs: opt.CudaArchs = None,
+    cuda_home: opt.CudaHome = None,
+    cc: opt.Cc = None,
+    cxx: opt.Cxx = None,
+    host_python: opt.HostPython = None,
+    with_python: opt.WithPython = None,
+    json_out: Json = False,
+) -> None:
+    """Resolve (or take --lock), fetch every file once with its hash, and write one tarball.
+
+    The tarball holds wheels, sources, bootstrap pip, manifest.json, SHA256SUMS and install.sh.
+    The last line printed is the tarball's path; <tarball>.sha256 is written beside it."""
+    from verl_bundle import render
+    from verl_bundle.compile import CompileOptions
+    from verl_bundle.pipeline import BuildRequest, build
+    from verl_bundle.progress import reporter
+
+    options = StackOptions(cuda, profile, python, platform, mirror, cache_dir, jobs)
+    compiling = CompileOptions(compile_mode.value, cuda_archs, cuda_home, cc, cxx, host_python)
+    stack = options.request(session_of(ctx))
+    req = BuildRequest(stack, output, lock_file, compress.value, compiling, with_python)
+    with reporter(quiet=json_out) as rep:
+        shown = render.build(build(req, rep))
+    show(ctx, shown, json_out)
+
+
+def register(app: typer.Typer) -> None:
+    """Add lock and build to the top-level app (first: the help lists commands as registered)."""
+    app.command("lock", short_help="Resolve a stack for the server and write its lock.")(lock_cmd)
+    app.command("build", short_help="Resolve, fetch and write the bundle tarball.")(build_cmd)
