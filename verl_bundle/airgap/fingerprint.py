@@ -11,6 +11,8 @@ import re
 import subprocess
 from pathlib import Path
 
+from verl_bundle.airgap.manifest import canonical
+
 FINGERPRINT = Path(".verl-bundle") / "fingerprint"
 TIMEOUT = 60.0
 
@@ -31,7 +33,7 @@ class FingerprintError(RuntimeError):
 def _canonical(line: str) -> str:
     """ "Flash_Attn==2.5.8" -> "flash-attn==2.5.8" (PEP 503 names, so spelling cannot drift)."""
     name, _, version = line.partition("==")
-    return f"{re.sub(r'[-_.]+', '-', name).lower()}=={version}"
+    return f"{canonical(name)}=={version}"
 
 
 def of_lines(lines: list[str]) -> str:

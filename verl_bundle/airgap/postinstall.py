@@ -19,7 +19,14 @@ import warnings
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from verl_bundle.airgap.manifest import Checks, Manifest, ManifestError, find_root, load
+from verl_bundle.airgap.manifest import (
+    Checks,
+    Manifest,
+    ManifestError,
+    canonical,
+    find_root,
+    load,
+)
 
 try:  # Python 3.8+
     from importlib import metadata as importlib_metadata
@@ -35,10 +42,6 @@ class Result:
     fix: str = ""
 
 
-def _norm(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def _norm_version(version: str) -> str:
     return version.lower()
 
@@ -50,11 +53,11 @@ def check_versions(manifest: Manifest) -> list[Result]:
         for dist in importlib_metadata.distributions():
             name = dist.metadata["Name"]
             if name:
-                installed[_norm(name)] = dist.version
+                installed[canonical(name)] = dist.version
     wrong = []
     missing = []
     for entry in manifest.installed:
-        name = _norm(entry.name)
+        name = canonical(entry.name)
         got = installed.get(name)
         if got is None:
             missing.append(name)
@@ -79,12 +82,12 @@ def check_files(manifest: Manifest) -> list[Result]:
     left half-written by an interrupted install."""
     if importlib_metadata is None:
         return []
-    wanted = {_norm(e.name) for e in manifest.installed}
+    wanted = {canonical(e.name) for e in manifest.installed}
     bad: list[str] = []
     checked = 0
     for dist in importlib_metadata.distributions():
         name = dist.metadata["Name"]
-        if not name or _norm(name) not in wanted:
+        if not name or canonical(name) not in wanted:
             continue
         for entry in dist.files or []:
             if entry.hash is None or entry.hash.mode != "sha256":

@@ -19,11 +19,9 @@ import zipfile
 from dataclasses import dataclass
 from typing import Iterable
 
+from verl_bundle.airgap.manifest import canonical
+
 _DIST_INFO = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)\.dist-info$")
-
-
-def canon(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 @dataclass(frozen=True)
@@ -66,7 +64,10 @@ def installed(paths: SitePaths) -> list[Dist]:
             if m and os.path.isdir(os.path.join(site, entry)):
                 out.append(
                     Dist(
-                        canon(m.group("name")), m.group("version"), os.path.join(site, entry), site
+                        canonical(m.group("name")),
+                        m.group("version"),
+                        os.path.join(site, entry),
+                        site,
                     )
                 )
     return out
