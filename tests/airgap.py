@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import clean_environ
@@ -57,6 +58,34 @@ def run_install(
     cmd = [*(netns_prefix() if offline else []), str(bundle / "install.sh"), *args]
     return subprocess.run(
         cmd, capture_output=True, text=True, env=environ, cwd=home, timeout=timeout
+    )
+
+
+def install_into(
+    bundle: Path, home: Path, prefix: Path, *args: str, **kwargs: Any
+) -> subprocess.CompletedProcess[str]:
+    """install.sh into a new venv at `prefix` made from Python 3.10 (the usual test install)."""
+    return run_install(
+        bundle, home, "--prefix", str(prefix), "--python", python310(), *args, **kwargs
+    )
+
+
+def start_install(
+    bundle: Path, home: Path, prefix: Path, *args: str, offline: bool = True, quiet: bool = True
+) -> subprocess.Popen[str]:
+    """install.sh into `prefix` (Python 3.10) in the background, in a session of its own so that
+    a test can signal it like a terminal would; output discarded when `quiet`, else piped."""
+    environ = clean_environ(home)
+    environ["HOME"] = str(home)
+    cmd = [*(netns_prefix() if offline else []), str(bundle / "install.sh")]
+    out = subprocess.DEVNULL if quiet else subprocess.PIPE
+    return subprocess.Popen(
+        [*cmd, "--prefix", str(prefix), "--python", python310(), *args],
+        stdout=out,
+        stderr=out,
+        text=True,
+        env=environ,
+        start_new_session=True,
     )
 
 

@@ -16,6 +16,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from pkgindex import Server
 from stack import UPLOADED, StackDirs, build_stack
+from toolchain import CLEARED, FakeMachine
 
 # A test run started in the background of a non-interactive shell inherits SIGINT as ignored, and
 # so would every subprocess: the Ctrl-C tests need the default disposition to be inherited.
@@ -167,6 +168,39 @@ def built_bundle(
     with tarfile.open(tarball) as tf:
         tf.extractall(tmp / "x", filter="data")
     return tarball, tmp / "x" / NAME, doc
+
+
+@pytest.fixture
+def bundle(built_bundle: tuple[Path, Path, dict[str, object]], tmp_path: Path) -> Path:
+    """A fresh extraction of the built test bundle, free to change (install tests)."""
+    from airgap import extract
+
+    return extract(built_bundle[0], tmp_path / "b")
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    """An empty HOME for install.sh: a test can check that nothing was written there."""
+    h = tmp_path / "home"
+    h.mkdir()
+    return h
+
+
+@pytest.fixture
+def machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeMachine:
+    """A fake GPU server (tests/toolchain.py), none of this machine's CUDA or compiler
+    variables inherited."""
+    for var in CLEARED:
+        monkeypatch.delenv(var, raising=False)
+    return FakeMachine(tmp_path / "machine")
+
+
+@pytest.fixture
+def server(files: Path) -> Iterator[Server]:
+    """A plain HTTP server on 127.0.0.1 over the test module's own `files` directory."""
+    s = Server(files).start()
+    yield s
+    s.stop()
 
 
 # The bundled-interpreter fixtures (an install_only archive, its release host, a bundle with it).

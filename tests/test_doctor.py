@@ -18,6 +18,7 @@ import pytest
 from toolchain import (
     A100,
     BUSY,
+    CLEARED,
     EIGHT_GPUS,
     H100,
     FakeGpu,
@@ -63,17 +64,6 @@ IDS = [
     "disk",
     "memory",
 ]
-CLEARED = (
-    "CUDA_HOME",
-    "CUDA_PATH",
-    "CUDA_VISIBLE_DEVICES",
-    "CUDA_DEVICE_ORDER",
-    "CC",
-    "CXX",
-    "MAX_JOBS",
-    "LD_LIBRARY_PATH",
-    *doctor.TORCHRUN_VARS,
-)
 
 # What the doctor reads of a real manifest (verl-bundle-cu118-cp310-manylinux_2_17_x86_64).
 SAMPLE: dict[str, Any] = {
@@ -134,11 +124,18 @@ def needs(
     return data
 
 
-@pytest.fixture
-def machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeMachine:
-    for var in CLEARED:
-        monkeypatch.delenv(var, raising=False)
-    return FakeMachine(tmp_path / "machine")
+def with_wheel(data: dict[str, Any], name: str, phase: str) -> dict[str, Any]:
+    """The manifest `data` with a wheel of `name` added to `phase`."""
+    entry = {
+        "path": f"wheels/{name}-1.11.1-py3-none-any.whl",
+        "name": name,
+        "version": "1.11.1",
+        "sha256": "1" * 64,
+        "size": 1,
+        "phase": phase,
+        "kind": "wheel",
+    }
+    return {**data, "files": [*data.get("files", []), entry]}
 
 
 def examine(

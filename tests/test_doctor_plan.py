@@ -11,30 +11,10 @@ from typing import Any
 
 import pytest
 from cli import run
-from test_doctor import CLEARED, IDS, examine, needs, run_cli, write_bundle
+from test_doctor import IDS, examine, needs, run_cli, with_wheel, write_bundle
 from toolchain import FakeMachine
 
 GENERIC = ["os", "python", "driver", "gpus", "placement", "disk", "memory"]
-
-
-@pytest.fixture
-def machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeMachine:
-    for var in CLEARED:
-        monkeypatch.delenv(var, raising=False)
-    return FakeMachine(tmp_path / "machine")
-
-
-def with_wheel(data: dict[str, Any], name: str, phase: str) -> dict[str, Any]:
-    entry = {
-        "path": f"wheels/{name}-1.11.1-py3-none-any.whl",
-        "name": name,
-        "version": "1.11.1",
-        "sha256": "1" * 64,
-        "size": 1,
-        "phase": phase,
-        "kind": "wheel",
-    }
-    return {**data, "files": [*data.get("files", []), entry]}
 
 
 def unfit(machine: FakeMachine) -> None:

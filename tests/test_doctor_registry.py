@@ -10,7 +10,7 @@ from types import MappingProxyType
 from typing import Any
 
 import pytest
-from test_doctor import IDS, SAMPLE, needs
+from test_doctor import IDS, SAMPLE, needs, with_wheel
 
 from verl_bundle.airgap.doctor import Facts, Options, Plan, examine, registered
 from verl_bundle.airgap.doctor.commands import Run
@@ -185,19 +185,6 @@ BREAKAGES: dict[str, Change] = {
 }
 
 
-def _with_file(data: dict[str, Any], name: str, phase: str) -> dict[str, Any]:
-    entry = {
-        "path": f"wheels/{name}-1.0-py3-none-any.whl",
-        "name": name,
-        "version": "1.0",
-        "sha256": "0" * 64,
-        "size": 1,
-        "phase": phase,
-        "kind": "wheel",
-    }
-    return {**data, "files": [*data.get("files", []), entry]}
-
-
 def plans() -> dict[str, Plan]:
     build = needs(build=True, python="3.10")
     odd_gcc = {**build, "toolchain": {**build["toolchain"], "gcc": "~=11"}}
@@ -205,10 +192,10 @@ def plans() -> dict[str, Plan]:
         "no bundle": Plan.of(None),
         "wheels only": Plan.of(from_dict(needs(python="3.10"))),
         "flash-attn built here": Plan.of(from_dict(build)),
-        "with a ninja wheel": Plan.of(from_dict(_with_file(build, "ninja", "wheels"))),
+        "with a ninja wheel": Plan.of(from_dict(with_wheel(build, "ninja", "wheels"))),
         "gcc range unreadable": Plan.of(from_dict(odd_gcc)),
         "build skipped, no triton": Plan.of(
-            from_dict(_with_file(build, "einops", "wheels")), ["flash-attn"]
+            from_dict(with_wheel(build, "einops", "wheels")), ["flash-attn"]
         ),
     }
 

@@ -24,13 +24,6 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-@pytest.fixture
-def server(files: Path) -> Iterator[Server]:
-    s = Server(files).start()
-    yield s
-    s.stop()
-
-
 def want(server: Server, files: Path, name: str, *, sha: str | None = "auto") -> Want:
     path = next(files.glob(f"{name}-*.whl"))
     digest = hashlib.sha256(path.read_bytes()).hexdigest() if sha == "auto" else sha

@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 from cli import run
 from conftest import clean_environ
-from test_doctor import CLEARED
-from toolchain import FakeGpu, FakeMachine
+from toolchain import CLEARED, FakeGpu, FakeMachine
 
 from verl_bundle.airgap import fingerprint
 from verl_bundle.airgap.doctor.node import ifname_matches

@@ -12,7 +12,16 @@ import time
 from pathlib import Path
 
 import pytest
-from airgap import extract, find_python, netns_prefix, python310, resign, run_install
+from airgap import (
+    extract,
+    find_python,
+    install_into,
+    netns_prefix,
+    python310,
+    resign,
+    run_install,
+    start_install,
+)
 from conftest import NAME, Stack, build_bundle, clean_environ
 
 from verl_bundle.airgap import fingerprint
@@ -31,13 +40,6 @@ LEGACY_VERDICT = "post-install checks: passed, but not ready to train (the profi
 def bundle(built_bundle: tuple[Path, Path, dict[str, object]], tmp_path: Path) -> Path:
     """A fresh extraction of the cu118 test bundle under a directory with a space in its name."""
     return extract(built_bundle[0], tmp_path / "from the usb stick")
-
-
-@pytest.fixture
-def home(tmp_path: Path) -> Path:
-    h = tmp_path / "home"
-    h.mkdir()
-    return h
 
 
 def venv_python(prefix: Path, code: str) -> subprocess.CompletedProcess[str]:
@@ -60,13 +62,10 @@ def test_airgapped_install_into_a_fresh_python310_venv(
     prefix = tmp_path / "my venv"
     events_file = tmp_path / "events.jsonl"
     before = sorted(p.relative_to(bundle) for p in bundle.rglob("*"))
-    proc = run_install(
+    proc = install_into(
         bundle,
         home,
-        "--prefix",
-        str(prefix),
-        "--python",
-        python310(),
+        prefix,
         "--yes",
         "--events",
         str(events_file),
@@ -128,7 +127,7 @@ def test_a_flipped_byte_is_refused_before_anything_is_installed(
     data[100] ^= 0x01
     wheel.write_bytes(bytes(data))
     prefix = tmp_path / "venv"
-    proc = run_install(bundle, home, "--prefix", str(prefix), "--python", python310(), "--yes")
+    proc = install_into(bundle, home, prefix, "--yes")
     assert proc.returncode == 3, output(proc)
     assert f"wheels/{wheel.name}" in proc.stderr
     assert "nothing was installed" in proc.stderr
@@ -140,7 +139,7 @@ def test_dry_run_prints_the_plan_and_changes_nothing(
 ) -> None:
     prefix = tmp_path / "venv"
     before = sorted(p.relative_to(bundle) for p in bundle.rglob("*"))
-    proc = run_install(bundle, home, "--prefix", str(prefix), "--python", python310(), "--dry-run")
+    proc = install_into(bundle, home, prefix, "--dry-run")
     assert proc.returncode == 0, output(proc)
     assert "dry run: nothing is changed" in proc.stdout
     assert "torch==2.1.2+cu118" in proc.stdout and "verl==0.2.0.post2" in proc.stdout
@@ -149,7 +148,7 @@ def test_dry_run_prints_the_plan_and_changes_nothing(
     assert sorted(p.relative_to(bundle) for p in bundle.rglob("*")) == before
     # What it shows is exactly what a real run then executes (each phase log starts with the
     # command it ran).
-    real = run_install(bundle, home, "--prefix", str(prefix), "--python", python310(), "--yes")
+    real = install_into(bundle, home, prefix, "--yes")
     assert real.returncode == 0, output(real)
     for phase in ("torch", "wheels", "flash-attn", "verl"):
         ran = (prefix / ".verl-bundle" / f"phase-{phase}.log").read_text().splitlines()[0]
@@ -211,9 +210,7 @@ def test_site_pip_configuration_cannot_redirect_the_install(
     }
     prefix = tmp_path / "venv"
     started = time.monotonic()
-    proc = run_install(
-        bundle, home, "--prefix", str(prefix), "--python", python310(), "--yes", env=hostile
-    )
+    proc = install_into(bundle, home, prefix, "--yes", env=hostile)
     assert proc.returncode == 0, output(proc)
     assert "127.0.0.1:9" not in output(proc)
     assert time.monotonic() - started < 300  # no 600 s timeout was honoured
@@ -254,29 +251,11 @@ def _kill_when(proc: subprocess.Popen[str], ready: object, timeout: float = 120)
 def test_install_killed_inside_a_phase_completes_when_run_again(
     bundle: Path, home: Path, tmp_path: Path
 ) -> None:
-    py = python310()
     for _attempt in range(5):
         prefix = tmp_path / f"venv{_attempt}"
         state = prefix / ".verl-bundle"
         site = prefix / "lib" / "python3.10" / "site-packages"
-        env = clean_environ(home)
-        env["HOME"] = str(home)
-        proc = subprocess.Popen(
-            [
-                *netns_prefix(),
-                str(bundle / "install.sh"),
-                "--prefix",
-                str(prefix),
-                "--python",
-                py,
-                "--yes",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            text=True,
-            env=env,
-            start_new_session=True,
-        )
+        proc = start_install(bundle, home, prefix, "--yes")
 
         def mid_phase(state: Path = state, site: Path = site) -> bool:
             # Some of the phase's packages are in, the phase is not finished.
@@ -288,7 +267,7 @@ def test_install_killed_inside_a_phase_completes_when_run_again(
     else:
         pytest.fail("could not stop install.sh inside the wheels phase in 5 tries")
     assert (state / "done-torch").exists()
-    again = run_install(bundle, home, "--prefix", str(prefix), "--python", py, "--yes")
+    again = install_into(bundle, home, prefix, "--yes")
     assert again.returncode == 0, output(again)
     assert "phase torch: already installed" in again.stdout
     assert "phase wheels was interrupted before" in again.stdout
@@ -300,16 +279,7 @@ def test_install_killed_inside_a_phase_completes_when_run_again(
 
 def test_ctrl_c_stops_with_a_resume_hint(bundle: Path, home: Path, tmp_path: Path) -> None:
     prefix = tmp_path / "venv"
-    env = clean_environ(home)
-    env["HOME"] = str(home)
-    proc = subprocess.Popen(
-        [str(bundle / "install.sh"), "--prefix", str(prefix), "--python", python310(), "--yes"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        start_new_session=True,
-    )
+    proc = start_install(bundle, home, prefix, "--yes", offline=False, quiet=False)
     deadline = time.monotonic() + 120
     while not (prefix / ".verl-bundle" / "started-torch").exists() and time.monotonic() < deadline:
         time.sleep(0.005)
@@ -343,9 +313,7 @@ def test_source_build_phase_builds_after_torch_with_no_network(
     prefix = tmp_path / "venv"
     # This host's nvcc is not CUDA 11.8, so the doctor would stop a real source build; the
     # fake flash-attn builds without nvcc, which is what this test is about.
-    proc = run_install(
-        bundle, home, "--prefix", str(prefix), "--python", python310(), "--yes", "--skip-doctor"
-    )
+    proc = install_into(bundle, home, prefix, "--yes", "--skip-doctor")
     assert proc.returncode == 0, output(proc)
     assert "phase flash-attn: building on this server (MAX_JOBS=" in proc.stdout
     assert "FLASH_ATTENTION_FORCE_BUILD=TRUE" in proc.stdout
@@ -364,9 +332,7 @@ def test_doctor_failure_installs_nothing(
     nvcc.chmod(0o755)
     prefix = tmp_path / "venv"
     env = {"PATH": f"{fake}:{os.environ['PATH']}", "CUDA_HOME": str(tmp_path / "nowhere")}
-    proc = run_install(
-        bundle, home, "--prefix", str(prefix), "--python", python310(), "--yes", env=env
-    )
+    proc = install_into(bundle, home, prefix, "--yes", env=env)
     assert proc.returncode == 4, output(proc)
     assert "doctor found problems" in proc.stderr
     assert "nvcc" in proc.stdout
@@ -482,7 +448,7 @@ def test_a_failed_phase_names_phase_command_output_and_cause(
     req.write_text("\n".join(lines) + "\n")
     resign(bundle)
     prefix = tmp_path / "venv"
-    proc = run_install(bundle, home, "--prefix", str(prefix), "--python", python310(), "--yes")
+    proc = install_into(bundle, home, prefix, "--yes")
     assert proc.returncode == 1, output(proc)
     text = output(proc)
     assert "phase 'wheels' failed." in text
@@ -543,9 +509,7 @@ def test_post_install_checks_catch_a_package_gone_missing(
     bundle: Path, home: Path, tmp_path: Path
 ) -> None:
     prefix = tmp_path / "venv"
-    proc = run_install(
-        bundle, home, "--prefix", str(prefix), "--python", python310(), "--yes", "--skip-doctor"
-    )
+    proc = install_into(bundle, home, prefix, "--yes", "--skip-doctor")
     assert proc.returncode == 0, output(proc)
     site = prefix / "lib" / "python3.10" / "site-packages"
     for path in [*site.glob("transformers-*.dist-info"), site / "transformers"]:

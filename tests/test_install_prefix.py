@@ -7,22 +7,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from airgap import extract, python310, run_install
+from airgap import install_into, python310, run_install
 from pkgindex import build_wheel
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def bundle(built_bundle: tuple[Path, Path, dict[str, object]], tmp_path: Path) -> Path:
-    return extract(built_bundle[0], tmp_path / "b")
-
-
-@pytest.fixture
-def home(tmp_path: Path) -> Path:
-    h = tmp_path / "home"
-    h.mkdir()
-    return h
 
 
 def listing(root: Path) -> list[tuple[str, bytes]]:
@@ -52,7 +40,7 @@ def test_a_prefix_that_is_not_a_venv_it_made_is_refused(
     }
     for prefix, what in cases.items():
         before = listing(prefix)
-        proc = run_install(bundle, home, "--prefix", str(prefix), "--python", python310(), "--yes")
+        proc = install_into(bundle, home, prefix, "--yes")
         assert proc.returncode == 2, proc.stdout + proc.stderr
         assert proc.stderr.strip().splitlines() == [
             f"install.sh: --prefix {prefix}: {what}; give a new directory, or --into-env "

@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from airgap import extract, netns_prefix, python310, run_install
+from airgap import extract, install_into, start_install
 from bundlefix import drop_package, replace_wheel
-from conftest import clean_environ
 
 from verl_bundle.airgap.events import read_events
 
@@ -55,28 +53,6 @@ def snapshot(prefix: Path) -> dict[str, str]:
     return out
 
 
-def _install(bundle: Path, prefix: Path, home: Path) -> subprocess.Popen[str]:
-    env = clean_environ(home)
-    env["HOME"] = str(home)
-    return subprocess.Popen(
-        [
-            *netns_prefix(),
-            str(bundle / "install.sh"),
-            "--prefix",
-            str(prefix),
-            "--python",
-            python310(),
-            "--yes",
-            "--skip-doctor",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        env=env,
-        start_new_session=True,
-    )
-
-
 def _inside_big_wheel(prefix: Path) -> bool:
     """Its files are appearing and its RECORD is not written yet."""
     return (site(prefix) / BIG / "_bulk").is_dir() and not any(
@@ -85,7 +61,7 @@ def _inside_big_wheel(prefix: Path) -> bool:
 
 
 def _interrupt(bundle: Path, prefix: Path, home: Path, sig: int) -> bool:
-    proc = _install(bundle, prefix, home)
+    proc = start_install(bundle, home, prefix, "--yes", "--skip-doctor")
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None:
         if _inside_big_wheel(prefix):
@@ -102,12 +78,10 @@ def _interrupt(bundle: Path, prefix: Path, home: Path, sig: int) -> bool:
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["kill-9", "ctrl-c"])
 def test_interrupted_inside_a_large_wheel_resumes_to_the_same_state(
-    big_bundle: Path, tmp_path: Path, sig: int
+    big_bundle: Path, home: Path, tmp_path: Path, sig: int
 ) -> None:
-    home = tmp_path / "home"
-    home.mkdir()
     reference = tmp_path / "reference"
-    done = run_install(big_bundle, home, "--prefix", str(reference), "--python", python310())
+    done = install_into(big_bundle, home, reference)
     assert done.returncode == 0, done.stdout + done.stderr
     for attempt in range(5):
         prefix = tmp_path / f"venv{attempt}"
@@ -116,13 +90,10 @@ def test_interrupted_inside_a_large_wheel_resumes_to_the_same_state(
     else:
         pytest.fail("could not interrupt the install inside the large wheel in 5 tries")
     events = tmp_path / "events.jsonl"
-    again = run_install(
+    again = install_into(
         big_bundle,
         home,
-        "--prefix",
-        str(prefix),
-        "--python",
-        python310(),
+        prefix,
         "--yes",
         "--skip-doctor",
         "--events",
@@ -135,33 +106,28 @@ def test_interrupted_inside_a_large_wheel_resumes_to_the_same_state(
     assert "ok   files" in again.stdout  # every installed file checked against its RECORD
     assert snapshot(prefix) == snapshot(reference)
     # ... and a third run has nothing left to do.
-    third = run_install(big_bundle, home, "--prefix", str(prefix), "--python", python310())
+    third = install_into(big_bundle, home, prefix)
     assert third.returncode == 0 and third.stdout.count("already installed") == 4
 
 
 def test_a_rebuilt_bundle_upgrades_in_place(
-    built_bundle: tuple[Path, Path, dict[str, object]], tmp_path: Path
+    built_bundle: tuple[Path, Path, dict[str, object]], home: Path, tmp_path: Path
 ) -> None:
     """One pin changed and one package gone: the changed phase is installed again, the others
     are left alone, the package that left is removed, and a rerun changes nothing."""
-    home = tmp_path / "home"
-    home.mkdir()
     prefix = tmp_path / "venv"
     old = extract(built_bundle[0], tmp_path / "old")
-    first = run_install(old, home, "--prefix", str(prefix), "--python", python310(), "--yes")
+    first = install_into(old, home, prefix, "--yes")
     assert first.returncode == 0, first.stdout + first.stderr
     assert any(site(prefix).glob("pylatexenc-*.dist-info"))
     new = extract(built_bundle[0], tmp_path / "new")
     replace_wheel(new, "aioprometheus", version="1.0.1")
     drop_package(new, "pylatexenc")
     events = tmp_path / "events.jsonl"
-    upgrade = run_install(
+    upgrade = install_into(
         new,
         home,
-        "--prefix",
-        str(prefix),
-        "--python",
-        python310(),
+        prefix,
         "--yes",
         "--events",
         str(events),
@@ -184,7 +150,7 @@ def test_a_rebuilt_bundle_upgrades_in_place(
     assert not list(site(prefix).glob("pylatexenc*"))
     assert "removed pylatexenc 2.10: no longer in the bundle" in upgrade.stdout
     assert "ok   versions" in upgrade.stdout  # every distribution at the new bundle's version
-    rerun = run_install(new, home, "--prefix", str(prefix), "--python", python310(), "--yes")
+    rerun = install_into(new, home, prefix, "--yes")
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     assert rerun.stdout.count("already installed") == 4
 

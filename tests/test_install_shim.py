@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from airgap import extract, python310, run_install
+from airgap import python310, run_install
 from conftest import clean_environ
 
 from verl_bundle.bundle.plan import render_install
@@ -31,11 +31,6 @@ CONTEXT = {
     "python_sha256": "0" * 64,
     "served_sha256": "0" * 64,
 }
-
-
-@pytest.fixture
-def bundle(built_bundle: tuple[Path, Path, dict[str, object]], tmp_path: Path) -> Path:
-    return extract(built_bundle[0], tmp_path / "b")
 
 
 def _run(cmd: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -100,11 +95,9 @@ def test_no_python_that_can_run_the_installer_gets_the_sentence(
     assert "Traceback" not in given.stderr and "SyntaxError" not in given.stderr
 
 
-def test_a_planted_sitecustomize_never_runs(bundle: Path, tmp_path: Path) -> None:
+def test_a_planted_sitecustomize_never_runs(bundle: Path, home: Path, tmp_path: Path) -> None:
     marker = tmp_path / "ran"
     (bundle / "lib" / "sitecustomize.py").write_text(f"open({str(marker)!r}, 'w').write('x')\n")
-    home = tmp_path / "home"
-    home.mkdir()
     proc = run_install(bundle, home, "--prefix", str(tmp_path / "p"), "--python", python310())
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert "sitecustomize.py" in proc.stderr and "nothing was installed" in proc.stderr
@@ -112,7 +105,9 @@ def test_a_planted_sitecustomize_never_runs(bundle: Path, tmp_path: Path) -> Non
     assert not (tmp_path / "p").exists()
 
 
-def test_planted_bytecode_never_replaces_the_verifier(bundle: Path, tmp_path: Path) -> None:
+def test_planted_bytecode_never_replaces_the_verifier(
+    bundle: Path, home: Path, tmp_path: Path
+) -> None:
     """A .pyc in lib/'s __pycache__ that matches verify.py's size and time (so Python would
     take it for verify.py's) is neither run nor accepted."""
     marker = tmp_path / "ran"
@@ -129,8 +124,6 @@ def test_planted_bytecode_never_replaces_the_verifier(bundle: Path, tmp_path: Pa
     assert "__pycache__" in pyc
     source.write_bytes(original)
     os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    home = tmp_path / "home"
-    home.mkdir()
     proc = run_install(bundle, home, "--prefix", str(tmp_path / "p"), "--python", py, "--yes")
     assert not marker.exists()
     assert proc.returncode == 3, proc.stdout + proc.stderr
@@ -138,9 +131,7 @@ def test_planted_bytecode_never_replaces_the_verifier(bundle: Path, tmp_path: Pa
     assert not (tmp_path / "p").exists()
 
 
-def test_json_result_is_one_envelope_on_stdout(bundle: Path, tmp_path: Path) -> None:
-    home = tmp_path / "home"
-    home.mkdir()
+def test_json_result_is_one_envelope_on_stdout(bundle: Path, home: Path, tmp_path: Path) -> None:
     prefix = tmp_path / "p"
     proc = run_install(bundle, home, "--prefix", str(prefix), "--dry-run", "--json")
     assert proc.returncode == 0, proc.stderr

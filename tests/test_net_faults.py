@@ -62,13 +62,6 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-@pytest.fixture
-def server(files: Path) -> Iterator[Server]:
-    s = Server(files).start()
-    yield s
-    s.stop()
-
-
 def big_want(server: Server, files: Path) -> Want:
     path = next(files.glob("big-*.whl"))
     url = f"{server.url}/files/{path.name}"

@@ -14,8 +14,7 @@ from typing import Any
 import pytest
 from cli import run
 from conftest import clean_environ
-from test_doctor import CLEARED
-from toolchain import APPS_ARGS, GPU_ARGS, FakeApp, FakeGpu, FakeMachine, apps_csv, gpu_csv
+from toolchain import APPS_ARGS, CLEARED, GPU_ARGS, FakeApp, FakeGpu, FakeMachine, apps_csv, gpu_csv
 
 from verl_bundle.airgap import verlconfig
 from verl_bundle.airgap.preflight import nvlink_pairs

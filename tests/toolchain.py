@@ -14,6 +14,21 @@ from pathlib import Path
 
 import pytest
 
+from verl_bundle.airgap import doctor
+
+# The variables a test machine must not inherit from this one (the doctor reads them).
+CLEARED = (
+    "CUDA_HOME",
+    "CUDA_PATH",
+    "CUDA_VISIBLE_DEVICES",
+    "CUDA_DEVICE_ORDER",
+    "CC",
+    "CXX",
+    "MAX_JOBS",
+    "LD_LIBRARY_PATH",
+    *doctor.TORCHRUN_VARS,
+)
+
 # Looked up before any test narrows PATH.
 REAL_GCC = shutil.which("gcc")
 SLEEP = shutil.which("sleep") or "/bin/sleep"
