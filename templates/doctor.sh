@@ -1,5 +1,6 @@
 #!/bin/sh
-# Check this server before installing: ./doctor [--json] [--require-gpu] [--python PATH] ...
+# Check this server before installing: ./doctor [--json] [--require-gpu] [--python PATH]
+# [--prefix DIR] [--skip-phase NAME]...
 # The doctor runs on a Python 3.8 or newer ($PYTHON, else --python, else python3), isolated:
 # -I (no PYTHON* variables, no user site, not the current directory), -B and a pycache prefix
 # that cannot exist (no bytecode read from or written to the bundle), the bundle's lib/ alone
