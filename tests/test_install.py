@@ -321,22 +321,53 @@ def test_source_build_phase_builds_after_torch_with_no_network(
     assert check.stdout.strip() == "2.5.8"
 
 
-def test_doctor_failure_installs_nothing(
-    source_build_bundle: Path, home: Path, tmp_path: Path
-) -> None:
-    bundle = extract(source_build_bundle, tmp_path / "b")
+def cuda124_only(tmp_path: Path) -> dict[str, str]:
+    """A server whose only nvcc is CUDA 12.4's: it cannot build the cu118 bundle's flash-attn."""
     fake = tmp_path / "fakebin"
     fake.mkdir()
     nvcc = fake / "nvcc"
     nvcc.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 12.4, V12.4.131'\n")
     nvcc.chmod(0o755)
+    return {"PATH": f"{fake}:{os.environ['PATH']}", "CUDA_HOME": str(tmp_path / "nowhere")}
+
+
+def test_doctor_failure_installs_nothing(
+    source_build_bundle: Path, home: Path, tmp_path: Path
+) -> None:
+    bundle = extract(source_build_bundle, tmp_path / "b")
     prefix = tmp_path / "venv"
-    env = {"PATH": f"{fake}:{os.environ['PATH']}", "CUDA_HOME": str(tmp_path / "nowhere")}
-    proc = install_into(bundle, home, prefix, "--yes", env=env)
+    proc = install_into(bundle, home, prefix, "--yes", env=cuda124_only(tmp_path))
     assert proc.returncode == 4, output(proc)
     assert "doctor found problems" in proc.stderr
     assert "nvcc" in proc.stdout
     assert not prefix.exists()
+
+
+def test_a_skipped_source_build_passes_the_doctor_and_says_what_it_means(
+    source_build_bundle: Path, home: Path, tmp_path: Path
+) -> None:
+    """--skip-phase flash-attn where nvcc cannot build it: the doctor (run by install.sh) no
+    longer fails on nvcc, the install completes, and its last lines say what the skipped phase
+    means for readiness, from the manifest and readiness.json."""
+    bundle = extract(source_build_bundle, tmp_path / "b")
+    prefix = tmp_path / "venv"
+    proc = install_into(
+        bundle, home, prefix, "--yes", "--skip-phase", "flash-attn", env=cuda124_only(tmp_path)
+    )
+    assert proc.returncode == 0, output(proc)
+    assert "doctor: ready to install" in proc.stdout
+    assert "flash-attn's build left out (--skip-phase flash-attn)" in proc.stdout
+    done = proc.stdout[proc.stdout.index("==> [7/7] done") :]
+    assert "skipped phases: flash-attn (--skip-phase)" in done
+    assert (
+        "skipped flash-attn: flash-attn not installed. verl.workers.actor.dp_actor (verl's FSDP "
+        "actor) and flash_attn need flash-attn, so the trainer is not ready" in done
+    )
+    assert (
+        "run ./install.sh again with the same options but without --skip-phase flash-attn" in done
+    )
+    site = prefix / "lib" / "python3.10" / "site-packages"
+    assert not list(site.glob("flash_attn*")) and any(site.glob("verl-*.dist-info"))
 
 
 def test_bundle_runs_from_any_directory(bundle: Path, home: Path, tmp_path: Path) -> None:

@@ -31,6 +31,7 @@ from verl_bundle.airgap.install.options import (
 )
 from verl_bundle.airgap.install.output import Output
 from verl_bundle.airgap.install.state import State
+from verl_bundle.airgap.left_out import left_out
 
 STEPS = (
     ("verify", "checking every file against SHA256SUMS"),
@@ -345,10 +346,10 @@ class Installer:
             )
             if skipped:
                 self.out.say(
-                    f"    skipped phases: {', '.join(skipped)} (--skip-phase): their packages are "
-                    "not installed and were not checked; run ./install.sh again without "
-                    "--skip-phase to add them"
+                    f"    skipped phases: {', '.join(skipped)} (--skip-phase): their packages are not installed and were not checked"
                 )
+                for item in left_out(self.m, skipped):  # and what that means for readiness
+                    self.out.say(f"    {item.line()}")
                 result["detail"] = f"skipped: {', '.join(skipped)}"
             if self.out.log_path:
                 self.out.say(f"    log: {self.out.log_path}")
