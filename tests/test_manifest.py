@@ -25,6 +25,7 @@ def full() -> mf.Manifest:
         env=(("FLASH_ATTENTION_FORCE_BUILD", "TRUE"), ("NVCC_THREADS", "2")),
         max_jobs=mf.MaxJobs(gib_per_job=12.0, limit=4),
         needs_cuda=True,
+        build_time=mf.BuildTime(100.0, ("8.0", "9.0")),
     )
     return mf.Manifest(
         name="verl-bundle-cu121-cp310-manylinux_2_17_x86_64",
@@ -119,6 +120,14 @@ def test_a_bundle_written_before_the_interpreter_field_still_reads() -> None:
     assert full().interpreter.path in mf.iter_paths(full())  # type: ignore[union-attr]
 
 
+def test_a_source_build_without_a_build_time_reads_as_none() -> None:
+    """Bundles written before the field (schema 2 all the same) still read."""
+    data = doc()
+    del data["phases"][1]["source_builds"][0]["build_time"]
+    (build,) = mf.from_dict(data).source_builds
+    assert build.build_time is None and build.max_jobs.gib_per_job == 12.0
+
+
 def test_public_names_stay_importable_from_manifest() -> None:
     """Importers use `manifest.NAME`; the split into reader and writer modules keeps them."""
     for name in mf.__all__:
@@ -162,6 +171,8 @@ def _broken(change: str) -> dict[str, Any]:
         data["files"][1]["compiled"]["seconds"] = "long"
     elif change == "interpreter":
         data["interpreter"]["path"] = "../cpython.tar.gz"
+    elif change == "build_time":
+        data["phases"][1]["source_builds"][0]["build_time"]["core_minutes_per_arch"] = 0
     return data
 
 
@@ -177,6 +188,7 @@ def _broken(change: str) -> dict[str, Any]:
         ("target", r"manifest\.target\.cuda is missing"),
         ("seconds", r"manifest\.files\[1\]\.compiled\.seconds must be a number"),
         ("interpreter", r"manifest\.interpreter\.path"),
+        ("build_time", r"build_time\.core_minutes_per_arch must be a positive number"),
     ],
 )
 def test_a_bad_field_is_named(change: str, says: str) -> None:

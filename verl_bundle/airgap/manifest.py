@@ -75,13 +75,25 @@ class MaxJobs:
 
 
 @dataclass(frozen=True)
+class BuildTime:
+    """What a source build costs, as measured on the host: CPU-core-minutes to compile one GPU
+    architecture, and the architectures the server's build compiles ("8.0", "9.0"). The server
+    divides by its MAX_JOBS to say how long the build will take there."""
+
+    core_minutes_per_arch: float
+    archs: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class SourceBuild:
-    """A package compiled on the server, with the environment its build needs."""
+    """A package compiled on the server, with the environment its build needs. `build_time`:
+    None where no figure is known (and in bundles written before the field)."""
 
     package: str
     env: tuple[tuple[str, str], ...] = ()
     max_jobs: MaxJobs = MaxJobs()
     needs_cuda: bool = True
+    build_time: BuildTime | None = None
 
     @property
     def environ(self) -> dict[str, str]:
@@ -317,6 +329,7 @@ __all__ = [
     "SOURCES",
     "SUMS",
     "WHEELS",
+    "BuildTime",
     "BuiltFrom",
     "Checks",
     "Compiled",

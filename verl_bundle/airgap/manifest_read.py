@@ -18,6 +18,7 @@ from verl_bundle.airgap.manifest import (
     MANIFEST,
     SCHEMA,
     SUMS,
+    BuildTime,
     BuiltFrom,
     Checks,
     Compiled,
@@ -140,12 +141,21 @@ def _source_build(r: _Reader) -> SourceBuild:
     limit = jobs.data.get("limit")
     if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
         raise ManifestError(f"{jobs.where}.limit must be a whole number")
+    took = r.table("build_time", required=False)
     return SourceBuild(
         package=r.text("package"),
         env=tuple(pairs),
         max_jobs=MaxJobs(float(gib), limit or None),
         needs_cuda=r.flag("needs_cuda", True),
+        build_time=_build_time(took) if took.data else None,
     )
+
+
+def _build_time(r: _Reader) -> BuildTime:
+    minutes = r.data.get("core_minutes_per_arch")
+    if not isinstance(minutes, (int, float)) or isinstance(minutes, bool) or minutes <= 0:
+        raise ManifestError(f"{r.where}.core_minutes_per_arch must be a positive number")
+    return BuildTime(float(minutes), r.texts("archs"))
 
 
 def _file(r: _Reader) -> File:

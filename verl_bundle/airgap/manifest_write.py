@@ -62,6 +62,12 @@ def to_dict(m: Manifest) -> dict[str, Any]:
                                 "limit": b.max_jobs.limit,
                             },
                             "needs_cuda": b.needs_cuda,
+                            "build_time": {
+                                "core_minutes_per_arch": b.build_time.core_minutes_per_arch,
+                                "archs": list(b.build_time.archs),
+                            }
+                            if b.build_time
+                            else None,
                         }
                         for b in p.source_builds
                     ],
