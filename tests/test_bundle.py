@@ -13,6 +13,7 @@ import pytest
 from cli import Result, run
 from conftest import NAME, Stack
 
+from verl_bundle.airgap.manifest import BuildTime
 from verl_bundle.bundle import Entry, bundle_name
 from verl_bundle.bundle.tarball import DamagedCacheError, DigestMemo, write_bundle
 from verl_bundle.lock import read_lock
@@ -222,3 +223,20 @@ def test_a_file_verified_in_this_run_is_still_checked_for_its_size(
     lines = [d.line() for d in exc.value.damaged]
     assert len(lines) == 2 and "has 5 bytes, not 1000" in lines[0] and "is gone" in lines[1]
     assert list((tmp_path / "two").iterdir()) == []
+
+
+def test_the_manifest_carries_the_hosts_build_time_figure() -> None:
+    """The host's measured CPU-core-minutes per architecture reach the server (its doctor and
+    installer say how long the build will take there); archs the profile names win."""
+    from verl_bundle.bundle.plan import build_time_of
+    from verl_bundle.compile import CORE_MINUTES_PER_ARCH
+    from verl_bundle.profile import SourceBuild
+
+    flash = SourceBuild("flash-attn", ("torch",))
+    took = build_time_of(flash)
+    assert took is not None
+    assert took.core_minutes_per_arch == CORE_MINUTES_PER_ARCH["flash-attn"]
+    assert took.archs == ("8.0", "9.0")  # flash-attn's setup.py: sm80, and sm90 on CUDA >= 11.8
+    named = SourceBuild("flash-attn", ("torch",), env={"TORCH_CUDA_ARCH_LIST": "8.0;8.6;9.0"})
+    assert build_time_of(named) == BuildTime(took.core_minutes_per_arch, ("8.0", "8.6", "9.0"))
+    assert build_time_of(SourceBuild("apex", ("torch",))) is None

@@ -14,6 +14,9 @@ from cli import run
 from test_doctor import IDS, examine, needs, run_cli, with_wheel, write_bundle
 from toolchain import FakeMachine
 
+from verl_bundle.airgap.doctor.resources import build_estimate
+from verl_bundle.airgap.manifest import BuildTime
+
 GENERIC = ["os", "python", "driver", "gpus", "placement", "disk", "memory"]
 
 
@@ -160,3 +163,33 @@ def test_verl_bundle_doctor_skip_phase(
     )
     alone = run(["doctor", "--skip-phase", "verl"], capsys)
     assert alone.code == 2 and "--skip-phase needs a bundle" in alone.err
+
+
+def test_the_doctor_says_how_long_the_server_build_takes(
+    machine: FakeMachine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From the host's measured figure in the manifest (build_time) and the jobs it will run."""
+    data = needs(build=True, gib_per_job=0.001)
+    build = data["phases"][2]["source_builds"][0]
+    build["build_time"] = {"core_minutes_per_arch": 100, "archs": ["8.0", "9.0"]}
+    check = examine(machine, monkeypatch, data, MAX_JOBS="4").check("memory")
+    assert (
+        "flash-attn: MAX_JOBS=" in check.detail + check.summary
+        and "the build takes about 50 min at MAX_JOBS=4 (2 GPU architectures (sm80, sm90) at "
+        "~100 CPU-core-minutes each, measured on the online host)"
+        in check.detail + check.summary
+    )
+    del build["build_time"]  # a bundle without the figure: no estimate, nothing invented
+    check = examine(machine, monkeypatch, data, MAX_JOBS="4").check("memory")
+    assert "takes" not in check.detail + check.summary
+
+
+def test_build_estimate_reads_the_figure() -> None:
+    took = BuildTime(100.0, ("8.0", "9.0"))
+    assert build_estimate(took, 1).startswith("about 3.3 h at MAX_JOBS=1 (2 GPU architectures")
+    assert build_estimate(took, 8).startswith("about 25 min at MAX_JOBS=8")
+    assert build_estimate(BuildTime(30.0), 2) == (
+        "about 15 min at MAX_JOBS=2 (~30 CPU-core-minutes per GPU architecture, measured on "
+        "the online host)"
+    )
+    assert build_estimate(None, 8) == ""

@@ -16,6 +16,7 @@ from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel
 from verl_bundle import __version__
 from verl_bundle.airgap import manifest as mf
 from verl_bundle.bundle import simple
+from verl_bundle.compile import CORE_MINUTES_PER_ARCH
 from verl_bundle.errors import LockError
 from verl_bundle.fetch import Artifact, Wheelhouse
 from verl_bundle.lock import Lock, dumps, group_by_phase
@@ -261,13 +262,32 @@ def _interpreter_entry(python: BundledPython) -> Entry:
     return Entry(e.path, e.sha256, e.size, source=str(python.source))
 
 
+# The GPU architectures a server-side source build compiles when its environment names none:
+# flash-attn's setup.py (v2.5.8 to v2.7.x) adds sm80, and sm90 for CUDA >= 11.8.
+SERVER_ARCHS: dict[str, tuple[str, ...]] = {"flash-attn": ("8.0", "9.0")}
+
+
 def source_build_of(build: ProfileSourceBuild) -> mf.SourceBuild:
     return mf.SourceBuild(
         package=build.package,
         env=tuple(sorted(dict(build.env).items())),
         max_jobs=mf.MaxJobs(build.max_jobs.gib_per_job, build.max_jobs.limit),
         needs_cuda=build.needs_cuda,
+        build_time=build_time_of(build),
     )
+
+
+def build_time_of(build: ProfileSourceBuild) -> mf.BuildTime | None:
+    """The host's measured figure for this build (compile.CORE_MINUTES_PER_ARCH, the one the
+    host's own estimate uses), carried to the server so that it can say how long the build will
+    take there. None for a package with no measured figure."""
+    name = canonicalize_name(build.package)
+    minutes = CORE_MINUTES_PER_ARCH.get(name)
+    if minutes is None:
+        return None
+    given = build.env.get("TORCH_CUDA_ARCH_LIST") or build.env.get("FLASH_ATTN_CUDA_ARCHS")
+    archs = tuple(a for a in given.replace(" ", ";").split(";") if a) if given else ()
+    return mf.BuildTime(minutes, archs or SERVER_ARCHS.get(name, ()))
 
 
 def profile_info(profile: Profile) -> mf.ProfileInfo:

@@ -10,7 +10,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable
 
-from verl_bundle.airgap.manifest import Manifest
+from verl_bundle.airgap.manifest import BuildTime, Manifest
 
 if TYPE_CHECKING:
     from verl_bundle.airgap.doctor.facts import Facts
@@ -57,6 +57,7 @@ class Build:
     gib_per_job: float
     limit: int | None
     needs_cuda: bool
+    build_time: BuildTime | None = None  # the host's measured figure, for the estimate
 
 
 @dataclass(frozen=True)
@@ -177,7 +178,9 @@ class Plan:
 def _builds(m: Manifest, phases: tuple[str, ...]) -> tuple[Build, ...]:
     """The source builds of `phases` (all phases when empty)."""
     return tuple(
-        Build(b.package, p.name, b.max_jobs.gib_per_job, b.max_jobs.limit, b.needs_cuda)
+        Build(
+            b.package, p.name, b.max_jobs.gib_per_job, b.max_jobs.limit, b.needs_cuda, b.build_time
+        )
         for p in m.phases
         if not phases or p.name in phases
         for b in p.source_builds

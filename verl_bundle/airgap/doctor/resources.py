@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from verl_bundle.airgap.doctor.registry import Check, Options, Plan, check, found, ok
+from verl_bundle.airgap.manifest import BuildTime, Manifest
 
 if TYPE_CHECKING:
     from verl_bundle.airgap.doctor.facts import Facts
@@ -195,6 +196,31 @@ def max_jobs(
     return max(1, jobs)
 
 
+def build_estimate(took: BuildTime | None, jobs: int) -> str:
+    """How long a source build will take here at MAX_JOBS=`jobs`, from the host's measured
+    CPU-core-minutes per GPU architecture (the manifest's build_time); "" with no figure."""
+    if took is None:
+        return ""
+    n = len(took.archs)
+    total = took.core_minutes_per_arch * (n or 1)
+    wall = total / max(1, jobs)
+    when = f"{wall:.0f} min" if wall < 90 else f"{wall / 60:.1f} h"
+    archs = ", ".join("sm" + a.replace(".", "") for a in took.archs)
+    per = f"~{took.core_minutes_per_arch:.0f} CPU-core-minutes"
+    what = f"{n} GPU architectures ({archs}) at {per} each" if n else f"{per} per GPU architecture"
+    return f"about {when} at MAX_JOBS={jobs} ({what}, measured on the online host)"
+
+
+def phase_estimates(m: Manifest, phase: str, jobs: int) -> list[str]:
+    """ "flash-attn takes about 25 min at MAX_JOBS=8 (...)" for each source build of `phase`
+    with a measured figure (said by the installer before it starts the build)."""
+    found = m.phase(phase)
+    builds = found.source_builds if found else ()
+    return [
+        f"{b.package} takes {build_estimate(b.build_time, jobs)}" for b in builds if b.build_time
+    ]
+
+
 @check("memory", generic=True)
 def check_memory(plan: Plan, facts: Facts, opts: Options) -> Check:
     avail, cpus = facts.memory.available, facts.memory.cpus
@@ -208,8 +234,10 @@ def check_memory(plan: Plan, facts: Facts, opts: Options) -> Check:
     for b in plan.builds:
         jobs = max_jobs(b.gib_per_job, b.limit, cpus, avail)
         cap = f", limit {b.limit}" if b.limit else ""
+        eta = build_estimate(b.build_time, int(forced) if forced.isdigit() else jobs)
         lines.append(
             f"{b.package}: MAX_JOBS={jobs} ({ram}, {b.gib_per_job:g} GiB per job, {cpus} CPUs{cap})"
+            + (f"; the build takes {eta}" if eta else "")
         )
         if avail is not None and avail < b.gib_per_job * GIB:
             problems.append(

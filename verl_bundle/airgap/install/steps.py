@@ -10,12 +10,14 @@ import contextlib
 import io
 import os
 import shlex
+import shutil
 import sys
 import time
 from typing import Any, Iterator
 
 from verl_bundle.airgap import fingerprint
 from verl_bundle.airgap import manifest as mf
+from verl_bundle.airgap.doctor.resources import phase_estimates
 from verl_bundle.airgap.events import EventLog
 from verl_bundle.airgap.install import bundled
 from verl_bundle.airgap.install import env as envs
@@ -278,6 +280,8 @@ class Installer:
                     f"phase {plan.phase}: building on this server (MAX_JOBS={plan.max_jobs}; {words})",
                 )
             )
+            for line in phase_estimates(self.m, plan.phase, plan.max_jobs):
+                self.out.say(f"    {line}")
         else:
             self.out.say(heading("phases", f"phase {plan.phase} ({plan.tool})"))
         self.state.start(plan.phase)
@@ -298,7 +302,7 @@ class Installer:
         with open(logfile, "w", encoding="utf-8"):
             pass
         code = ph.run_logged(cmd, logfile, self.out.say)
-        _remove_tree(self.state.path("uv-cache"))
+        shutil.rmtree(self.state.path("uv-cache"), ignore_errors=True)
         if code == 0:
             return
         from verl_bundle.airgap import explain
@@ -398,9 +402,3 @@ def _captured(fn: Any, args: list[str]) -> tuple[int, str]:
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 2
     return int(code or 0), buf.getvalue()
-
-
-def _remove_tree(path: str) -> None:
-    import shutil
-
-    shutil.rmtree(path, ignore_errors=True)
