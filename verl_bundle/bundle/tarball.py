@@ -34,6 +34,7 @@ from verl_bundle.bundle.tarstream import (
     stream,
 )
 from verl_bundle.errors import AssembleError
+from verl_bundle.leftovers import alive
 from verl_bundle.progress import Reporter
 
 __all__ = ["EXECUTABLE", "Bundle", "Damaged", "DamagedCacheError", "DigestMemo", "write_bundle"]
@@ -179,22 +180,12 @@ def _zstd_command(raw: IO[bytes]) -> Iterator[IO[bytes]]:
             raise AssembleError("zstd failed while compressing the bundle")
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's process
-    return True
-
-
 def remove_stale_partials(output: Path, reporter: Reporter) -> None:
     """A build killed while writing (kill -9) leaves its hidden .NAME.partial-PID file; the
     next build in the same directory removes those whose process is gone."""
     for path in sorted(output.iterdir()):
         m = _PARTIAL.match(path.name)
-        if m and path.is_file() and not path.is_symlink() and not _alive(int(m.group(1))):
+        if m and path.is_file() and not path.is_symlink() and not alive(int(m.group(1))):
             size = path.stat().st_size
             path.unlink(missing_ok=True)
             reporter.note(

@@ -13,6 +13,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from verl_bundle.compile.build import (
+    BuildInputs,
     CompiledWheel,
     CompileJob,
     CompileOptions,
@@ -122,16 +123,8 @@ class SourceCompiler:
             if self.options.mode == "always":
                 raise
             return self._left(job, str(exc))
-        wheel = compile_sdist(
-            job,
-            toolkit,
-            self.options,
-            self.cache_root,
-            wheels,
-            self._locked(),
-            reporter,
-            self.redact,
-        )
+        inputs = BuildInputs(wheels, self._locked(), reporter, self.redact)
+        wheel = compile_sdist(job, toolkit, self.options, self.cache_root, inputs)
         cu = "cu" + self.profile.cuda.replace(".", "")
         took = wheel.provenance.seconds
         when = f"{took / 60:.0f} min" if took >= 60 else f"{took:.0f} s"

@@ -35,6 +35,7 @@ from verl_bundle.compile.buildenv import make_build_env
 from verl_bundle.compile.toolkit import Toolkit
 from verl_bundle.credentials import Redactor
 from verl_bundle.errors import BundleError
+from verl_bundle.leftovers import alive
 from verl_bundle.progress import Reporter
 from verl_bundle.uvcmd import uv_binary, uv_env
 
@@ -193,19 +194,8 @@ def _clean_stale(root: Path) -> None:
     """Temporary directories of compiles whose process is gone (killed) are removed."""
     for tmp in root.glob(".tmp-*"):
         pid = tmp.name.rsplit("-", 1)[-1]
-        alive = pid.isdigit() and _alive(int(pid))
-        if not alive:
+        if not (pid.isdigit() and alive(int(pid))):
             shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _pins(job: CompileJob, locked: Mapping[str, str]) -> list[str]:
@@ -217,15 +207,24 @@ def _pins(job: CompileJob, locked: Mapping[str, str]) -> list[str]:
     return out
 
 
+@dataclass(frozen=True)
+class BuildInputs:
+    """What the compiles of one fetch run share: the fetched wheels (keyed by file name; the
+    build venv is made of them), the locked versions (build requirements are pinned to them),
+    and where progress goes and what it must not show."""
+
+    wheels: Mapping[str, Path]
+    locked: Mapping[str, str]
+    reporter: Reporter
+    redact: Redactor
+
+
 def compile_sdist(
     job: CompileJob,
     toolkit: Toolkit,
     options: CompileOptions,
     cache_root: Path,
-    wheels: Mapping[str, Path],
-    locked: Mapping[str, str],
-    reporter: Reporter,
-    redact: Redactor,
+    inputs: BuildInputs,
 ) -> CompiledWheel:
     """The wheel for `job`: from the cache when its key was built before, else compiled now."""
     archs = archs_of(options, job)
@@ -234,7 +233,7 @@ def compile_sdist(
     final = root / key
     hit = _reuse(final)
     if hit is not None:
-        reporter.status(f"{job.package}: compiled wheel reused from the cache (key {key})")
+        inputs.reporter.status(f"{job.package}: compiled wheel reused from the cache (key {key})")
         return hit
     root.mkdir(parents=True, exist_ok=True)
     _clean_stale(root)
@@ -242,7 +241,7 @@ def compile_sdist(
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir()
     try:
-        prov = _compile(job, toolkit, archs, key, work, wheels, locked, reporter, redact)
+        prov = _compile(job, toolkit, archs, key, work, inputs)
         out = work / "out"
         (out / "compiled.json").write_text(json.dumps(vars(prov), sort_keys=True) + "\n")
         try:
@@ -261,15 +260,14 @@ def _compile(
     archs: str,
     key: str,
     work: Path,
-    wheels: Mapping[str, Path],
-    locked: Mapping[str, str],
-    reporter: Reporter,
-    redact: Redactor,
+    inputs: BuildInputs,
 ) -> mf.Compiled:
     log = cache_log(work.parent, job, key)
+    reporter = inputs.reporter
     reporter.status(f"{job.package}: making a build venv from the bundle's wheels ...")
+    pins = _pins(job, inputs.locked)
     python = make_build_env(
-        job.package, toolkit.python.path, wheels, _pins(job, locked), work, redact
+        job.package, toolkit.python.path, inputs.wheels, pins, work, inputs.redact
     )
     with tarfile.open(job.sdist) as tf:
         tf.extractall(work / "src", filter="data")
