@@ -223,10 +223,10 @@ def profiles_list(ctx: typer.Context, json_out: Json = False) -> None:
     """List the built-in profiles."""
     if ctx.invoked_subcommand is not None:
         return
-    from verl_bundle import render
+    from verl_bundle import render_profile
     from verl_bundle.catalog import builtin_profiles
 
-    show(ctx, render.profiles(builtin_profiles()), json_out)
+    show(ctx, render_profile.profiles(builtin_profiles()), json_out)
 
 
 @profiles_app.command("show")
@@ -236,10 +236,10 @@ def profiles_show(
     json_out: Json = False,
 ) -> None:
     """Print one profile: where its files come from, then the profile file itself."""
-    from verl_bundle import render
+    from verl_bundle import render_profile
     from verl_bundle.catalog import find_profile
 
-    show(ctx, render.profile(find_profile(name)), json_out)
+    show(ctx, render_profile.profile(find_profile(name)), json_out)
 
 
 # `verl-bundle assets` (models and datasets for the air gap) lives in cli_assets.py.
