@@ -15,7 +15,7 @@ from typing import Any
 
 from verl_bundle.airgap.manifest import Generated, ManifestError, _Reader
 from verl_bundle.airgap.manifest_read import find_root as find_root
-from verl_bundle.airgap.manifest_read import load_with, read_json
+from verl_bundle.airgap.manifest_read import load_with, read_generated, read_json
 
 SCHEMA = 1  # the asset manifest schema this code writes and reads
 KIND = "verl-assets"  # tells an asset bundle's manifest.json from a stack bundle's
@@ -193,12 +193,7 @@ def from_dict(data: Any) -> AssetsManifest:
     dirs = [a.path for a in assets]
     if len(set(dirs)) != len(dirs):
         raise ManifestError("manifest.assets: two assets share one directory")
-    generated = tuple(
-        Generated(g.path("path"), g.sha256("sha256"), g.number("size"))
-        for g in (
-            _Reader(x, f"manifest.generated[{i}]") for i, x in enumerate(r.items("generated"))
-        )
-    )
+    generated = read_generated(r)
     return AssetsManifest(
         name=r.text("name"),
         created_by=r.text("created_by", ""),

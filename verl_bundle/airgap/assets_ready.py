@@ -8,7 +8,6 @@ pyarrow) is a `skip` that says so, never a silent pass. Standard library only, P
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -16,11 +15,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
 from verl_bundle.airgap import assets as am
+from verl_bundle.airgap.hashing import sha256_file
 
 if TYPE_CHECKING:
     from verl_bundle.airgap.place_assets import Placed
-
-CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -32,14 +30,6 @@ class Check:
     detail: str = ""
 
 
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(CHUNK), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def check_placed(directory: str, asset: am.Asset) -> list[str]:
     """'<file>: missing' / '<file>: altered' for each placed file that is not as recorded."""
     problems = []
@@ -48,7 +38,7 @@ def check_placed(directory: str, asset: am.Asset) -> list[str]:
         full = os.path.join(directory, rel)
         if not os.path.isfile(full):
             problems.append(f"{full}: missing")
-        elif os.path.getsize(full) != f.size or _sha256(full) != f.sha256:
+        elif os.path.getsize(full) != f.size or sha256_file(full) != f.sha256:
             problems.append(f"{full}: altered (sha256 does not match the asset manifest)")
     return problems
 

@@ -209,6 +209,17 @@ def _interpreter(r: _Reader) -> Interpreter | None:
     )
 
 
+def read_generated(r: _Reader) -> tuple[Generated, ...]:
+    """The manifest's `generated` list (files the host wrote: install.sh, lib/ code), shared
+    with the asset bundle's manifest (airgap/assets.py)."""
+    return tuple(
+        Generated(g.path("path"), g.sha256("sha256"), g.number("size"))
+        for g in (
+            _Reader(x, f"manifest.generated[{i}]") for i, x in enumerate(r.items("generated"))
+        )
+    )
+
+
 def from_dict(data: Any) -> Manifest:
     """A Manifest from the parsed JSON document; ManifestError naming the first bad field."""
     if not isinstance(data, dict):
@@ -264,12 +275,7 @@ def from_dict(data: Any) -> Manifest:
                 f"manifest.files: {f.path} is in phase {f.phase!r}, which is not a phase of "
                 f"this bundle ({', '.join(sorted(seen)) or 'none'})"
             )
-    generated = tuple(
-        Generated(g.path("path"), g.sha256("sha256"), g.number("size"))
-        for g in (
-            _Reader(x, f"manifest.generated[{i}]") for i, x in enumerate(r.items("generated"))
-        )
-    )
+    generated = read_generated(r)
     return Manifest(
         name=r.text("name"),
         created_by=r.text("created_by", ""),

@@ -24,11 +24,11 @@ from typing import Sequence
 
 from verl_bundle.airgap import assets as am
 from verl_bundle.airgap.assets_ready import Check, check_placed, readiness
+from verl_bundle.airgap.hashing import CHUNK, sha256_file
 from verl_bundle.airgap.manifest import MANIFEST, SUMS, ManifestError
 from verl_bundle.airgap.render import checks_json, checks_text, dumps, envelope, printable
 from verl_bundle.airgap.verify import parse_sums
 
-CHUNK = 1 << 20
 RECORD = ".verl-asset.json"  # in each placed directory: the asset's manifest entry
 INDEX = "verl-assets.json"  # in the prefix: what was placed where (for `assets check`)
 ENV_FILE = "verl-env.sh"
@@ -70,14 +70,6 @@ class AssetsResult:
         return all(c.status != "fail" for c in self.checks)
 
 
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(CHUNK), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _check_lists(root: str, m: am.AssetsManifest) -> None:
     """SHA256SUMS and the manifest must list the same files with the same hashes, and the
     manifest itself must match its line; the payload is hashed while it is copied."""
@@ -88,7 +80,7 @@ def _check_lists(root: str, m: am.AssetsManifest) -> None:
         raise AssetsError(
             f"{root}: {SUMS} is missing: the bundle is damaged", EXIT_DAMAGED
         ) from None
-    if sums.get(MANIFEST) != _sha256(os.path.join(root, MANIFEST)):
+    if sums.get(MANIFEST) != sha256_file(os.path.join(root, MANIFEST)):
         raise AssetsError(f"{MANIFEST}: altered (does not match {SUMS})", EXIT_DAMAGED)
     listed = m.hashes()
     differ = sorted(
@@ -103,7 +95,7 @@ def _check_lists(root: str, m: am.AssetsManifest) -> None:
         full = os.path.join(root, g.path)
         if not os.path.isfile(full):
             raise AssetsError(f"{g.path}: missing from the bundle", EXIT_DAMAGED)
-        if _sha256(full) != g.sha256:
+        if sha256_file(full) != g.sha256:
             raise AssetsError(f"{g.path}: altered (sha256 does not match)", EXIT_DAMAGED)
 
 
