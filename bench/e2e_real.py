@@ -66,8 +66,18 @@ def main() -> int:
         "--compile",
         choices=("auto", "always", "never"),
         default="auto",
-        help="passed to build: `never` leaves flash-attn to the server (rehearse then skips it), "
-        "where a host compile would take hours",
+        help="passed to build: `never` leaves flash-attn to the server, where a host compile "
+        "would take hours (rehearse skips it where this host cannot build it; add --skip-phase "
+        "flash-attn where it could)",
+    )
+    parser.add_argument(
+        "--skip-phase",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="passed to rehearse (repeatable): a phase left out, e.g. flash-attn when its build "
+        "is left to the server and this host's nvcc fits but the build would take hours; "
+        "readiness then reports it as missing",
     )
     parser.add_argument(
         "--keep", action="store_true", help="keep each profile's bundle and rehearsal (disk!)"
@@ -80,7 +90,12 @@ def main() -> int:
     failed = False
     for i, name in enumerate(p.strip() for p in args.profiles.split(",") if p.strip()):
         code, verdict = one_profile(
-            name, args.python, args.workdir / name, args.compare_pip and i == 0, args.compile
+            name,
+            args.python,
+            args.workdir / name,
+            args.compare_pip and i == 0,
+            args.compile,
+            tuple(args.skip_phase),
         )
         verdicts[name] = verdict
         failed = failed or code != 0
@@ -93,7 +108,12 @@ def main() -> int:
 
 
 def one_profile(
-    name: str, python: str, workdir: Path, compare: bool, compile_mode: str = "auto"
+    name: str,
+    python: str,
+    workdir: Path,
+    compare: bool,
+    compile_mode: str = "auto",
+    skip: tuple[str, ...] = (),
 ) -> tuple[int, str]:
     """Build, rehearse, import and check readiness of one profile; (exit code, verdict)."""
     workdir.mkdir(parents=True)
@@ -120,8 +140,9 @@ def one_profile(
         f"{built['cached_files']} from the cache, lock {built['lock']}, {build_s:.1f} s",
         flush=True,
     )
+    skips = [arg for phase in skip for arg in ("--skip-phase", phase)]
     rehearsal, rehearse_s, code = run_json(
-        ["rehearse", built["bundle"], "--keep", str(workdir / "rehearsal")]
+        ["rehearse", built["bundle"], "--keep", str(workdir / "rehearsal"), *skips]
     )
     for step in rehearsal.get("steps", []):
         print(

@@ -116,13 +116,16 @@ def rehearse_cmd(
     ] = None,
     no_system_python: opt.NoSystemPython = False,
     server_python: opt.ServerPython = None,
+    skip_phase: SkipPhase = None,
     json_out: Json = False,
 ) -> None:
     """Prove here, before the bundle travels, that it installs with the network cut.
 
     The bundle is extracted into a temporary directory and its install.sh runs under
     `unshare -n` into a throwaway venv; each phase is reported with its time. A source build
-    this host cannot do (its nvcc is not the bundle's CUDA) is reported as not rehearsed.
+    this host cannot do (its nvcc is not the bundle's CUDA) is reported as not rehearsed, and
+    so is a phase named by --skip-phase (e.g. flash-attn, whose server build takes hours):
+    post-install then says what leaving it out means for readiness.
     --python defaults to pythonX.Y for the bundle."""
     from verl_bundle import render
     from verl_bundle.interpreter import interpreter
@@ -135,7 +138,7 @@ def rehearse_cmd(
     old = interpreter(server_python, "--server-python") if server_python else None
     bare = BareServer(old) if no_system_python else None
     with reporter(quiet=json_out) as rep:
-        shown = render.rehearsal(rehearse(tarball, py, rep, keep, bare))
+        shown = render.rehearsal(rehearse(tarball, py, rep, keep, bare, tuple(skip_phase or ())))
     show(ctx, shown, json_out)
 
 

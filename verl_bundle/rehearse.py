@@ -155,23 +155,42 @@ def rehearse(
     reporter: Reporter,
     keep: Path | None = None,
     bare: BareServer | None = None,
+    skip: tuple[str, ...] = (),
 ) -> Rehearsal:
     """Rehearse in a temporary directory, or in `keep` (which must not exist), left in place
     with the extracted bundle (bundle/) and the venv (venv/) for inspection. `bare`: as a
-    server with no Python 3.8+ (the bundle's own CPython must do)."""
+    server with no Python 3.8+ (the bundle's own CPython must do). `skip`: phases left out on
+    request (install.sh --skip-phase), reported as not rehearsed."""
     if not tarball.is_file():
         raise UsageError(f"{tarball}: no such file; give the bundle's .tar")
     if keep is not None and keep.exists():
         raise UsageError(f"--keep {keep}: already exists; give a new directory")
     if keep is not None:
         keep.mkdir(parents=True)
-        return _rehearse(tarball, python, reporter, keep, bare)
+        return _rehearse(tarball, python, reporter, keep, bare, skip)
     with tempfile.TemporaryDirectory(prefix="verl-bundle-rehearse-") as tmp:
-        return _rehearse(tarball, python, reporter, Path(tmp), bare)
+        return _rehearse(tarball, python, reporter, Path(tmp), bare, skip)
+
+
+def _asked(manifest: Manifest, skip: tuple[str, ...]) -> dict[str, str]:
+    """The phases `--skip-phase` names -> why they are not rehearsed; an unknown name is a
+    usage error that lists the bundle's phases."""
+    unknown = [name for name in skip if manifest.phase(name) is None]
+    if unknown:
+        raise UsageError(
+            f"--skip-phase {unknown[0]}: the bundle has no such phase; "
+            f"its phases are {', '.join(manifest.phase_names)}"
+        )
+    return {name: "left out by --skip-phase" for name in skip}
 
 
 def _rehearse(
-    tarball: Path, python: str | None, reporter: Reporter, work: Path, bare: BareServer | None
+    tarball: Path,
+    python: str | None,
+    reporter: Reporter,
+    work: Path,
+    bare: BareServer | None,
+    skip: tuple[str, ...],
 ) -> Rehearsal:
     prefix = network_cut()
     steps: list[Step] = []
@@ -192,6 +211,7 @@ def _rehearse(
     root = work / "bundle" / first.name.split("/")[0]
     steps.append(Step("extract", "pass", time.monotonic() - t0))
     manifest = load(str(root))
+    asked = _asked(manifest, skip)
     want = manifest.target.python
     if bare is not None:
         py, command = _bare(manifest, bare, work, root)
@@ -204,7 +224,7 @@ def _rehearse(
         if _python_version(py) != want:
             raise UsageError(f"--python {py} is not Python {want}, which the bundle is for")
         command = [str(root / "install.sh"), "--python", py]
-    skipped = _unbuildable(manifest)
+    skipped = {**asked, **_unbuildable(manifest)}  # this host's own reason comes first
     events = work / "install-events.jsonl"
     args = [*command, "--prefix", str(work / "venv")]
     args += ["--yes", "--skip-doctor", "--events", str(events)]
