@@ -264,9 +264,11 @@ def test_compiler_error_names_the_log_and_explains_it(tiny: Tiny, tmp_path: Path
 
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
-def test_interrupted_compile_leaves_nothing_under_a_final_name(
+def test_interrupted_compile_leaves_nothing_under_a_final_name_and_resumes(
     tiny: Tiny, tmp_path: Path, sig: signal.Signals
 ) -> None:
+    """Stopped mid-compile (Ctrl-C or SIGKILL): nothing under a final name, the work directory
+    (build venv, sources, finished objects) is kept, and the next build takes it over."""
     # An nvcc that starts, says so, and hangs: the build is stopped mid-compile.
     slow = tmp_path / "slow-cuda"
     (slow / "bin").mkdir(parents=True)
@@ -299,16 +301,27 @@ def test_interrupted_compile_leaves_nothing_under_a_final_name(
     assert proc.returncode != 0
     with contextlib.suppress(ProcessLookupError):  # the fake nvcc this test started, if alive
         os.kill(int(marker.read_text()), signal.SIGKILL)
-    finals = [
-        p
-        for p in (cache / "compiled").iterdir()
-        if p.name != "logs" and not p.name.startswith(".tmp-")
-    ]
+    compiled = cache / "compiled"
+    finals = [p for p in compiled.iterdir() if p.name != "logs" and not p.name.startswith(".tmp-")]
     assert finals == []
+    assert not out.exists() or not list(out.glob("*.tar"))
+    kept = [p for p in compiled.iterdir() if p.name.startswith(".tmp-")]
+    assert len(kept) == 1 and (kept[0] / "venv" / "bin" / "python").exists()
     if sig == signal.SIGINT:
         assert "interrupted" in err
-        assert not [p for p in (cache / "compiled").iterdir() if p.name.startswith(".tmp-")]
-    assert not out.exists() or not list(out.glob("*.tar"))
+        assert f"the compile so far is kept in {kept[0]}" in err
+    # What the stopped compile had made (an object, say) is still there when the build resumes.
+    made = next((kept[0] / "src").iterdir()) / "made-before-the-stop.o"
+    made.write_bytes(b"an object")
+    proc2 = tiny.build(out, cache, "--cuda-home", str(tiny.cuda_home))
+    assert proc2.returncode == 0, proc2.stderr
+    assert "tinycuda compiled here (cu130, sm90, " in proc2.stdout
+    assert ", resumed a stopped compile)" in proc2.stdout
+    assert not made.exists()  # the directory was used, then removed once the wheel was in place
+    assert [p.name for p in compiled.iterdir() if p.name.startswith(".tmp-")] == []
+    (final,) = [p for p in compiled.iterdir() if p.name != "logs"]
+    assert len(list(final.glob("tinycuda-0.1-*.whl"))) == 1
+    assert "=== resumed in" in next((compiled / "logs").iterdir()).read_text()
 
 
 def test_max_jobs_from_the_environment_wins(
@@ -349,7 +362,7 @@ def test_the_abi_in_the_cache_key_is_what_the_torch_wheel_declares(
 
 
 def test_temp_dirs_of_killed_compiles_are_cleaned(tmp_path: Path) -> None:
-    from verl_bundle.compile.build import _clean_stale
+    from verl_bundle.compile.workdir import clean_stale as _clean_stale
 
     dead = subprocess.Popen(["true"])
     dead.wait()
@@ -605,3 +618,54 @@ def test_cuda12_nvcc_wheels_make_no_toolkit_and_unsafe_members_are_refused(tmp_p
         stack_toolkit({bad.name: bad}, 13, tmp_path / "cache")
     assert list((tmp_path / "cache" / "toolkits").iterdir()) == []
     assert not (tmp_path / "escape").exists()
+
+
+def test_a_running_compile_is_never_taken_over_and_a_stopped_one_of_the_key_is(
+    tmp_path: Path,
+) -> None:
+    """claim(): a directory whose owner still holds its lock is left alone (another build of
+    the same key makes its own); a stopped one of the key is resumed; stopped ones of other
+    keys are removed; one never prepared (venv unfinished) is not resumed."""
+    from verl_bundle.compile.workdir import OWNER, PREPARED, claim
+
+    root = tmp_path / "compiled"
+    running = root / ".tmp-k1-1"
+    stopped = root / ".tmp-k1-2"
+    other = root / ".tmp-k2-3"
+    unprepared = root / ".tmp-k3-4"
+    for d in (running, stopped, other, unprepared):
+        d.mkdir(parents=True)
+        (d / OWNER).write_text("")  # as a compile leaves it; its lock went with its process
+    for d in (running, stopped, other):
+        (d / PREPARED).write_text("x")
+    # A real other process holds `running`'s lock for as long as it lives.
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); "
+            "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(300)",
+            str(running / OWNER),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        first = claim(root, "k1")
+        assert first.path == stopped and first.resumed
+        assert running.exists() and not other.exists()
+        second = claim(root, "k1")  # `stopped` is now held by `first`: a new directory
+        assert not second.resumed and second.path == root / f".tmp-k1-{os.getpid()}"
+        assert running.exists() and stopped.exists()
+        third = claim(root, "k3")
+        assert not third.resumed and not unprepared.exists()
+        for held in (first, second, third):
+            held.release()
+    finally:
+        holder.kill()
+        holder.communicate()
+    # The holder is gone: its directory is stopped now, and resumable.
+    again = claim(root, "k1")
+    assert again.resumed and again.path in (running, stopped)
+    again.release()

@@ -131,6 +131,7 @@ class SourceCompiler:
         took = wheel.provenance.seconds
         when = f"{took / 60:.0f} min" if took >= 60 else f"{took:.0f} s"
         reused = ", reused from the cache" if wheel.reused else ""
+        reused += ", resumed a stopped compile" if wheel.resumed else ""
         summary = (
             f"{pkg.name} compiled here ({cu}, {sm_list(wheel.provenance.archs)}, {when}{reused})"
         )

@@ -4,11 +4,13 @@ installs a wheel and needs no nvcc, gcc or headers.
 The wheel is cached by a key of everything that changes the binary (sdist, torch and CUDA,
 Python tag, GPU architectures, C++ ABI, compiler versions): a rebuild reuses it. A compile is
 written under a temporary name and renamed into place whole, so an interrupted one (Ctrl-C,
-SIGKILL) leaves nothing under a final name.
+SIGKILL) leaves nothing under a final name; the next build of the same key resumes it
+(compile/workdir.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -33,9 +35,9 @@ from verl_bundle.airgap import manifest as mf
 from verl_bundle.airgap.hashing import sha256_file
 from verl_bundle.compile.buildenv import make_build_env
 from verl_bundle.compile.toolkit import Toolkit
+from verl_bundle.compile.workdir import ELAPSED, WorkDir, claim
 from verl_bundle.credentials import Redactor
 from verl_bundle.errors import BundleError
-from verl_bundle.leftovers import alive
 from verl_bundle.progress import Reporter
 from verl_bundle.uvcmd import uv_binary, uv_env
 
@@ -90,6 +92,7 @@ class CompiledWheel:
     size: int
     provenance: mf.Compiled
     reused: bool
+    resumed: bool = False  # a stopped compile was taken over (compile/workdir.py)
 
 
 def archs_of(options: CompileOptions, job: CompileJob) -> str:
@@ -190,14 +193,6 @@ def _describe(path: Path, prov: mf.Compiled, reused: bool) -> CompiledWheel:
     return CompiledWheel(path, path.name, sha256_file(path), path.stat().st_size, prov, reused)
 
 
-def _clean_stale(root: Path) -> None:
-    """Temporary directories of compiles whose process is gone (killed) are removed."""
-    for tmp in root.glob(".tmp-*"):
-        pid = tmp.name.rsplit("-", 1)[-1]
-        if not (pid.isdigit() and alive(int(pid))):
-            shutil.rmtree(tmp, ignore_errors=True)
-
-
 def _pins(job: CompileJob, locked: Mapping[str, str]) -> list[str]:
     """Build requirements pinned to the locked versions (exactly the server's torch)."""
     out = []
@@ -235,13 +230,10 @@ def compile_sdist(
     if hit is not None:
         inputs.reporter.status(f"{job.package}: compiled wheel reused from the cache (key {key})")
         return hit
-    root.mkdir(parents=True, exist_ok=True)
-    _clean_stale(root)
-    work = root / f".tmp-{key}-{os.getpid()}"
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir()
+    held = claim(root, key)
+    work = held.path
     try:
-        prov = _compile(job, toolkit, archs, key, work, inputs)
+        prov = _compile(job, toolkit, archs, key, held, inputs)
         out = work / "out"
         (out / "compiled.json").write_text(json.dumps(vars(prov), sort_keys=True) + "\n")
         try:
@@ -249,9 +241,23 @@ def compile_sdist(
         except OSError:  # another build finished the same key first
             if _reuse(final) is None:
                 raise
-        return _describe(next(final.glob("*.whl")), prov, reused=False)
-    finally:
         shutil.rmtree(work, ignore_errors=True)
+        done = _describe(next(final.glob("*.whl")), prov, reused=False)
+        return dataclasses.replace(done, resumed=held.resumed)
+    except KeyboardInterrupt:
+        if held.prepared:  # hours of objects may be in there: the next build resumes them
+            inputs.reporter.note(
+                f"{job.package}: the compile so far is kept in {work}; the next build of this "
+                "bundle resumes it (remove that directory to start over)"
+            )
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+        raise
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    finally:
+        held.release()
 
 
 def _compile(
@@ -259,26 +265,33 @@ def _compile(
     toolkit: Toolkit,
     archs: str,
     key: str,
-    work: Path,
+    held: WorkDir,
     inputs: BuildInputs,
 ) -> mf.Compiled:
+    work = held.path
     log = cache_log(work.parent, job, key)
     reporter = inputs.reporter
-    reporter.status(f"{job.package}: making a build venv from the bundle's wheels ...")
-    pins = _pins(job, inputs.locked)
-    python = make_build_env(
-        job.package, toolkit.python.path, inputs.wheels, pins, work, inputs.redact
-    )
-    with tarfile.open(job.sdist) as tf:
-        tf.extractall(work / "src", filter="data")
+    if held.resumed:
+        python = work / "venv" / "bin" / "python"
+        reporter.note(f"{job.package}: resuming the compile stopped earlier in {work}")
+        shutil.rmtree(work / "out", ignore_errors=True)  # a wheel the stop may have half-written
+    else:
+        reporter.status(f"{job.package}: making a build venv from the bundle's wheels ...")
+        pins = _pins(job, inputs.locked)
+        python = make_build_env(
+            job.package, toolkit.python.path, inputs.wheels, pins, work, inputs.redact
+        )
+        with tarfile.open(job.sdist) as tf:
+            tf.extractall(work / "src", filter="data")
+        held.mark_prepared()
     tops = [p for p in (work / "src").iterdir() if p.is_dir()]
     src = tops[0] if len(tops) == 1 else work / "src"
     env = build_environ(job, toolkit, archs, python.parent.parent)
     args = [uv_binary(), "build", "--wheel", "--no-build-isolation", "--offline", "--no-index"]
     args += ["--python", str(python), "--out-dir", str(work / "out"), str(src)]
     reporter.status(f"{job.package}: compiling for {sm_list(archs)} (log: {log}) ...")
-    start = time.monotonic()
-    code = _run_logged(args, env, work, log, job.package, start, reporter)
+    start = time.monotonic() - held.earlier  # a resumed compile counts its earlier time too
+    code = _run_logged(args, env, work, log, job.package, start, reporter, held.resumed)
     seconds = round(time.monotonic() - start, 1)
     built = sorted((work / "out").glob("*.whl")) if (work / "out").is_dir() else []
     if code != 0 or len(built) != 1:
@@ -309,8 +322,12 @@ def _run_logged(
     package: str,
     start: float,
     reporter: Reporter,
+    resumed: bool = False,
 ) -> int:
-    with log.open("w") as out:
+    with log.open("a" if resumed else "w") as out:
+        if resumed:
+            out.write(f"\n=== resumed in {cwd} ===\n")
+            out.flush()
         proc = subprocess.Popen(
             list(args),
             cwd=cwd,
@@ -325,6 +342,7 @@ def _run_logged(
                     return proc.wait(timeout=PROGRESS_EVERY)
                 except subprocess.TimeoutExpired:
                     elapsed = int(time.monotonic() - start)
+                    (cwd / ELAPSED).write_text(f"{elapsed}\n")  # for a resume after a kill
                     reporter.status(f"{package}: compiling ... {elapsed // 60}m{elapsed % 60:02d}s")
         except BaseException:
             # Ctrl-C or an error here: the compiler's whole process group goes too.
