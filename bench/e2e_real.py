@@ -71,6 +71,13 @@ def main() -> int:
         "flash-attn where it could)",
     )
     parser.add_argument(
+        "--cuda-archs",
+        default=None,
+        metavar="LIST",
+        help="passed to build (e.g. 9.0): the GPU architectures a host compile is for, part of "
+        "its cache key (`make compile-real` compiles for 9.0)",
+    )
+    parser.add_argument(
         "--skip-phase",
         action="append",
         default=[],
@@ -96,6 +103,7 @@ def main() -> int:
             args.compare_pip and i == 0,
             args.compile,
             tuple(args.skip_phase),
+            args.cuda_archs,
         )
         verdicts[name] = verdict
         failed = failed or code != 0
@@ -114,6 +122,7 @@ def one_profile(
     compare: bool,
     compile_mode: str = "auto",
     skip: tuple[str, ...] = (),
+    cuda_archs: str | None = None,
 ) -> tuple[int, str]:
     """Build, rehearse, import and check readiness of one profile; (exit code, verdict)."""
     workdir.mkdir(parents=True)
@@ -129,6 +138,7 @@ def one_profile(
             str(workdir / "out"),
             "--compile",
             compile_mode,
+            *(["--cuda-archs", cuda_archs] if cuda_archs else []),
         ]
     )
     if code != 0:
@@ -140,6 +150,8 @@ def one_profile(
         f"{built['cached_files']} from the cache, lock {built['lock']}, {build_s:.1f} s",
         flush=True,
     )
+    for line in built.get("compiled", []):  # "flash-attn compiled here (...)" or "left to ..."
+        print(f"  {line}", flush=True)
     skips = [arg for phase in skip for arg in ("--skip-phase", phase)]
     rehearsal, rehearse_s, code = run_json(
         ["rehearse", built["bundle"], "--keep", str(workdir / "rehearsal"), *skips]
