@@ -18,7 +18,6 @@ from __future__ import annotations
 import statistics
 import subprocess
 import sys
-import tarfile
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -27,8 +26,8 @@ from typing import TextIO
 if __package__ in (None, ""):  # run as `python bench/install.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import harness, synthetic
-from bench.cold_build import build_once
+from bench import harness
+from bench.built import built_bundle
 from bench.harness import BenchError, Contender, Options, Report
 from verl_bundle.airgap.events import read_events
 
@@ -73,14 +72,9 @@ def _steps_note(label: str, steps: dict[str, list[float]]) -> str:
 
 
 def bench(opts: Options, progress: TextIO | None) -> Report:
-    stack = synthetic.stack(opts.size, opts.cache, progress)
-    with harness.workdir("install", opts.keep, progress) as work:
-        log = work / "commands.log"
-        tarball = build_once(stack, work, log)
-        with tarfile.open(tarball) as tf:
-            tf.extractall(work / "x", filter="data")
-        harness.remove(work / "b")
-        bundle = next((work / "x").iterdir())
+    with built_bundle("install", opts, progress) as built:
+        stack, work, log = built.stack, built.work, built.log
+        bundle = built.extract()
         wheels = bundle / "wheels"
         prefix = work / "prefix"
         installer = [str(bundle / "install.sh"), "--prefix", str(prefix)]

@@ -16,7 +16,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tarfile
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -27,8 +26,8 @@ from typing import TextIO
 if __package__ in (None, ""):  # run as `python bench/nodes.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import harness, synthetic
-from bench.cold_build import build_once
+from bench import harness
+from bench.built import built_bundle
 from bench.harness import BenchError, Contender, Options, Report
 from verl_bundle.airgap.events import read_events
 
@@ -99,14 +98,9 @@ def fetch_seconds(events: Path) -> float:
 
 
 def bench(opts: Options, progress: TextIO | None, counts: tuple[int, ...] = COUNTS) -> Report:
-    stack = synthetic.stack(opts.size, opts.cache, progress)
-    with harness.workdir("nodes", opts.keep, progress) as work:
-        log = work / "commands.log"
-        tarball = build_once(stack, work, log)
-        with tarfile.open(tarball) as tf:
-            tf.extractall(work / "x", filter="data")
-        harness.remove(work / "b")
-        bundle = next((work / "x").iterdir())
+    with built_bundle("nodes", opts, progress) as built:
+        stack, work, log = built.stack, built.work, built.log
+        bundle = built.extract()
         nodes = work / "nodes"
         common = ["--python", opts.python, "--yes"]
         fetched: dict[int, list[float]] = defaultdict(list)

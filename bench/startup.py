@@ -12,15 +12,14 @@ Targets: --version and --help under 80 ms; verl-bundle doctor at most 1.2x ./doc
 from __future__ import annotations
 
 import sys
-import tarfile
 from pathlib import Path
 from typing import TextIO
 
 if __package__ in (None, ""):  # run as `python bench/startup.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import harness, synthetic
-from bench.cold_build import build_once
+from bench import harness
+from bench.built import built_bundle
 from bench.harness import Comparison, Contender, Options, Report
 
 LIMIT_MS = 80.0
@@ -36,13 +35,9 @@ def _ms(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> float:
 
 
 def bench(opts: Options, progress: TextIO | None) -> Report:
-    stack = synthetic.stack(BUNDLE_SIZE, opts.cache, progress)
-    with harness.workdir("startup", opts.keep, progress) as work:
-        log = work / "commands.log"
-        with tarfile.open(build_once(stack, work, log)) as tf:
-            members = [m for m in tf.getmembers() if "/wheels/" not in m.name]
-            tf.extractall(work / "x", members=members, filter="data")
-        bundle = next((work / "x").iterdir())
+    with built_bundle("startup", opts, progress, BUNDLE_SIZE) as built:
+        stack, log = built.stack, built.log
+        bundle = built.extract(wheels=False)
         vb = harness.verl_bundle()
         version, helps = [*vb, "--version"], [*vb, "--help"]
         uv = [str(harness.BIN / "uv"), "--version"]

@@ -20,17 +20,15 @@ if __package__ in (None, ""):  # run as `python bench/verify.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import harness, synthetic
-from bench.cold_build import build_once
+from bench.built import built_bundle
 from bench.harness import Contender, Options, Report
 
 TARGET = 1.3
 
 
 def bench(opts: Options, progress: TextIO | None) -> Report:
-    stack = synthetic.stack(opts.size, opts.cache, progress)
-    with harness.workdir("verify", opts.keep, progress) as work:
-        log = work / "commands.log"
-        tarball = build_once(stack, work, log)
+    with built_bundle("verify", opts, progress) as built:
+        stack, log, tarball = built.stack, built.log, built.tarball
         synthetic.warm_page_cache([tarball])
         ours = [*harness.verl_bundle(), "verify", str(tarball)]
         openssl = ["openssl", "dgst", "-sha256", str(tarball)]
