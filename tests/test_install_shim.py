@@ -40,7 +40,7 @@ def _run(cmd: list[str], env: dict[str, str], cwd: Path) -> subprocess.Completed
 def test_the_shim_is_short_and_passes_shellcheck(tmp_path: Path) -> None:
     text = render_install(CONTEXT)
     assert text.startswith("#!/bin/sh\n")
-    assert len(text.splitlines()) <= 100  # with the --from bootstrap (served bundles)
+    assert len(text.splitlines()) <= 80  # with the --from bootstrap (served bundles)
     if shutil.which("shellcheck") is None:
         pytest.skip("shellcheck is not installed (apt-get install shellcheck)")
     script = tmp_path / "install.sh"
