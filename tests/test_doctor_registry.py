@@ -15,13 +15,13 @@ from test_doctor import IDS, SAMPLE, needs, with_wheel
 from verl_bundle.airgap.doctor import Facts, Options, Plan, examine, registered
 from verl_bundle.airgap.doctor.commands import Run
 from verl_bundle.airgap.doctor.compilers import Compiler, Ninja
-from verl_bundle.airgap.doctor.cuda import CudaLibs, Toolkit
 from verl_bundle.airgap.doctor.devices import Gpu
 from verl_bundle.airgap.doctor.gpus import App, DriverProbe, GpuListing
 from verl_bundle.airgap.doctor.python import Interpreter
 from verl_bundle.airgap.doctor.registry import Registered, run_one
 from verl_bundle.airgap.doctor.resources import Memory, Place
 from verl_bundle.airgap.doctor.system import Distro, System
+from verl_bundle.airgap.doctor.toolkit import CudaLibs, Toolkit
 from verl_bundle.airgap.manifest import from_dict
 
 GIB = 1 << 30

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
+from verl_bundle.airgap.doctor import cuda  # noqa: F401  (its checks read the toolkit: registers them)
 from verl_bundle.airgap.doctor.commands import Run
 from verl_bundle.airgap.doctor.compilers import Compiler, Ninja, probe_compilers, probe_ninja
-from verl_bundle.airgap.doctor.cuda import Toolkit, find_toolkit, read_ldconfig
 from verl_bundle.airgap.doctor.gpus import DriverProbe, GpuListing, list_gpus, probe_driver
 from verl_bundle.airgap.doctor.node import Node, probe_node
 from verl_bundle.airgap.doctor.python import (
@@ -25,6 +25,7 @@ from verl_bundle.airgap.doctor.python import (
 )
 from verl_bundle.airgap.doctor.resources import Memory, Place, probe_disk, probe_memory
 from verl_bundle.airgap.doctor.system import Distro, System, read_distro, read_system
+from verl_bundle.airgap.doctor.toolkit import Toolkit, find_toolkit, read_ldconfig
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Mapping
 
 from verl_bundle.airgap.doctor.commands import run
-from verl_bundle.airgap.doctor.cuda import is_toolkit, nvcc_root
+from verl_bundle.airgap.doctor.toolkit import is_toolkit, nvcc_root
 from verl_bundle.airgap.manifest import Manifest, Phase
 
 # The wheels whose files together make the toolkit tree (their names may end in -cuNN).
