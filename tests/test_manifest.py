@@ -18,6 +18,12 @@ PY38 = Path.home() / ".pyenv" / "versions" / "3.8.18" / "bin" / "python3.8"
 SHA = "a" * 64
 
 
+def _file(path: str, name: str, version: str, sha256: str, size: int, **more: Any) -> mf.File:
+    """A wheel in the phase of its own name, with no URL, unless `more` says otherwise."""
+    fields: dict[str, Any] = {"location": "default", "url": "", "phase": name, "kind": "wheel"}
+    return mf.File(path, name, version, sha256, size, **{**fields, **more})
+
+
 def full() -> mf.Manifest:
     """A manifest with every value set, so that a field the writer or reader drops shows."""
     build = mf.SourceBuild(
@@ -42,38 +48,22 @@ def full() -> mf.Manifest:
             ),
         ),
         files=(
-            mf.File(
-                path="wheels/torch-2.5.1-cp310-cp310-manylinux_2_17_x86_64.whl",
-                name="torch",
-                version="2.5.1",
-                sha256=SHA,
-                size=10,
+            _file(
+                "wheels/torch-2.5.1-cp310-cp310-manylinux_2_17_x86_64.whl",
+                *("torch", "2.5.1", SHA, 10),
                 location="pytorch-cu121",
                 url="https://download.example/torch.whl",
-                phase="torch",
-                kind="wheel",
             ),
-            mf.File(
-                path="wheels/flash_attn-2.7.3-cp310-cp310-linux_x86_64.whl",
-                name="flash-attn",
-                version="2.7.3",
-                sha256="b" * 64,
-                size=20,
+            _file(
+                "wheels/flash_attn-2.7.3-cp310-cp310-linux_x86_64.whl",
+                *("flash-attn", "2.7.3", "b" * 64, 20),
                 location="host-built",
-                url="",
-                phase="flash-attn",
-                kind="wheel",
                 built_from=mf.BuiltFrom("sources/flash_attn-2.7.3.tar.gz", "c" * 64),
                 compiled=mf.Compiled("nvcc 12.1.105", "gcc 12.2.0", "8.0;9.0", 812.5, "k1"),
             ),
-            mf.File(
-                path="bootstrap/pip-24.0-py3-none-any.whl",
-                name="pip",
-                version="24.0",
-                sha256="d" * 64,
-                size=30,
-                location="default",
-                url="",
+            _file(
+                "bootstrap/pip-24.0-py3-none-any.whl",
+                *("pip", "24.0", "d" * 64, 30),
                 phase=mf.BOOTSTRAP_PHASE,
                 kind="bootstrap",
             ),
@@ -219,15 +209,21 @@ def test_load_finds_the_one_bundle_inside_a_folder_and_names_a_missing_file(
         mf.load(str(tmp_path / "empty"))
 
 
+def _lay_out_lib(root: Path) -> Path:
+    """The bundle's lib/ under `root`, as the bundle stage lays it out; its path."""
+    for entry in _airgap_entries():
+        assert entry.data is not None
+        target = root / entry.arcname
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(entry.data)
+    return root / "lib"
+
+
 @pytest.mark.skipif(not PY38.exists(), reason="needs a Python 3.8 under ~/.pyenv")
 def test_the_bundled_reader_and_writer_run_on_python38(tmp_path: Path) -> None:
     """The bundle's lib/ (as the bundle stage lays it out) carries the reader and the writer,
     and they round-trip on the oldest server Python with nothing but the standard library."""
-    for entry in _airgap_entries():
-        assert entry.data is not None
-        target = tmp_path / entry.arcname
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(entry.data)
+    _lay_out_lib(tmp_path)
     assert (tmp_path / "lib/verl_bundle/airgap/manifest_read.py").is_file()
     (tmp_path / "manifest.json").write_text(mf.dumps(full()))
     script = (
@@ -249,3 +245,33 @@ def test_the_bundled_reader_and_writer_run_on_python38(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["8.0;9.0", "2", "3.10.15"]
+
+
+@pytest.mark.skipif(not PY38.exists(), reason="needs a Python 3.8 under ~/.pyenv")
+def test_each_server_module_imports_alone_on_python38(tmp_path: Path) -> None:
+    """Any server module may be the first one imported (manifest_read before manifest was a
+    circular import): each alone, in a fresh Python 3.8, from the bundle's lib/."""
+    lib = _lay_out_lib(tmp_path)
+    modules = sorted(
+        ".".join(p.relative_to(lib).with_suffix("").parts).removesuffix(".__init__")
+        for p in (lib / "verl_bundle" / "airgap").rglob("*.py")
+        if p.stem != "__main__"  # importing it runs the command line
+    )
+    assert "verl_bundle.airgap.manifest_read" in modules and len(modules) > 30
+    failed = {}
+    for module in modules:
+        proc = subprocess.run(
+            [
+                str(PY38),
+                "-I",
+                "-B",
+                "-c",
+                f"import sys; sys.path.insert(0, {str(lib)!r}); import {module}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        if proc.returncode != 0:
+            failed[module] = (proc.stderr.strip().splitlines() or ["?"])[-1]
+    assert failed == {}

@@ -2,8 +2,8 @@
 
 A missing or mistyped field is one `ManifestError` naming the field, a path that would leave
 the bundle is refused, and a bundle written with a newer schema says so in one line instead of
-being half-understood. Import through `verl_bundle.airgap.manifest` (`manifest.load`), which
-loads this module once its values are defined. Standard library only, Python 3.8+.
+being half-understood. Import through `verl_bundle.airgap.manifest` (`manifest.load`).
+Standard library only, Python 3.8+.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import os
 import re
 from typing import Any, Callable, Iterator, Mapping, TypeVar
 
-from verl_bundle.airgap.manifest import (
+from verl_bundle.airgap.manifest_values import (
     KINDS,
     MANIFEST,
     SCHEMA,
