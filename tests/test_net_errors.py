@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cli import run
@@ -30,6 +32,16 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("files")
     build_wheel(root, "small", "1.0")
     return root
+
+
+@contextmanager
+def serving(root: Path, **options: Any) -> Iterator[Server]:
+    """An index Server over `root` (options as Server's), started, and stopped afterwards."""
+    server = Server(root, **options).start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def _want(server_url: str, files: Path) -> Want:
@@ -57,9 +69,8 @@ def tls_certs(tmp_path: Path) -> tuple[Path, Path, Path]:
 @pytest.fixture
 def tls_server(files: Path, tls_certs: tuple[Path, Path, Path]) -> Iterator[Server]:
     _, cert, key = tls_certs
-    s = Server(files, tls=(cert, key)).start()
-    yield s
-    s.stop()
+    with serving(files, tls=(cert, key)) as s:
+        yield s
 
 
 # -- the download, the index page and the probe, each on its own ------------------------------
@@ -83,8 +94,7 @@ def test_unknown_ca_says_tls_and_how_to_give_a_ca(
 
 
 def test_refused_credentials_say_credentials(files: Path, tmp_path: Path) -> None:
-    s = Server(files, credentials=("bob", "s3cret")).start()
-    try:
+    with serving(files, credentials=("bob", "s3cret")) as s:
         w = _want(s.url, files)
         with pytest.raises(FetchError) as exc:
             _downloader(tmp_path).fetch(w)
@@ -98,8 +108,6 @@ def test_refused_credentials_say_credentials(files: Path, tmp_path: Path) -> Non
         assert "wrong-pass" not in str(page.value)
         with pytest.raises(FetchError, match="credentials"):
             _downloader(tmp_path).probe(w.url)
-    finally:
-        s.stop()
 
 
 def test_unresolvable_host_says_so_and_is_not_retried(files: Path, tmp_path: Path) -> None:
@@ -175,14 +183,11 @@ def test_an_index_page_with_a_path_for_a_file_name_is_refused(
 ) -> None:
     with pytest.raises(UnsafeNameError):
         parse_project_page(body, ctype, "http://h/simple/evil/")
-    s = Server(files).start()
-    try:
+    with serving(files) as s:
         s.faults.pages["small"] = (ctype, body.encode())
         with pytest.raises(FetchError) as exc:
             read_project(Http(), s.index_url, "small", "small (location pypi)")
         assert "not a plain file name" in str(exc.value) and "\n" not in str(exc.value)
-    finally:
-        s.stop()
 
 
 # -- the whole CLI: lock against a mirror that fails in each way ---------------------------------
@@ -207,26 +212,20 @@ def test_lock_against_a_mirror_with_an_unknown_ca(
     no_ca_env: None,
 ) -> None:
     _, cert, key = tls_certs
-    secure = Server(stack.dirs.pypi, json_api=True, tls=(cert, key)).start()
-    try:
+    with serving(stack.dirs.pypi, json_api=True, tls=(cert, key)) as secure:
         last = _lock(stack, tmp_path, capsys, secure.index_url)
         assert "TLS verification failed" in last and "REQUESTS_CA_BUNDLE" in last
         assert f"https://127.0.0.1:{secure.port}/simple/" in last
-    finally:
-        secure.stop()
 
 
 def test_lock_against_a_mirror_that_wants_credentials(
     stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    guarded = Server(stack.dirs.pypi, json_api=True, credentials=("bob", "s3cret")).start()
-    try:
+    with serving(stack.dirs.pypi, json_api=True, credentials=("bob", "s3cret")) as guarded:
         url = f"http://bob:wrong-pass@127.0.0.1:{guarded.port}/simple"
         last = _lock(stack, tmp_path, capsys, url)
         assert "401" in last and "credentials" in last and "wrong-pass" not in last
         assert f"127.0.0.1:{guarded.port}" in last
-    finally:
-        guarded.stop()
 
 
 def test_lock_against_a_mirror_whose_name_does_not_resolve(
@@ -263,8 +262,7 @@ def test_the_resolver_failing_on_a_bound_index_is_told_as_what_it_is(
     mapped to the same kinds of message."""
     monkeypatch.setenv("UV_HTTP_RETRIES", "0")
     _, cert, key = tls_certs
-    secure = Server(stack.dirs.pytorch, tls=(cert, key)).start()
-    try:
+    with serving(stack.dirs.pytorch, tls=(cert, key)) as secure:
         for url, expected in (
             (secure.index_url, "TLS verification failed"),
             (f"{UNRESOLVABLE}/whl/cu118", "cannot be resolved"),
@@ -276,5 +274,3 @@ def test_the_resolver_failing_on_a_bound_index_is_told_as_what_it_is(
             last = result.err.strip().splitlines()[-1]
             assert expected in last and "pytorch-cu118" in last, last
             assert "Traceback" not in result.err
-    finally:
-        secure.stop()
