@@ -8,13 +8,20 @@ from typing import Annotated
 
 import typer
 
-from verl_bundle.cli_options import Json, show
+from verl_bundle.cli_options import (
+    Gather,
+    Json,
+    Nodes,
+    NodeVenv,
+    Tarball,
+    Written,
+    command_group,
+    show,
+)
 
-fleet_app = typer.Typer(
-    help="Compare the doctor results gathered from every node of a cluster.",
-    short_help="Compare the doctor results gathered from every node.",
-    no_args_is_help=True,
-    rich_markup_mode=None,
+fleet_app = command_group(
+    "Compare the doctor results gathered from every node of a cluster.",
+    "Compare the doctor results gathered from every node.",
 )
 
 
@@ -84,30 +91,22 @@ def _tarball(tarball: Path | None, from_url: str) -> Path:
     return tarball or Path()
 
 
-slurm_app = typer.Typer(
-    help="Write sbatch scripts that install and check the bundle on every node of a Slurm job.",
-    short_help="Write sbatch scripts: install on every node, start Ray.",
-    no_args_is_help=True,
-    rich_markup_mode=None,
+slurm_app = command_group(
+    "Write sbatch scripts that install and check the bundle on every node of a Slurm job.",
+    "Write sbatch scripts: install on every node, start Ray.",
 )
 
 
 @slurm_app.command("install")
 def slurm_install_cmd(
-    tarball: Annotated[
-        Path | None, typer.Argument(help="The bundle tarball (not with --from-url).")
-    ] = None,
+    tarball: Tarball = None,
     shared_path: Annotated[
         Path | None,
         typer.Option(help="The tarball or extracted bundle on a filesystem every node sees."),
     ] = None,
-    prefix: Annotated[
-        str, typer.Option(help="The venv on each node (%n: the node's name).")
-    ] = "/opt/verl",
-    nodes: Annotated[int, typer.Option(help="How many nodes.")] = 2,
-    gather: Annotated[
-        Path, typer.Option(help="Where each node's doctor JSON goes (shared by the nodes).")
-    ] = Path("verl-bundle-results"),
+    prefix: NodeVenv = "/opt/verl",
+    nodes: Nodes = 2,
+    gather: Gather = Path("verl-bundle-results"),  # a directory every node sees
     no_network: Annotated[
         bool, typer.Option("--no-network", help="Run each node's install under unshare -n.")
     ] = False,
@@ -115,9 +114,7 @@ def slurm_install_cmd(
         str, typer.Option(help="The Python each node's venv is made from (install.sh --python).")
     ] = "",
     from_url: FromUrl = "",
-    output: Annotated[Path, typer.Option("-o", "--output", help="The script to write.")] = Path(
-        "verl-bundle-install.sbatch"
-    ),
+    output: Written = Path("verl-bundle-install.sbatch"),
 ) -> None:
     """Write an sbatch script that copies the tarball to every node (sbcast) or reads it from a
     shared path, installs it and runs the doctor on every node (srun --ntasks-per-node=1), and
@@ -140,15 +137,11 @@ def slurm_install_cmd(
 
 @slurm_app.command("ray")
 def slurm_ray_cmd(
-    prefix: Annotated[
-        str, typer.Option(help="The installed venv on each node (%n: the node's name).")
-    ] = "/opt/verl",
-    nodes: Annotated[int, typer.Option(help="How many nodes.")] = 2,
+    prefix: NodeVenv = "/opt/verl",
+    nodes: Nodes = 2,
     gpus_per_node: Annotated[int, typer.Option(help="GPUs per node (0: do not ask).")] = 0,
     port: Annotated[int, typer.Option(help="The Ray head's port.")] = 6379,
-    output: Annotated[Path, typer.Option("-o", "--output", help="The script to write.")] = Path(
-        "verl-ray.sbatch"
-    ),
+    output: Written = Path("verl-ray.sbatch"),
 ) -> None:
     """Write an sbatch script that starts a Ray head and workers from the installed venv with the
     offline variables set, then runs the given command (verl's trainer) on the head."""
@@ -157,20 +150,15 @@ def slurm_ray_cmd(
     typer.echo(write_ray(output, prefix, nodes, gpus_per_node, port).submit)
 
 
-ansible_app = typer.Typer(
-    help="Write an Ansible playbook that installs and checks the bundle on every host.",
-    short_help="Write an Ansible playbook: install on every host, gather.",
-    no_args_is_help=True,
-    rich_markup_mode=None,
+ansible_app = command_group(
+    "Write an Ansible playbook that installs and checks the bundle on every host.",
+    "Write an Ansible playbook: install on every host, gather.",
 )
 
 
 @ansible_app.command("install")
 def ansible_install_cmd(
-    tarball: Annotated[
-        Path | None,
-        typer.Argument(help="The bundle tarball, on this controller (not with --from-url)."),
-    ] = None,
+    tarball: Tarball = None,
     prefix: Annotated[
         str, typer.Option(help="The venv on each host (an inventory verl_prefix overrides it).")
     ] = "/opt/verl",
@@ -178,13 +166,9 @@ def ansible_install_cmd(
     url: Annotated[
         str, typer.Option(help="Fetch the tarball from this intranet URL instead of copying it.")
     ] = "",
-    gather: Annotated[
-        Path, typer.Option(help="Where each host's doctor JSON goes, on this controller.")
-    ] = Path("verl-bundle-results"),
+    gather: Gather = Path("verl-bundle-results"),  # on this controller
     from_url: FromUrl = "",
-    output: Annotated[Path, typer.Option("-o", "--output", help="The playbook to write.")] = Path(
-        "verl-bundle-install.yml"
-    ),
+    output: Written = Path("verl-bundle-install.yml"),
 ) -> None:
     """Write a playbook that copies (or fetches) the tarball to every host, installs it, runs the
     doctor and gathers each host's JSON here for `verl-bundle fleet report`. Per-host inventory

@@ -185,6 +185,21 @@ ServerPython = Annotated[
     ),
 ]
 
+# The cluster commands' (slurm, ansible): the bundle, the nodes, the results, the file written.
+Tarball = Annotated[
+    Path | None,
+    typer.Argument(help="The bundle tarball, on this machine (not with --from-url)."),
+]
+NodeVenv = Annotated[str, typer.Option(help="The venv on each node (%n: the node's name).")]
+Nodes = Annotated[int, typer.Option(help="How many nodes.")]
+Gather = Annotated[
+    Path,
+    typer.Option(
+        help="Where each node's doctor JSON is gathered (for `verl-bundle fleet report`)."
+    ),
+]
+Written = Annotated[Path, typer.Option("-o", "--output", help="The file to write.")]
+
 
 class Compress(str, enum.Enum):
     none = "none"
@@ -224,6 +239,13 @@ class StackOptions:
             jobs=self.jobs,
             python_given=self.python is not None,
         )
+
+
+def command_group(help: str, short_help: str) -> typer.Typer:
+    """A group of subcommands (fleet, slurm, ansible): plain help, shown when no command is given."""
+    return typer.Typer(
+        help=help, short_help=short_help, no_args_is_help=True, rich_markup_mode=None
+    )
 
 
 # -- the error boundary's helpers ------------------------------------------------------
