@@ -2,7 +2,9 @@
 
 What the bundle promised must be what is there: every packaged distribution at its version,
 the profile's imports working, torch the expected build (version, CUDA, C++ ABI matching the
-flash-attn wheel), and with a GPU a real CUDA call through flash-attn.
+flash-attn wheel), and with a GPU a real CUDA call through flash-attn. The distributions'
+metadata is read here; everything that imports them is found by the readiness probe, in one
+isolated interpreter, and judged in probed.py.
 """
 
 from __future__ import annotations
@@ -10,36 +12,29 @@ from __future__ import annotations
 import argparse
 import base64
 import hashlib
-import importlib
 import json
-import re
-import subprocess
 import sys
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Sequence
 
+from verl_bundle.airgap import readiness
+from verl_bundle.airgap import readiness_run as run
 from verl_bundle.airgap.manifest import (
-    Checks,
     Manifest,
     ManifestError,
     canonical,
     find_root,
     load,
 )
+from verl_bundle.airgap.probed import Result, check_gpu, check_imports, check_torch
+from verl_bundle.airgap.readiness import Facts
 
 try:  # Python 3.8+
     from importlib import metadata as importlib_metadata
 except ImportError:  # pragma: no cover
     importlib_metadata = None  # type: ignore[assignment]
-
-
-@dataclass(frozen=True)
-class Result:
-    id: str
-    status: str  # ok, warn, fail, skip
-    summary: str
-    fix: str = ""
 
 
 def _norm_version(version: str) -> str:
@@ -116,133 +111,6 @@ def check_files(manifest: Manifest) -> list[Result]:
     return [Result("files", "ok", f"{checked} installed files match their RECORD hashes")]
 
 
-def check_imports(modules: list[str]) -> list[Result]:
-    out = []
-    for mod in modules:
-        try:
-            imported = importlib.import_module(mod)
-        except Exception as exc:
-            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            out.append(
-                Result(
-                    "import:" + mod,
-                    "fail",
-                    f"import {mod} failed: {type(exc).__name__}: {first}",
-                    f"run `verl-bundle explain` on this output; check the phase that installs {mod}",
-                )
-            )
-            continue
-        version = getattr(imported, "__version__", "")
-        out.append(Result("import:" + mod, "ok", f"import {mod} {version}"))
-    return out
-
-
-def check_torch(checks: Checks) -> list[Result]:
-    want_version = checks.torch_version
-    want_cuda = checks.torch_cuda
-    wheel = checks.flash_attn_wheel
-    if not (want_version or want_cuda or wheel):
-        return []
-    try:
-        torch = importlib.import_module("torch")
-    except Exception as exc:
-        return [Result("torch", "fail", f"torch does not import: {exc}")]
-    out = []
-    version = str(getattr(torch, "__version__", ""))
-    cuda = str(getattr(getattr(torch, "version", None), "cuda", None))
-    if want_version and version != want_version:
-        out.append(
-            Result(
-                "torch-version",
-                "fail",
-                f"torch is {version}, the bundle's is {want_version}",
-                "another torch shadows the bundled one (check `pip list`, PYTHONPATH, user site)",
-            )
-        )
-    elif want_version:
-        out.append(Result("torch-version", "ok", f"torch {version}"))
-    if want_cuda and cuda != want_cuda:
-        out.append(
-            Result(
-                "torch-cuda",
-                "fail",
-                f"torch.version.cuda is {cuda}, expected {want_cuda}",
-                "install the bundle's torch (+cu build) again: ./install.sh",
-            )
-        )
-    elif want_cuda:
-        out.append(Result("torch-cuda", "ok", f"torch.version.cuda {cuda}"))
-    if wheel:
-        m = re.search(r"cxx11abi(TRUE|FALSE)", wheel, re.IGNORECASE)
-        abi = getattr(getattr(torch, "_C", None), "_GLIBCXX_USE_CXX11_ABI", None)
-        if m and abi is not None:
-            want = m.group(1).upper() == "TRUE"
-            if bool(abi) != want:
-                out.append(
-                    Result(
-                        "cxx11abi",
-                        "fail",
-                        f"torch's C++ ABI (_GLIBCXX_USE_CXX11_ABI={abi}) differs from {wheel}",
-                        "use the flash-attn wheel built for this torch's ABI (cxx11abi%s)"
-                        % ("TRUE" if abi else "FALSE"),
-                    )
-                )
-            else:
-                out.append(Result("cxx11abi", "ok", f"torch C++ ABI matches {wheel}"))
-    return out
-
-
-GPU_SMOKE = """
-import torch
-from flash_attn import flash_attn_func
-q = torch.randn(1, 16, 2, 64, device="cuda", dtype=torch.float16)
-out = flash_attn_func(q, q, q, causal=True)
-torch.cuda.synchronize()
-assert out.shape == q.shape and torch.isfinite(out).all()
-print("flash-attn ok on", torch.cuda.get_device_name(0))
-"""
-
-
-def check_gpu(require_gpu: bool, has_flash: bool) -> list[Result]:
-    try:
-        torch = importlib.import_module("torch")
-        available = bool(torch.cuda.is_available())
-    except Exception as exc:
-        return [Result("gpu", "fail" if require_gpu else "skip", f"cannot ask torch: {exc}")]
-    if not available:
-        status = "fail" if require_gpu else "skip"
-        return [
-            Result(
-                "gpu",
-                status,
-                "torch.cuda.is_available() is False: no GPU checks on this machine",
-                "check the driver (nvidia-smi) and CUDA_VISIBLE_DEVICES" if require_gpu else "",
-            )
-        ]
-    out = [Result("gpu", "ok", f"torch sees {torch.cuda.device_count()} GPU(s)")]
-    if has_flash:
-        proc = subprocess.run(
-            [sys.executable, "-W", f"ignore:{DISTUTILS_NOISE}", "-c", GPU_SMOKE],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            timeout=300,
-        )
-        tail = (proc.stdout or "").strip().splitlines()[-1:] or [""]
-        if proc.returncode == 0:
-            out.append(Result("flash-attn-gpu", "ok", tail[0]))
-        else:
-            out.append(
-                Result(
-                    "flash-attn-gpu",
-                    "fail",
-                    f"a tiny flash-attn call failed: {tail[0]}",
-                    "run `verl-bundle explain` on the install log",
-                )
-            )
-    return out
-
-
 def check_requirements() -> list[Result]:
     """What `pip check` does, without starting pip: every installed distribution's declared
     requirements are installed at versions they accept. Uses the packaging copy inside the
@@ -289,23 +157,73 @@ def check_requirements() -> list[Result]:
 DISTUTILS_NOISE = "Setuptools is replacing distutils"
 
 
+@dataclass(frozen=True)
+class Findings:
+    """Every check's result, readiness's (None for a bundle without verl) and, when it is not
+    ready but the install stands, why."""
+
+    results: tuple[Result, ...]
+    readiness: Result | None = None
+    why: str = ""
+
+
 def run_checks(
     manifest: Manifest,
     require_gpu: bool = False,
-    skipped: list[str] | None = None,
+    skipped: Sequence[str] = (),
     files: bool = False,
-) -> list[Result]:
-    manifest = manifest.without_phases(skipped or [])
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=DISTUTILS_NOISE)
-        results = check_versions(manifest)
-        if files:
-            results += check_files(manifest)
-        results += check_imports(list(manifest.checks.imports))
-        results += check_torch(manifest.checks)
-        results += check_requirements()
-        results += check_gpu(require_gpu, manifest.has("flash-attn"))
-    return results
+    python: str = sys.executable,
+) -> Findings:
+    """All post-install checks. Every heavy import (the profile's checks, readiness's trainer
+    modules, torch's build, the GPU smoke test) happens once, in one isolated probe
+    interpreter (readiness_run.probe); the pip check runs beside it as its own subprocess, and
+    this process reads the installed metadata meanwhile."""
+    m = manifest.without_phases(list(skipped))
+    table = readiness.load_table()
+    plan = readiness.plan_for(m, None, table) if m.has("verl") else None
+    has_flash = m.has("flash-attn")
+    asked = plan or readiness.Plan("", (), "", has_flash, None)
+    c = m.checks
+    torch = bool(c.torch_version or c.torch_cuda or c.flash_attn_wheel)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        probing = pool.submit(
+            run.probe,
+            python,
+            asked,
+            require_gpu and plan is not None,
+            1800,
+            c.imports,
+            torch,
+            has_flash,
+        )
+        pip = pool.submit(run.pip_check, python) if plan is not None else None
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=DISTUTILS_NOISE)
+            results = check_versions(m)
+            if files:
+                results += check_files(m)
+            requirements = check_requirements()
+        try:
+            found: Facts = probing.result()
+        except readiness.ReadinessError as exc:
+            return _unprobed(results + requirements, require_gpu, plan is not None, str(exc))
+        pipped = pip.result() if pip is not None else None
+    results += check_imports(found) + check_torch(c, found) + requirements
+    results += check_gpu(require_gpu, has_flash, found)
+    if plan is None or pipped is None:
+        return Findings(tuple(results))
+    ready, why = _readiness(readiness.verdict(m, plan, found, pipped, table), list(skipped))
+    return Findings(tuple(results), ready, why)
+
+
+def _unprobed(results: list[Result], require_gpu: bool, verl: bool, error: str) -> Findings:
+    """The probe could not run at all (no interpreter, a crash before any result)."""
+    results.append(
+        Result("imports", "fail", f"the import checks could not run: {error}", "rerun ./install.sh")
+    )
+    results.append(Result("gpu", "fail" if require_gpu else "skip", f"cannot ask torch: {error}"))
+    ready = Result("readiness", "fail", f"readiness: {error}", "rerun ./install.sh")
+    return Findings(tuple(results), ready if verl else None)
 
 
 def main(argv: list[str]) -> int:
@@ -326,9 +244,9 @@ def main(argv: list[str]) -> int:
     except ManifestError as exc:
         print(f"postinstall: {exc}", file=sys.stderr)
         return 2
-    results = run_checks(manifest, args.require_gpu, args.skip_phase, args.check_files)
+    found = run_checks(manifest, args.require_gpu, args.skip_phase, args.check_files)
+    results, ready, why = list(found.results), found.readiness, found.why
     failed = [r for r in results if r.status == "fail"]
-    ready, why = _readiness(root, args.require_gpu, args.skip_phase)
     if ready is not None and ready.status == "fail":
         failed.append(ready)
     if args.json:
@@ -348,21 +266,11 @@ def main(argv: list[str]) -> int:
     return 1 if failed else 0
 
 
-def _readiness(root: str, require_gpu: bool, skipped: list[str]) -> tuple[Result | None, str]:
+def _readiness(report: readiness.ReadinessReport, skipped: list[str]) -> tuple[Result, str]:
     """Ready to train, not just installed (airgap/readiness.py), for a bundle with verl.
 
     Not ready fails the post-install checks, unless the profile declares that limit or phases
     were skipped on purpose: then it is reported (with why) and the install stands."""
-    from verl_bundle.airgap import manifest as mf
-    from verl_bundle.airgap import readiness
-
-    m = mf.load(root).without_phases(skipped)
-    if not m.has("verl"):
-        return None, ""
-    try:
-        report = readiness.run_readiness(m, sys.executable, require_gpu)
-    except readiness.ReadinessError as exc:
-        return Result("readiness", "fail", f"readiness: {exc}", "rerun ./install.sh"), ""
     text = readiness.render_text(report)
     if report.ready:
         return Result("readiness", "ok", text), ""

@@ -1,8 +1,9 @@
 """Ready to train, not just installed: prove offline that verl's trainer can start.
 
 Run by the installed environment's python (`python -m verl_bundle.airgap readiness --bundle
-DIR`), or through `run_readiness(manifest, python, require_gpu)` from post-install. The checks
-are a registry (one function per id) over one probe run in the target interpreter:
+DIR`), or from post-install (which adds its own import checks to the same probe run). The checks
+are a registry (one function per id) over one probe run in the target interpreter
+(readiness_run.py runs it, and the pip check beside it):
   imports   the trainer's entry point and the modules behind it for the bundle's purpose,
             verl's own vLLM version gate included, and flash_attn where the bundle has it
   config    verl's Hydra config composes and resolves offline (no run is started)
@@ -19,9 +20,7 @@ import argparse
 import json
 import os
 import re
-import subprocess
 import sys
-import tempfile
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict
 
@@ -31,18 +30,6 @@ from verl_bundle.airgap import render
 PROBE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "readiness_probe.py")
 TABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "readiness.json")
 DEFAULT_PURPOSE = "ppo-fsdp-vllm"
-# Set for the probe: importing transformers/datasets/huggingface_hub must not try the network.
-OFFLINE_ENV = {
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "HF_DATASETS_OFFLINE": "1",
-    "WANDB_MODE": "offline",
-    "PIP_NO_INDEX": "1",
-    "PIP_CONFIG_FILE": os.devnull,
-    "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-    "UV_OFFLINE": "1",
-    "UV_NO_CONFIG": "1",
-}
 
 
 @dataclass(frozen=True)
@@ -259,35 +246,6 @@ def check_gpu(plan: Plan, facts: Facts, table: dict[str, Any]) -> list[Check]:
     ]
 
 
-def pip_check(python: str) -> Check:
-    """The installed set's consistency: the uv next to the interpreter, else pip."""
-    uv = os.path.join(os.path.dirname(python), "uv")
-    if os.access(uv, os.X_OK):
-        cmd, tool = [uv, "pip", "check", "--python", python], "uv pip check"
-    else:
-        cmd, tool = [python, "-m", "pip", "check"], "pip check"
-    env = dict(os.environ, **OFFLINE_ENV)
-    try:
-        run = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return Check("pip-check", "skip", f"{tool} could not run: {exc}", tool)
-    text = (run.stdout + run.stderr).strip()
-    if run.returncode == 0:
-        return Check("pip-check", "ok", "no broken requirements", tool)
-    if "No module named pip" in text:
-        return Check("pip-check", "skip", "neither uv nor pip in this environment", tool)
-    lines = [ln for ln in text.splitlines() if ln.strip()][:5]
-    return Check(
-        "pip-check",
-        "fail",
-        "; ".join(lines),
-        tool,
-        cause="installed packages do not satisfy each other's requirements",
-        fix="rerun ./install.sh (it reinstalls unfinished phases); if it persists, the bundle's "
-        "lock is inconsistent: rebuild it",
-    )
-
-
 CHECKS: dict[str, Callable[[Plan, Facts, dict[str, Any]], list[Check]]] = {
     "imports": check_imports,
     "config": check_config,
@@ -295,65 +253,18 @@ CHECKS: dict[str, Callable[[Plan, Facts, dict[str, Any]], list[Check]]] = {
 }
 
 
-# -- running ----------------------------------------------------------------------------------
+# -- the verdict ---------------------------------------------------------------------------
 
 
-def probe(python: str, plan: Plan, require_gpu: bool, timeout: float = 1800) -> Facts:
-    """Run readiness_probe.py in `python` (isolated: no PYTHONPATH, no user site, no cwd)."""
-    spec = {
-        "modules": list(plan.modules),
-        "config": plan.config,
-        "gpu": require_gpu,
-        "flash_attn": plan.flash_attn,
-    }
-    with tempfile.TemporaryDirectory(prefix="verl-readiness-") as tmp:
-        spec_path, out_path = os.path.join(tmp, "spec.json"), os.path.join(tmp, "result.json")
-        with open(spec_path, "w", encoding="utf-8") as fh:
-            json.dump(spec, fh)
-        env = dict(os.environ, **OFFLINE_ENV)
-        try:
-            run = subprocess.run(
-                [python, "-I", "-B", PROBE, spec_path, out_path],
-                capture_output=True,
-                text=True,
-                env=env,
-                timeout=timeout,
-                cwd=tmp,
-            )
-        except OSError as exc:
-            raise ReadinessError(f"cannot run {python}: {exc.strerror or exc}") from None
-        except subprocess.TimeoutExpired:
-            raise ReadinessError(
-                f"the readiness probe in {python} ran over {timeout:.0f} s; rerun with --timeout"
-            ) from None
-        if not os.path.isfile(out_path):
-            tail = (run.stderr or run.stdout).strip().splitlines()[-1:] or ["no output"]
-            raise ReadinessError(
-                f"the readiness probe in {python} exited {run.returncode} without a result: "
-                f"{tail[0]}"
-            )
-        with open(out_path, encoding="utf-8") as fh:
-            facts: Facts = json.load(fh)
-    return facts
-
-
-def run_readiness(
-    manifest: mf.Manifest,
-    python: str,
-    require_gpu: bool = False,
-    purpose: str | None = None,
-    timeout: float = 1800,
+def verdict(
+    manifest: mf.Manifest, plan: Plan, facts: Facts, pip: Check, table: dict[str, Any]
 ) -> ReadinessReport:
-    """Prove the installed environment of `python` can start the bundle's trainer."""
-    table = load_table()
-    plan = plan_for(manifest, purpose, table)
-    facts = probe(python, plan, require_gpu, timeout)
+    """The readiness verdict from the probe's facts and the pip check."""
     checks = [c for fn in CHECKS.values() for c in fn(plan, facts, table)]
-    checks.append(pip_check(python))
-    ready = not any(c.status == "fail" for c in checks)
+    checks.append(pip)
     return ReadinessReport(
         purpose=plan.purpose,
-        ready=ready,
+        ready=not any(c.status == "fail" for c in checks),
         checks=tuple(checks),
         limit=manifest.readiness.limit,
         versions=dict(facts.get("versions", {})),
@@ -385,6 +296,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=1800, help="seconds for the probe")
     ap.add_argument("--json", action="store_true", help="print the versioned JSON envelope")
     args = ap.parse_args(argv)
+    from verl_bundle.airgap.readiness_run import run_readiness  # it imports this module
+
     try:
         manifest = mf.load(args.bundle)
         report = run_readiness(manifest, args.python, args.require_gpu, args.purpose, args.timeout)

@@ -2,10 +2,14 @@
 
 `python -I -B readiness_probe.py SPEC.json RESULT.json`. One interpreter imports every module
 the trainer needs, in order, recording each one's error (a failed import leaves nothing behind
-in sys.modules, so the next one starts clean), then composes verl's Hydra config offline and,
-when asked, runs a tiny CUDA op and a flash-attn call. The result is written to RESULT.json, not
-stdout, because imported libraries (vllm, ray) print to stdout. Standard library only; it
-imports nothing of verl_bundle, so it sees the environment exactly as the trainer would.
+in sys.modules, so the next one starts clean), then the post-install checks' own imports (most
+already loaded by then: each heavy module is imported once, here), reads torch's build, composes
+verl's Hydra config offline and, when asked, runs a tiny CUDA op and a flash-attn call.
+
+The result is written to RESULT.json, not stdout, because imported libraries (vllm, ray) print
+to stdout; it is written once before the GPU smoke test and again after it, so a crash in a CUDA
+kernel still leaves every import finding behind. Standard library only; it imports nothing of
+verl_bundle, so it sees the environment exactly as the trainer would.
 """
 
 from __future__ import annotations
@@ -15,7 +19,12 @@ import os
 import sys
 import time
 import traceback
+import warnings
 from typing import Any
+
+# Printed by setuptools' distutils shim when something imports distutils after setuptools
+# (torch does): noise for a user, not a finding.
+DISTUTILS_NOISE = "Setuptools is replacing distutils"
 
 # `python script.py` puts the script's directory first on sys.path: drop it, so our sibling
 # modules (render, manifest, ...) can never shadow what the environment holds.
@@ -47,6 +56,33 @@ def _import(module: str) -> dict[str, Any]:
     return out
 
 
+def _check_import(module: str) -> dict[str, Any]:
+    """A post-install import check: like _import, with the module's __version__."""
+    out = _import(module)
+    if out["ok"]:
+        out["version"] = str(getattr(sys.modules.get(module), "__version__", "") or "")
+    return out
+
+
+def _torch_build() -> dict[str, Any]:
+    """torch's version, CUDA and C++ ABI, as the post-install checks compare them."""
+    try:
+        import torch
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        out = _error(exc)
+        out["ok"] = False
+        return out
+    abi = getattr(getattr(torch, "_C", None), "_GLIBCXX_USE_CXX11_ABI", None)
+    return {
+        "ok": True,
+        "version": str(getattr(torch, "__version__", "")),
+        "cuda": str(getattr(getattr(torch, "version", None), "cuda", None)),
+        "abi": None if abi is None else bool(abi),
+    }
+
+
 def _version(dist: str) -> str | None:
     from importlib import metadata
 
@@ -56,16 +92,23 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def _gpu_visible() -> bool | None:
-    """torch's view of the GPU; None when torch itself does not import."""
+def _gpu_state() -> dict[str, Any]:
+    """torch's view of the GPU: visible (None when torch itself does not import), how many,
+    and the error when torch could not be asked."""
     try:
         import torch
-    except BaseException:
-        return None
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        return {"gpu_visible": None, "gpu_count": 0, "gpu_error": _error(exc)["error"]}
     try:
-        return bool(torch.cuda.is_available())
-    except BaseException:
-        return False
+        visible = bool(torch.cuda.is_available())
+        count = int(torch.cuda.device_count()) if visible else 0
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        return {"gpu_visible": False, "gpu_count": 0, "gpu_error": _error(exc)["error"]}
+    return {"gpu_visible": visible, "gpu_count": count, "gpu_error": ""}
 
 
 def _compose(config: str, package: str) -> dict[str, Any]:
@@ -129,26 +172,47 @@ def _gpu_smoke(flash_attn: bool) -> dict[str, Any]:
         return err
 
 
-def probe(spec: dict[str, Any]) -> dict[str, Any]:
-    result: dict[str, Any] = {
-        "python": sys.version.split()[0],
-        "versions": {d: _version(d) for d in ("verl", "vllm", "torch", "flash-attn")},
-        "imports": [_import(m) for m in spec.get("modules", [])],
-    }
-    result["gpu_visible"] = _gpu_visible()
-    if spec.get("config"):
-        result["config"] = _compose(spec["config"], spec.get("config_dir", "trainer/config"))
-    if spec.get("gpu"):
-        result["gpu"] = _gpu_smoke(bool(spec.get("flash_attn")))
+def probe(spec: dict[str, Any], save: Any = None) -> dict[str, Any]:
+    """Spec: modules (readiness's, in order), checks (post-install's imports), torch (report
+    its build), config, gpu (readiness's smoke test, even without a visible GPU), smoke (the
+    post-install smoke test where a GPU is visible), flash_attn. `save(result)` is called
+    before the smoke test, which is the one step that can crash the interpreter."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=DISTUTILS_NOISE)
+        result: dict[str, Any] = {
+            "python": sys.version.split()[0],
+            "versions": {d: _version(d) for d in ("verl", "vllm", "torch", "flash-attn")},
+            "imports": [_import(m) for m in spec.get("modules", [])],
+            "checks": [_check_import(m) for m in spec.get("checks", [])],
+        }
+        if spec.get("torch"):
+            result["torch"] = _torch_build()
+        result.update(_gpu_state())
+        if spec.get("config"):
+            result["config"] = _compose(spec["config"], spec.get("config_dir", "trainer/config"))
+        smoke = spec.get("gpu") or (spec.get("smoke") and result["gpu_visible"])
+        if smoke:
+            if save is not None:
+                save(result)
+            ran = _gpu_smoke(bool(spec.get("flash_attn")))
+            if spec.get("gpu"):
+                result["gpu"] = ran
+            if spec.get("smoke"):
+                result["smoke"] = ran
     return result
+
+
+def _save(path: str, result: dict[str, Any]) -> None:
+    """Write the result whole or not at all (a crash mid-write leaves the earlier one)."""
+    with open(path + ".tmp", "w", encoding="utf-8") as fh:
+        json.dump(result, fh)
+    os.replace(path + ".tmp", path)
 
 
 def main(argv: list[str]) -> int:
     with open(argv[0], encoding="utf-8") as fh:
         spec = json.load(fh)
-    result = probe(spec)
-    with open(argv[1], "w", encoding="utf-8") as fh:
-        json.dump(result, fh)
+    _save(argv[1], probe(spec, lambda partial: _save(argv[1], partial)))
     return 0
 
 

@@ -1,0 +1,144 @@
+"""Running readiness in the target interpreter: the probe (readiness_probe.py, isolated) and
+the pip check, each a subprocess, the pip check started while the probe imports.
+
+Standard library only, Python 3.8+.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from typing import Sequence
+
+from verl_bundle.airgap import manifest as mf
+from verl_bundle.airgap.readiness import (
+    PROBE,
+    Check,
+    Facts,
+    Plan,
+    ReadinessError,
+    ReadinessReport,
+    load_table,
+    plan_for,
+    verdict,
+)
+
+# Set for the probe: importing transformers/datasets/huggingface_hub must not try the network.
+OFFLINE_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "WANDB_MODE": "offline",
+    "PIP_NO_INDEX": "1",
+    "PIP_CONFIG_FILE": os.devnull,
+    "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+    "UV_OFFLINE": "1",
+    "UV_NO_CONFIG": "1",
+}
+
+
+def pip_check(python: str) -> Check:
+    """The installed set's consistency: the uv next to the interpreter, else pip."""
+    uv = os.path.join(os.path.dirname(python), "uv")
+    if os.access(uv, os.X_OK):
+        cmd, tool = [uv, "pip", "check", "--python", python], "uv pip check"
+    else:
+        cmd, tool = [python, "-m", "pip", "check"], "pip check"
+    env = dict(os.environ, **OFFLINE_ENV)
+    try:
+        run = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Check("pip-check", "skip", f"{tool} could not run: {exc}", tool)
+    text = (run.stdout + run.stderr).strip()
+    if run.returncode == 0:
+        return Check("pip-check", "ok", "no broken requirements", tool)
+    if "No module named pip" in text:
+        return Check("pip-check", "skip", "neither uv nor pip in this environment", tool)
+    lines = [ln for ln in text.splitlines() if ln.strip()][:5]
+    return Check(
+        "pip-check",
+        "fail",
+        "; ".join(lines),
+        tool,
+        cause="installed packages do not satisfy each other's requirements",
+        fix="rerun ./install.sh (it reinstalls unfinished phases); if it persists, the bundle's "
+        "lock is inconsistent: rebuild it",
+    )
+
+
+def probe(
+    python: str,
+    plan: Plan,
+    require_gpu: bool,
+    timeout: float = 1800,
+    checks: Sequence[str] = (),
+    torch: bool = False,
+    smoke: bool = False,
+) -> Facts:
+    """Run readiness_probe.py in `python` (isolated: no PYTHONPATH, no user site, no cwd, none
+    of the installer's code), so the trainer's modules import as the trainer would see them.
+    `checks`, `torch` and `smoke` add post-install's imports, torch's build and its GPU smoke
+    test to the same run: each heavy module is imported once, in this one interpreter."""
+    spec = {
+        "modules": list(plan.modules),
+        "config": plan.config,
+        "gpu": require_gpu,
+        "flash_attn": plan.flash_attn,
+        "checks": list(checks),
+        "torch": torch,
+        "smoke": smoke,
+    }
+    with tempfile.TemporaryDirectory(prefix="verl-readiness-") as tmp:
+        spec_path, out_path = os.path.join(tmp, "spec.json"), os.path.join(tmp, "result.json")
+        with open(spec_path, "w", encoding="utf-8") as fh:
+            json.dump(spec, fh)
+        env = dict(os.environ, **OFFLINE_ENV)
+        try:
+            run = subprocess.run(
+                [python, "-I", "-B", PROBE, spec_path, out_path],
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=timeout,
+                cwd=tmp,
+            )
+        except OSError as exc:
+            raise ReadinessError(f"cannot run {python}: {exc.strerror or exc}") from None
+        except subprocess.TimeoutExpired:
+            raise ReadinessError(
+                f"the readiness probe in {python} ran over {timeout:.0f} s; rerun with --timeout"
+            ) from None
+        tail = (run.stderr or run.stdout).strip().splitlines()[-1:] or ["no output"]
+        if not os.path.isfile(out_path):
+            raise ReadinessError(
+                f"the readiness probe in {python} exited {run.returncode} without a result: "
+                f"{tail[0]}"
+            )
+        with open(out_path, encoding="utf-8") as fh:
+            facts: Facts = json.load(fh)
+    if run.returncode != 0:  # it died in the GPU smoke test, after saving what came before
+        crash = {"ok": False, "type": "Crashed", "error": f"exited {run.returncode}: {tail[0]}"}
+        for key, asked in (("gpu", require_gpu), ("smoke", smoke)):
+            if asked and key not in facts:
+                facts[key] = crash
+    return facts
+
+
+def run_readiness(
+    manifest: mf.Manifest,
+    python: str,
+    require_gpu: bool = False,
+    purpose: str | None = None,
+    timeout: float = 1800,
+) -> ReadinessReport:
+    """Prove the installed environment of `python` can start the bundle's trainer. The pip
+    check (a subprocess of its own) runs while the probe imports."""
+    table = load_table()
+    plan = plan_for(manifest, purpose, table)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pip = pool.submit(pip_check, python)
+        facts = probe(python, plan, require_gpu, timeout)
+        return verdict(manifest, plan, facts, pip.result(), table)
