@@ -23,7 +23,17 @@ from verl_bundle.airgap import manifest as mf
 from verl_bundle.airgap.hashing import sha256_file
 from verl_bundle.airgap.tarread import Problem, read_tarball, sidecar, unsafe_member
 
-__all__ = ["Problem", "Report", "parse_sums", "unsafe_member", "verify", "verify_dir", "verify_tar"]
+__all__ = [
+    "Problem",
+    "Report",
+    "judge",
+    "parse_sums",
+    "scan",
+    "unsafe_member",
+    "verify",
+    "verify_dir",
+    "verify_tar",
+]
 
 MANIFEST, SUMS = mf.MANIFEST, mf.SUMS
 
@@ -131,9 +141,9 @@ def _judge(
         )
 
 
-def verify_dir(path: str) -> Report:
-    root = mf.find_root(path)
-    report = Report(root)
+def scan(root: str, problems: list[Problem]) -> tuple[dict[str, str], dict[str, str]]:
+    """Every regular file under `root` (bundle path -> full path), and the text of the two
+    lists; a symbolic link is a problem (a bundle holds none)."""
     texts: dict[str, str] = {}
     files: dict[str, str] = {}
     for dirpath, dirnames, filenames in os.walk(root):
@@ -141,18 +151,33 @@ def verify_dir(path: str) -> Report:
             full = os.path.join(dirpath, name)
             rel = os.path.relpath(full, root).replace(os.sep, "/")
             if os.path.islink(full):
-                report.problems.append(Problem(rel, "is a symbolic link; a bundle holds none"))
+                problems.append(Problem(rel, "is a symbolic link; a bundle holds none"))
                 continue
             if name in filenames and os.path.isfile(full):
                 files[rel] = full
                 if rel in (SUMS, MANIFEST):
                     with open(full, encoding="utf-8", errors="replace", newline="") as fh:
                         texts[rel] = fh.read()
-    # hashlib releases the GIL on large buffers, so files hash in parallel on every core.
-    workers = max(1, min(8, os.cpu_count() or 1))
-    with ThreadPoolExecutor(max_workers=workers) as pool:
+    return files, texts
+
+
+def judge(report: Report, actual: dict[str, str], texts: dict[str, str]) -> None:
+    """Judge every file's digest (`actual`, bundle path -> sha256) against both lists."""
+    _judge(report, actual, texts.get(SUMS), texts.get(MANIFEST))
+
+
+def workers() -> int:
+    """Hashing threads: hashlib releases the GIL on large buffers, so one per core."""
+    return max(1, min(8, os.cpu_count() or 1))
+
+
+def verify_dir(path: str) -> Report:
+    root = mf.find_root(path)
+    report = Report(root)
+    files, texts = scan(root, report.problems)
+    with ThreadPoolExecutor(max_workers=workers()) as pool:
         digests = dict(zip(files, pool.map(sha256_file, files.values())))
-    _judge(report, digests, texts.get(SUMS), texts.get(MANIFEST))
+    judge(report, digests, texts)
     return report
 
 

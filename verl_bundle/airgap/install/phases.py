@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from typing import IO, Callable
 
 from verl_bundle.airgap.install import dists
-from verl_bundle.airgap.install.cudahome import build_cuda_home
 from verl_bundle.airgap.install.env import Tools, clean_environ
 from verl_bundle.airgap.install.options import Options
 from verl_bundle.airgap.install.state import State, content_key
@@ -68,6 +67,8 @@ def phase_command(
         jobs = max_jobs(phase)
         merged = {k: v for b in phase.source_builds for k, v in b.env}
         if any(b.needs_cuda for b in phase.source_builds):
+            from verl_bundle.airgap.install.cudahome import build_cuda_home  # the doctor's probes
+
             home = build_cuda_home(m, phase, target)
             if home is not None:
                 merged["CUDA_HOME"] = home[0]

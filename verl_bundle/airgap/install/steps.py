@@ -1,7 +1,7 @@
 """The install's steps, in order: verify, Python, doctor, venv, phases, post-install, done.
 
-Each step is announced to people (terminal and log) and emitted as a structured event with
-its status and time (`--events FILE`, the `--json` result).
+Each step is announced and emitted as events by stepping.Steps; the bundle's files are verified
+ahead of the steps that read them by verification.Verification (its docstring has the design).
 """
 
 from __future__ import annotations
@@ -13,11 +13,9 @@ import shlex
 import shutil
 import sys
 import time
-from typing import Any, Iterator
+from typing import Any, Iterable
 
-from verl_bundle.airgap import fingerprint
 from verl_bundle.airgap import manifest as mf
-from verl_bundle.airgap.doctor.resources import phase_estimates
 from verl_bundle.airgap.events import EventLog
 from verl_bundle.airgap.install import bundled
 from verl_bundle.airgap.install import env as envs
@@ -33,18 +31,10 @@ from verl_bundle.airgap.install.options import (
 )
 from verl_bundle.airgap.install.output import Output
 from verl_bundle.airgap.install.state import State
-from verl_bundle.airgap.left_out import left_out
+from verl_bundle.airgap.install.stepping import STEPS, Steps, heading
+from verl_bundle.airgap.install.verification import Verification, empty_new_prefix, unlisted_code
+from verl_bundle.airgap.verify import Report
 
-STEPS = (
-    ("verify", "checking every file against SHA256SUMS"),
-    ("python", "Python"),
-    ("doctor", "doctor"),
-    ("venv", "venv"),
-    ("phases", "phases"),
-    ("post-install", "post-install checks"),
-    ("done", "done"),
-)
-_NUMBER = {name: i for i, (name, _) in enumerate(STEPS, start=1)}
 # The interpreter flags and bootstrap every server tool runs with: no PYTHON* variables, no
 # user site, no current directory on the path, no bytecode read from or written to the bundle.
 ISOLATED = ("-I", "-B")
@@ -54,79 +44,61 @@ BOOT = (
 )
 
 
-def heading(step: str, text: str) -> str:
-    return f"==> [{_NUMBER[step]}/{len(STEPS)}] {text}"
-
-
-class Installer:
+class Installer(Steps):
     """One run of install.sh over a bundle's typed manifest."""
 
     def __init__(self, opts: Options, m: mf.Manifest, out: Output, events: EventLog) -> None:
-        self.opts, self.m, self.out, self.events = opts, m, out, events
+        super().__init__(out, events)
+        self.opts, self.m = opts, m
         self.target = opts.target
         self.state = State(self.target)
         self.target_py = os.path.join(self.target, "bin", "python")
-        self.current = "(start)"
         self.resumed = False
         self.kind = ""
-
-    # -- steps as events ------------------------------------------------------------------------
-
-    @contextlib.contextmanager
-    def step(self, name: str, text: str | None = None) -> Iterator[dict[str, Any]]:
-        """Announce a step, time it, and emit its start and end events. The body may set
-        result["status"] ("skip") and result["detail"]."""
-        self.current = name
-        if text is not None:
-            self.out.say(heading(name, text))
-        self.events.emit("step", step=name, status="start")
-        result: dict[str, Any] = {"status": "ok", "detail": ""}
-        started = time.monotonic()
-        try:
-            yield result
-        except InstallError as exc:
-            self._end(
-                "step", name, "fail", started, exc.message.splitlines()[0] if exc.message else ""
-            )
-            raise
-        except KeyboardInterrupt:
-            self._end("step", name, "fail", started, "interrupted")
-            raise
-        self._end("step", name, result["status"], started, result["detail"])
-
-    def _end(
-        self, kind: str, name: str, status: str, started: float, detail: str, **more: Any
-    ) -> None:
-        self.events.emit(
-            kind,
-            **{kind: name},
-            status=status,
-            seconds=round(time.monotonic() - started, 3),
-            detail=detail,
-            **more,
-        )
+        self.checking: Verification | None = None
+        self.existed = False  # whether the prefix was there before this run
 
     # -- the steps ------------------------------------------------------------------------------
 
     def verify(self) -> None:
-        from verl_bundle.airgap.verify import verify_dir
-
+        """The lists, lib/ and the generated files now; the payload behind the install
+        (install/verification.py has the design)."""
         with self.step("verify", STEPS[0][1]) as result:
-            report = verify_dir(self.opts.bundle)
-            problems = [p.line() for p in report.problems]
-            problems += [
-                f"{p}: not listed in the manifest (planted code?)"
-                for p in unlisted_code(self.opts.bundle, self.m)
-                if p not in report.extra  # verify names those already
-            ]
-            if problems:
-                raise InstallError(
-                    EXIT_DAMAGED,
-                    "the bundle is damaged; these files do not match SHA256SUMS or the manifest:\n"
-                    + "\n".join(f"    {p}" for p in problems)
-                    + f"\n{self.nothing()} Copy the tarball again and check it against its .sha256 file.",
-                )
-            result["detail"] = f"{report.checked} files"
+            self.checking = Verification(self.opts.bundle, self.m)
+            planted = unlisted_code(self.opts.bundle, self.m)
+            if not self.checking.begin() or planted:
+                self.damaged(self.checking.finish(), planted)
+            now, later = len(self.checking.first), len(self.checking.later)
+            result["detail"] = f"{now} files; {later} more while the install goes on"
+
+    def require(self, paths: Iterable[str]) -> None:
+        """Wait until the background verification has these files; stop if any is damaged."""
+        if self.checking is not None and not self.checking.require(paths):
+            self.damaged(self.checking.finish())
+
+    def damaged(self, report: Report, planted: Iterable[str] = ()) -> None:
+        """Exit 3 naming every problem; a new prefix this run filled is emptied first."""
+        if self.checking is not None:
+            self.checking.stop()
+        problems = [p.line() for p in report.problems]
+        problems += [
+            f"{p}: not listed in the manifest (planted code?)"
+            for p in planted
+            if p not in report.extra
+        ]
+        if not problems:
+            return  # the quick check was stricter than the judgement: intact after all
+        if self.kind == "new":
+            if (self.out.log_path or "").startswith(self.target + os.sep):
+                self.out.close()
+                self.out.log_path = None
+            empty_new_prefix(self.target, keep=self.existed)
+        raise InstallError(
+            EXIT_DAMAGED,
+            "the bundle is damaged; these files do not match SHA256SUMS or the manifest:\n"
+            + "\n".join(f"    {p}" for p in problems)
+            + f"\n{self.nothing()} Copy the tarball again and check it against its .sha256 file.",
+        )
 
     def python(self) -> str:
         with self.step("python") as result:
@@ -223,6 +195,7 @@ class Installer:
                         f"could not create a venv with {python}. On Debian/Ubuntu: apt install "
                         f"python{self.m.target.python}-venv (from the intranet mirror or install media)",
                     )
+            self.require(f.path for f in self.m.bootstrap)
             tools = envs.find_tools(self.m, self.opts.bundle, self.target_py, self.state, False)
             boot = ph.pip_bootstrap(tools, self.state) if self.kind != "env" else None
             pip_file = self.m.bootstrap_file("pip")
@@ -241,8 +214,14 @@ class Installer:
                 for gone in ph.remove_departed(self.m, self.state, paths):
                     self.out.say(f"    removed {gone}: no longer in the bundle")
             plans = ph.plan_phases(self.m, self.opts, self.target, tools, self.state)
+            if self.kind != "new":  # an environment that existed: nothing changes unverified
+                self.require(self.checking.files if self.checking else ())
             for plan in plans:
+                if plan.action == "install":
+                    self.require(f.path for f in self.m.files_of(plan.phase))
                 self.phase(plan, paths)
+            if self.checking is not None:
+                self.damaged(self.checking.finish())
             self.state.record_installed({f.name: f.version for f in self.m.installed})
             skipped = [p.phase for p in plans if p.action == "skip"]
             result["detail"] = f"skipped: {', '.join(skipped)}" if skipped else ""
@@ -280,6 +259,8 @@ class Installer:
                     f"phase {plan.phase}: building on this server (MAX_JOBS={plan.max_jobs}; {words})",
                 )
             )
+            from verl_bundle.airgap.doctor.resources import phase_estimates
+
             for line in phase_estimates(self.m, plan.phase, plan.max_jobs):
                 self.out.say(f"    {line}")
         else:
@@ -344,6 +325,8 @@ class Installer:
 
     def done(self, skipped: list[str]) -> None:
         with self.step("done", f"done: {self.m.name} is installed in {self.target}") as result:
+            from verl_bundle.airgap import fingerprint
+
             fingerprint.record(self.target, self.target_py)  # for `verl-bundle fleet report`
             self.out.say(
                 f"    activate it with:  source {shlex.quote(self.target + '/bin/activate')}"
@@ -352,6 +335,8 @@ class Installer:
                 self.out.say(
                     f"    skipped phases: {', '.join(skipped)} (--skip-phase): their packages are not installed and were not checked"
                 )
+                from verl_bundle.airgap.left_out import left_out
+
                 for item in left_out(self.m, skipped):  # and what that means for readiness
                     self.out.say(f"    {item.line()}")
                 result["detail"] = f"skipped: {', '.join(skipped)}"
@@ -368,29 +353,24 @@ class Installer:
 
     def run(self) -> None:
         self.kind = envs.check_prefix(self.opts, self.target)
-        self.verify()
-        python = self.python()
-        self.doctor(python)
-        self.confirm()
-        tools = self.venv(python)
-        skipped = self.phases(tools)
+        self.existed = os.path.lexists(self.target)
+        try:
+            self.verify()
+            try:
+                python = self.python()
+                self.doctor(python)
+                self.confirm()
+                tools = self.venv(python)
+            except InstallError as exc:  # damage outranks what failed while it was checked
+                if exc.code not in (EXIT_OK, EXIT_DAMAGED) and self.checking is not None:
+                    self.damaged(self.checking.finish())
+                raise
+            skipped = self.phases(tools)
+        finally:
+            if self.checking is not None:
+                self.checking.stop()
         self.postinstall(skipped)
         self.done(skipped)
-
-
-def unlisted_code(bundle: str, m: mf.Manifest) -> list[str]:
-    """Files under lib/ (code the installer runs) that the manifest does not list, __pycache__
-    included: a planted sitecustomize.py or .pyc must not run."""
-    listed = {g.path for g in m.generated}
-    out = []
-    lib = os.path.join(bundle, mf.LIB)
-    for dirpath, dirnames, filenames in os.walk(lib):
-        dirnames.sort()
-        for name in sorted(filenames):
-            rel = os.path.relpath(os.path.join(dirpath, name), bundle).replace(os.sep, "/")
-            if rel not in listed:
-                out.append(rel)
-    return out
 
 
 def _captured(fn: Any, args: list[str]) -> tuple[int, str]:
