@@ -10,9 +10,13 @@ from __future__ import annotations
 import os
 import sys
 
-from verl_bundle.airgap import manifest as mf
-from verl_bundle.airgap.events import EventLog
-from verl_bundle.airgap.install.options import (
+from verl_bundle.airgap.install import bytecode
+
+bytecode.switch()  # first: what follows loads the interpreter's modules from their bytecode
+
+from verl_bundle.airgap import manifest as mf  # noqa: E402
+from verl_bundle.airgap.events import EventLog  # noqa: E402
+from verl_bundle.airgap.install.options import (  # noqa: E402
     EXIT_DAMAGED,
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -20,9 +24,9 @@ from verl_bundle.airgap.install.options import (
     parse,
     usage,
 )
-from verl_bundle.airgap.install.output import Output
-from verl_bundle.airgap.install.steps import Installer
-from verl_bundle.airgap.render import dumps, envelope
+from verl_bundle.airgap.install.output import Output  # noqa: E402
+from verl_bundle.airgap.install.steps import Installer  # noqa: E402
+from verl_bundle.airgap.render import dumps, envelope  # noqa: E402
 
 
 def main(argv: list[str]) -> int:

@@ -40,6 +40,7 @@ from verl_bundle.airgap.verify import Report
 ISOLATED = ("-I", "-B")
 BOOT = (
     "import sys; sys.pycache_prefix = '/dev/null/none'; sys.path.insert(0, sys.argv.pop(1)); "
+    "from verl_bundle.airgap.install import bytecode; bytecode.switch(); "
     "from verl_bundle.airgap.__main__ import main; sys.exit(main(sys.argv[1:]))"
 )
 
