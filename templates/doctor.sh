@@ -42,6 +42,8 @@ exec "$py" -I -B -c '
 import sys
 sys.pycache_prefix = "/dev/null/none"
 sys.path.insert(0, sys.argv.pop(1))
+from verl_bundle.airgap.install import bytecode
+bytecode.switch()  # lib/ from source only; the standard library from its own bytecode
 from verl_bundle.airgap.__main__ import main
 sys.exit(main(sys.argv[1:]))
 ' "$here/lib" doctor --bundle "$here" "$@"

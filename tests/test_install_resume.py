@@ -173,3 +173,11 @@ def test_a_dist_stopped_between_its_record_and_installer_is_incomplete(tmp_path:
     assert dists.problem(dist, False) == "demo-1.0.dist-info/INSTALLER is missing"
     (info / "INSTALLER").write_text("uv\n")
     assert dists.problem(dist, False) is None
+    # Stopped earlier still: the RECORD is the wheel's own, which never lists INSTALLER (pip and
+    # uv add that row last), and every file it lists is there.
+    (info / "RECORD").write_text(
+        "demo.py,,\ndemo-1.0.dist-info/METADATA,,\ndemo-1.0.dist-info/RECORD,,\n"
+    )
+    why = "its RECORD does not list INSTALLER (the installer stopped before its last step)"
+    assert dists.problem(dist, False) == why
+    assert dists.problem(dist, True) == why

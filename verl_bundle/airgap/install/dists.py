@@ -95,10 +95,14 @@ def problem(dist: Dist, check_hashes: bool) -> str | None:
     rows = _record_rows(dist)
     if not rows:
         return "no RECORD (it was being unpacked)"
+    own = os.path.basename(dist.path) + "/"
+    if not any(row[0] == own + "INSTALLER" for row in rows):
+        # pip and uv both end by writing INSTALLER and listing it in RECORD: a RECORD without
+        # it is the wheel's own, copied before the installer was stopped.
+        return "its RECORD does not list INSTALLER (the installer stopped before its last step)"
     if not check_hashes:
         # Cheap, and catches an installer stopped between RECORD and its last metadata files
         # (INSTALLER, REQUESTED): the dist-info's own listed files must all be there.
-        own = os.path.basename(dist.path) + "/"
         for row in rows:
             if row[0].startswith(own) and not os.path.isfile(os.path.join(dist.site, row[0])):
                 return f"{row[0]} is missing"
