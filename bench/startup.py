@@ -74,8 +74,8 @@ def bench(opts: Options, progress: TextIO | None) -> Report:
             harness.ratio("ratio doctor/./doctor", doctor_m, own_m, DOCTOR),
         ),
         notes=(
-            "./doctor runs the bundle's stdlib code isolated (-I -B: no bytecode cache, so it "
-            "compiles its modules on every run); verl-bundle doctor runs the installed package",
+            "./doctor runs the bundle's code isolated (-I -B: lib/ from source on every run, the "
+            "standard library from its bytecode); verl-bundle doctor runs the installed package",
         ),
     )
 
