@@ -336,6 +336,19 @@ def test_max_jobs_from_the_environment_wins(
     assert 1 <= _max_jobs(job) <= (os.cpu_count() or 1)
 
 
+def test_one_architecture_sizes_jobs_at_its_measured_share(tmp_path: Path) -> None:
+    """A 24 GB, 2-core host (the flash-attn compile-real machine, 17 GiB free): 9 GiB per job
+    gives 2 jobs for one architecture (one nvcc pipeline each), 1 job for two."""
+    from verl_bundle.compile.build import CompileJob, jobs_for
+
+    job = CompileJob("x", tmp_path, "x.tar.gz", "0" * 64, "cp310", "13.0", None, ())
+    free = 17 << 30
+    assert jobs_for(job, "9.0", free, 2) == 2
+    assert jobs_for(job, "8.0;9.0", free, 2) == 1
+    assert jobs_for(job, "9.0", free, 1) == 1  # never more than the cores
+    assert jobs_for(job, "9.0", 4 << 30, 16) == 1  # at least one
+
+
 @pytest.mark.parametrize(("flag", "abi"), [("1", "cxx11abi=TRUE"), ("0", "cxx11abi=FALSE")])
 def test_the_abi_in_the_cache_key_is_what_the_torch_wheel_declares(
     tmp_path: Path, flag: str, abi: str

@@ -147,10 +147,17 @@ def cache_key(job: CompileJob, toolkit: Toolkit, archs: str) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
 
 
-def _max_jobs(job: CompileJob) -> int:
+# One GPU architecture gives nvcc's --threads nothing to run side by side, so a job holds one
+# cicc/ptxas pipeline, not two: measured here for flash-attn 2.8.3 at sm90 with nvcc 13.0, two
+# jobs took 9.7 GB together (4.9 GB each) against the 9 GiB per job the profile gives for its
+# two-architecture default. Sized at this share of gib-per-job, a 24 GB host runs 2 jobs, not 1.
+ONE_ARCH_SHARE = 0.6
+
+
+def _max_jobs(job: CompileJob, archs: str = "") -> int:
     """MAX_JOBS from the environment when set (as flash-attn's own setup.py reads it), else one
-    job per gib_per_job of the memory available now, at most the cores (and the profile's
-    limit)."""
+    job per gib_per_job of the memory available now (ONE_ARCH_SHARE of it for a single
+    architecture), at most the cores (and the profile's limit)."""
     given = os.environ.get("MAX_JOBS", "").strip()
     if given.isdigit() and int(given) > 0:
         return int(given)
@@ -158,7 +165,13 @@ def _max_jobs(job: CompileJob) -> int:
         avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError):
         avail = 8 << 30
-    jobs = max(1, min(os.cpu_count() or 1, int(avail / (job.gib_per_job * (1 << 30)))))
+    return jobs_for(job, archs, avail, os.cpu_count() or 1)
+
+
+def jobs_for(job: CompileJob, archs: str, avail: int, cores: int) -> int:
+    """Parallel compile jobs for `avail` bytes of free memory and `cores` cores."""
+    gib = job.gib_per_job * (ONE_ARCH_SHARE if len([a for a in archs.split(";") if a]) == 1 else 1)
+    jobs = max(1, min(cores, int(avail / (gib * (1 << 30)))))
     return min(jobs, job.max_jobs_limit) if job.max_jobs_limit else jobs
 
 
@@ -172,7 +185,7 @@ def build_environ(job: CompileJob, toolkit: Toolkit, archs: str, venv: Path) -> 
     own = ARCH_VARIABLES.get(canonicalize_name(job.package))
     if own:
         env[own] = ";".join(a.replace(".", "").replace("+PTX", "") for a in archs.split(";"))
-    env["MAX_JOBS"] = str(_max_jobs(job))
+    env["MAX_JOBS"] = str(_max_jobs(job, archs))
     env.setdefault("NVCC_THREADS", "2")
     # Never the network: flash-attn's setup.py otherwise tries a prebuilt wheel first.
     env.setdefault("FLASH_ATTENTION_FORCE_BUILD", "TRUE")

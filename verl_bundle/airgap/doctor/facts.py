@@ -20,6 +20,7 @@ from verl_bundle.airgap.doctor.node import Node, probe_node
 from verl_bundle.airgap.doctor.python import (
     Interpreter,
     ServerPython,
+    bundled_mark,
     probe_python,
     probe_server_pythons,
 )
@@ -43,23 +44,26 @@ class Facts:
     disk: tuple[Place, ...]  # the install prefix, the temp dir
     env: Mapping[str, str]  # the environment, as it was when gathered
     node: Node = field(default_factory=Node)  # for the fleet report: facts no check reads
-    server_pythons: tuple[ServerPython, ...] = ()  # python3 and python3.X on PATH
+    # python3 and python3.X on PATH; asked only when the venv's Python is the bundled one (the
+    # python check then says whether the server's own would have done)
+    server_pythons: tuple[ServerPython, ...] = ()
 
 
 def gather(python: str | None = None, prefix: str | None = None) -> Facts:
     """Probe this machine: `python` is the interpreter the venv will use (default: this one),
     `prefix` where it will go (default: the current directory)."""
     env = MappingProxyType(dict(os.environ))
-    with ThreadPoolExecutor(max_workers=8) as pool:
+    python = python or sys.executable
+    with ThreadPoolExecutor(max_workers=9) as pool:
         node = pool.submit(probe_node, env, prefix)  # MASTER_ADDR's lookup may take a while
-        py = pool.submit(probe_python, python or sys.executable)
+        py = pool.submit(probe_python, python)
         toolkit = pool.submit(find_toolkit, env)
         ldcache = pool.submit(read_ldconfig)
         listing = pool.submit(list_gpus)
         driver = pool.submit(probe_driver)
         compilers = pool.submit(probe_compilers, env)
         ninja = pool.submit(probe_ninja)
-        server_pythons = pool.submit(probe_server_pythons)
+        pythons = pool.submit(probe_server_pythons) if bundled_mark(python) else None
         return Facts(
             distro=read_distro(),
             system=read_system(),
@@ -74,5 +78,5 @@ def gather(python: str | None = None, prefix: str | None = None) -> Facts:
             disk=probe_disk(prefix),
             env=env,
             node=node.result(),
-            server_pythons=server_pythons.result(),
+            server_pythons=pythons.result() if pythons else (),
         )

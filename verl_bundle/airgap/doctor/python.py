@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -64,17 +65,19 @@ def _venv_problem(path: str) -> str | None:
 
 
 def probe_python(path: str) -> Interpreter:
-    data, r = probe(PYTHON_PROBE, python=path)
-    if data is None:
-        return Interpreter(path, r)
-    include = data.get("include")
-    return Interpreter(
-        path,
-        r,
-        str(data.get("version") or "") or None,
-        include if isinstance(include, str) else None,
-        _venv_problem(path),
-    )
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        venv = pool.submit(_venv_problem, path)  # the trial venv beside the probe: both wait
+        data, r = probe(PYTHON_PROBE, python=path)
+        if data is None:
+            return Interpreter(path, r)
+        include = data.get("include")
+        return Interpreter(
+            path,
+            r,
+            str(data.get("version") or "") or None,
+            include if isinstance(include, str) else None,
+            venv.result(),
+        )
 
 
 @dataclass(frozen=True)
@@ -85,28 +88,46 @@ class ServerPython:
     version: str | None
 
 
+# What a python on PATH is, asked without site (-E -s -S: a pyenv or conda shim still answers in
+# a few milliseconds of its own) and in a form every Python 3 understands.
+SERVER_PYTHON_PROBE = "import sys; print('%d.%d.%d' % sys.version_info[:3])"
+
+
 def probe_server_pythons() -> tuple[ServerPython, ...]:
-    """python3 and every python3.X on PATH: what the server itself offers."""
-    found_: dict[str, ServerPython] = {}
+    """python3 and every python3.X on PATH: what the server itself offers. Asked side by side:
+    each may be a shim (pyenv's take ~0.2 s each), and there may be ten."""
+    paths: dict[str, str] = {}
     for name in ["python3", *(f"python3.{n}" for n in range(6, 15))]:
         path = shutil.which(name)
-        if path is None or os.path.realpath(path) in found_:
-            continue
-        r = run([path, "-c", "import platform; print(platform.python_version())"], 20.0)
-        found_[os.path.realpath(path)] = ServerPython(path, r.out.strip() if r.ok else None)
-    return tuple(found_.values())
+        if path is not None:
+            paths.setdefault(os.path.realpath(path), path)
+    if not paths:
+        return ()
+    with ThreadPoolExecutor(max_workers=len(paths)) as pool:
+        runs = pool.map(
+            lambda p: run([p, "-E", "-s", "-S", "-c", SERVER_PYTHON_PROBE], 20.0), paths.values()
+        )
+        return tuple(
+            ServerPython(path, r.out.strip() if r.ok else None)
+            for path, r in zip(paths.values(), runs)
+        )
+
+
+def bundled_mark(python: str) -> str | None:
+    """The sha256 that the bundle's own CPython carries beside its bin/ (install.sh writes it when
+    it unpacks the interpreter), or None for any other Python."""
+    mark = os.path.join(os.path.dirname(os.path.dirname(python)), ".sha256")
+    try:
+        with open(mark, encoding="ascii") as fh:
+            return fh.read().strip()
+    except OSError:
+        return None
 
 
 def _bundled(plan: Plan, py: Interpreter) -> bool:
-    """Whether `py` is the bundle's own CPython as install.sh unpacks it (PREFIX/python), which
-    carries the archive's sha256 beside bin/."""
+    """Whether `py` is the bundle's own CPython as install.sh unpacks it (PREFIX/python)."""
     carried = plan.manifest.interpreter if plan.manifest else None
-    mark = os.path.join(os.path.dirname(os.path.dirname(py.path)), ".sha256")
-    try:
-        with open(mark, encoding="ascii") as fh:
-            return carried is not None and fh.read().strip() == carried.sha256
-    except OSError:
-        return False
+    return carried is not None and bundled_mark(py.path) == carried.sha256
 
 
 def why_bundled(want: str | None, pythons: tuple[ServerPython, ...]) -> str:

@@ -9,6 +9,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
+import threading
 import zipfile
 from dataclasses import dataclass
 
@@ -236,9 +237,62 @@ def _runs(uv: str) -> bool:
     return proc.returncode == 0
 
 
-def find_tools(m: Manifest, bundle: str, python: str, state: State, dry_run: bool) -> Tools:
-    """pip and uv for this install. The bundled uv is unpacked into the state directory and
-    used where it runs; a dry run tries it in a temporary directory it removes again."""
+class EarlyUv:
+    """The bundled uv unpacked from its wheel (~40 MB inflated, a third of a second) on a
+    thread while the doctor runs, into a private temporary directory. It is run only after
+    find_tools has it: by then the venv step has verified the wheel it came from."""
+
+    def __init__(self, m: Manifest, bundle: str) -> None:
+        uv_file = m.bootstrap_file("uv")
+        self.tmp: str | None = None
+        self.ok = False
+        self.thread: threading.Thread | None = None
+        if uv_file is None:
+            return
+        try:
+            self.tmp = tempfile.mkdtemp(prefix="verl-bundle-uv-")
+        except OSError:
+            return  # no temporary directory: find_tools unpacks it as before
+        wheel = os.path.join(bundle, uv_file.path)
+        self.thread = threading.Thread(target=self._unpack, args=(wheel,), daemon=True)
+        self.thread.start()
+
+    def _unpack(self, wheel: str) -> None:
+        self.ok = self.tmp is not None and _extract_uv(wheel, os.path.join(self.tmp, "uv"))
+
+    def take(self, dest: str) -> bool:
+        """Move the unpacked uv to `dest`; False when there is none (then unpack it there)."""
+        if self.thread is None or self.tmp is None:
+            return False
+        self.thread.join()
+        if not self.ok:
+            return False
+        try:
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            shutil.move(os.path.join(self.tmp, "uv"), dest + ".tmp")
+            os.replace(dest + ".tmp", dest)
+        except OSError:
+            return False
+        return True
+
+    def close(self) -> None:
+        if self.thread is not None:
+            self.thread.join()
+        if self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def find_tools(
+    m: Manifest,
+    bundle: str,
+    python: str,
+    state: State,
+    dry_run: bool,
+    early: EarlyUv | None = None,
+) -> Tools:
+    """pip and uv for this install. The bundled uv is unpacked into the state directory (or
+    moved there, unpacked `early`) and used where it runs; a dry run tries it in a temporary
+    directory it removes again."""
     pip_file, uv_file = m.bootstrap_file("pip"), m.bootstrap_file("uv")
     pip_wheel = os.path.join(bundle, pip_file.path) if pip_file else None
     pip = (python, os.path.join(pip_wheel, "pip")) if pip_wheel else (python, "-m", "pip")
@@ -252,6 +306,6 @@ def find_tools(m: Manifest, bundle: str, python: str, state: State, dry_run: boo
             with tempfile.TemporaryDirectory(prefix="verl-bundle-uv-") as tmp:
                 trial = os.path.join(tmp, "uv")
                 uv = dest if _extract_uv(wheel, trial) and _runs(trial) else None
-        elif _extract_uv(wheel, dest) and _runs(dest):
+        elif ((early is not None and early.take(dest)) or _extract_uv(wheel, dest)) and _runs(dest):
             uv = dest
     return Tools(python, tuple(pip), uv, pip_wheel)

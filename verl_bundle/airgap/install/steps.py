@@ -58,6 +58,7 @@ class Installer(Steps):
         self.kind = ""
         self.checking: Verification | None = None
         self.existed = False  # whether the prefix was there before this run
+        self.early_uv: envs.EarlyUv | None = None  # uv unpacked while the doctor runs
 
     # -- the steps ------------------------------------------------------------------------------
 
@@ -197,7 +198,9 @@ class Installer(Steps):
                         f"python{self.m.target.python}-venv (from the intranet mirror or install media)",
                     )
             self.require(f.path for f in self.m.bootstrap)
-            tools = envs.find_tools(self.m, self.opts.bundle, self.target_py, self.state, False)
+            tools = envs.find_tools(
+                self.m, self.opts.bundle, self.target_py, self.state, False, self.early_uv
+            )
             boot = ph.pip_bootstrap(tools, self.state) if self.kind != "env" else None
             pip_file = self.m.bootstrap_file("pip")
             key = f"sha256:{pip_file.sha256}" if pip_file else ""
@@ -357,6 +360,8 @@ class Installer(Steps):
         self.existed = os.path.lexists(self.target)
         try:
             self.verify()
+            if not os.path.exists(self.state.path(os.path.join("uv", "uv"))):
+                self.early_uv = envs.EarlyUv(self.m, self.opts.bundle)
             try:
                 python = self.python()
                 self.doctor(python)
@@ -370,6 +375,8 @@ class Installer(Steps):
         finally:
             if self.checking is not None:
                 self.checking.stop()
+            if self.early_uv is not None:
+                self.early_uv.close()
         self.postinstall(skipped)
         self.done(skipped)
 
