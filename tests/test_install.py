@@ -339,11 +339,15 @@ def test_doctor_failure_installs_nothing(
 ) -> None:
     bundle = extract(source_build_bundle, tmp_path / "b")
     prefix = tmp_path / "venv"
-    proc = install_into(bundle, home, prefix, "--yes", env=cuda124_only(tmp_path))
+    scratch = tmp_path / "tmp"  # where uv is unpacked while the doctor runs
+    scratch.mkdir()
+    env = {**cuda124_only(tmp_path), "TMPDIR": str(scratch)}
+    proc = install_into(bundle, home, prefix, "--yes", env=env)
     assert proc.returncode == 4, output(proc)
     assert "doctor found problems" in proc.stderr
     assert "nvcc" in proc.stdout
     assert not prefix.exists()
+    assert list(scratch.iterdir()) == []  # the early uv went with the failed install
 
 
 def test_a_skipped_source_build_passes_the_doctor_and_says_what_it_means(
