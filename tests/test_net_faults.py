@@ -188,10 +188,17 @@ def _flip_stored_byte(path: Path, needle: bytes) -> None:
 def test_wheel_problem_finds_crc_and_record_damage(tmp_path: Path) -> None:
     good = build_wheel(tmp_path, "pkg", "1.0", modules={"pkg": "VALUE = 'original'\n"})
     assert wheel_problem(good) is None
+    # A member RECORD has a sha256 for is checked by that hash (its CRC pass is skipped) ...
+    flipped = tmp_path / "flipped" / good.name
+    flipped.parent.mkdir()
+    flipped.write_bytes(good.read_bytes())
+    _flip_stored_byte(flipped, b"original")
+    assert wheel_problem(flipped) == "pkg/__init__.py does not match the hash in its RECORD"
+    # ... one it lists no hash for (RECORD itself) by its CRC.
     crc = tmp_path / "crc" / good.name
     crc.parent.mkdir()
     crc.write_bytes(good.read_bytes())
-    _flip_stored_byte(crc, b"original")
+    _flip_stored_byte(crc, b"/RECORD,,")
     assert "damaged" in (wheel_problem(crc) or "") and "CRC" in (wheel_problem(crc) or "")
     record = tmp_path / "record" / good.name
     record.parent.mkdir()
