@@ -30,7 +30,6 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
-from verl_bundle.airgap import explain
 from verl_bundle.airgap import manifest as mf
 from verl_bundle.airgap.hashing import sha256_file
 from verl_bundle.compile.buildenv import make_build_env
@@ -366,6 +365,8 @@ def _run_logged(
 
 def _failure(job: CompileJob, code: int, log: Path) -> str:
     text = log.read_text(errors="replace")
+    from verl_bundle.airgap import explain  # its ~100 signatures: only when a compile failed
+
     findings = explain.explain_text(text)
     reading = (
         f"explain: {findings[0].title}: {findings[0].fix}"
