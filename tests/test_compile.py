@@ -375,7 +375,7 @@ def test_the_abi_in_the_cache_key_is_what_the_torch_wheel_declares(
 
 
 def test_temp_dirs_of_killed_compiles_are_cleaned(tmp_path: Path) -> None:
-    from verl_bundle.compile.workdir import clean_stale as _clean_stale
+    from verl_bundle.compile.workdir import claim
 
     dead = subprocess.Popen(["true"])
     dead.wait()
@@ -384,9 +384,11 @@ def test_temp_dirs_of_killed_compiles_are_cleaned(tmp_path: Path) -> None:
     for d in (gone, mine):
         (d / "build").mkdir(parents=True)
         (d / "build" / "obj.o").write_bytes(b"x")
-    _clean_stale(tmp_path)
+    work = claim(tmp_path, "another-key")  # a build of another key cleans up as it claims
+    work.release()
     assert not gone.exists()
     assert mine.exists()  # a compile still running (this process) is left alone
+    assert not work.resumed and work.path.name.startswith(".tmp-another-key-")
 
 
 # The wheel layout of NVIDIA's CUDA 13 nvcc wheels (nvidia-cuda-nvcc 13.2.86's own nvcc.profile).

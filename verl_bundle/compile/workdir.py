@@ -100,12 +100,3 @@ def claim(root: Path, key: str) -> WorkDir:
     fd = os.open(fresh / OWNER, os.O_RDWR | os.O_CREAT, 0o644)
     fcntl.flock(fd, fcntl.LOCK_EX)
     return WorkDir(fresh, fd, resumed=False)
-
-
-def clean_stale(root: Path) -> None:
-    """Remove every stopped compile's directory under `root` (running ones are left alone)."""
-    for directory in root.glob(".tmp-*"):
-        fd = _take(directory)
-        if fd is not None:
-            shutil.rmtree(directory, ignore_errors=True)
-            os.close(fd)
