@@ -60,7 +60,8 @@ def main() -> int:
         "--compare-pip",
         action="store_true",
         help="also time pip on the same files: `pip download --no-deps` of the locked URLs, and "
-        "`pip install --no-index --find-links` of the bundle's wheels into a fresh venv",
+        "`pip install --no-index --find-links` of the bundle's wheels into a fresh venv; and the "
+        "strongest baseline, `uv venv` + `uv pip install --offline` of the same wheels",
     )
     parser.add_argument(
         "--compile",
@@ -277,15 +278,45 @@ def compare_pip(workdir: Path, tarball: Path, build_s: float, rehearsal: dict[st
         cmd += ["-r", str(req)]
     subprocess.run(cmd, check=True, env=env)
     pip_install_s = time.monotonic() - started
-    ours = sum(
-        s["seconds"]
-        for s in rehearsal["steps"]
-        if s["name"] in ("verify", "venv", "post-install checks") or s["name"].startswith("phase ")
+    # The strongest baseline: a venv made by uv (no pip) and `uv pip install --offline` of the
+    # same wheels from the unpacked bundle, with an empty cache (install.sh starts with none).
+    uv = str(Path(sys.executable).parent / "uv")
+    uv_env = dict(env, UV_CACHE_DIR=str(workdir / "uv-cache"), UV_NO_CONFIG="1")
+    uv_venv = workdir / "uv-venv"
+    started = time.monotonic()
+    subprocess.run(
+        [uv, "venv", "--quiet", "--python", python, str(uv_venv)], check=True, env=uv_env
     )
+    uv_cmd = [uv, "pip", "install", "--quiet", "--offline", "--no-index", "--no-deps"]
+    uv_cmd += ["--find-links", str(bundle / "wheels"), "--python", str(uv_venv / "bin" / "python")]
+    for req in reqs:
+        uv_cmd += ["-r", str(req)]
+    subprocess.run(uv_cmd, check=True, env=uv_env)
+    uv_install_s = time.monotonic() - started
+    steps = {s["name"]: s["seconds"] for s in rehearsal["steps"]}
+    ours = sum(
+        v
+        for k, v in steps.items()
+        if k in ("verify", "venv", "post-install checks") or k.startswith("phase ")
+    )
+    installing = sum(v for k, v in steps.items() if k == "venv" or k.startswith("phase "))
+    # What the checks cost on their own: one cold import of the stack in the uv venv (no .pyc
+    # there either: uv, like install.sh, does not compile bytecode).
+    started = time.monotonic()
+    subprocess.run(
+        ["unshare", "-n", str(uv_venv / "bin" / "python"), "-c", IMPORTS],
+        capture_output=True,
+        check=False,
+        env=dict(env, PYTHONDONTWRITEBYTECODE="1"),
+    )
+    import_s = time.monotonic() - started
     print(
         f"real index, same files: build {build_s:.1f} s vs pip download {pip_download_s:.1f} s "
         f"({build_s / pip_download_s:.2f}x); install.sh (verify, venv, phases, checks) {ours:.1f} s "
-        f"vs venv + pip install {pip_install_s:.1f} s ({ours / pip_install_s:.2f}x)"
+        f"vs venv + pip install {pip_install_s:.1f} s ({ours / pip_install_s:.2f}x) and vs uv venv "
+        f"+ uv pip install --offline {uv_install_s:.1f} s ({ours / uv_install_s:.2f}x); "
+        f"install.sh's venv and phases alone {installing:.1f} s ({installing / uv_install_s:.2f}x "
+        f"uv); one cold import of torch, vllm, verl and transformers in the uv venv {import_s:.1f} s"
     )
 
 
