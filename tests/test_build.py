@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -211,6 +212,20 @@ def test_cached_rebuild_downloads_nothing(
     assert again["cached_files"] == again["packages"]
     assert again["lock"] == str(lock_path)
     assert [r for s in stack.servers() for r in s.requests] == []  # not even an index page
+    # The same build as its own process imports no HTTP client: nothing is fetched.
+    proc = subprocess.run(
+        [
+            *(sys.executable, "-X", "importtime", "-m", "verl_bundle"),
+            *stack.args("build", tmp_path / "c", cache, "--lock", str(lock_path)),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines()}
+    assert "verl_bundle.pipeline" in imported
+    assert not imported & {"requests", "urllib3"}
     a = (tmp_path / "a" / f"{NAME}.tar").read_bytes()
     b = (tmp_path / "b" / f"{NAME}.tar").read_bytes()
     assert len(a) == len(b)

@@ -15,8 +15,6 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-import requests
-
 from verl_bundle.airgap import manifest as mf
 from verl_bundle.airgap.names import UnsafeNameError, plain_filename
 from verl_bundle.credentials import split_credentials
@@ -263,6 +261,8 @@ def _published_sha256(
     downloader: Downloader, base: str, sums_path: str, filename: str, where: str
 ) -> str:
     """The archive's sha256 from the release's SHA256SUMS (`HASH  NAME` lines)."""
+    import requests  # only when an interpreter's hash is fetched
+
     url = f"{base}/{sums_path}"
     try:
         resp = downloader.http.get(url)

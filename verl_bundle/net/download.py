@@ -13,16 +13,16 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
-
-import requests
-import urllib3.exceptions
+from typing import TYPE_CHECKING, TypeVar
 
 from verl_bundle.airgap.hashing import StreamHash, sha256_bytes
 from verl_bundle.errors import FetchError
 from verl_bundle.net.cache import Cache, disk_error, locked
 from verl_bundle.net.http import Http, classify, short, shown_url, status_error
 from verl_bundle.progress import Reporter, Silent
+
+if TYPE_CHECKING:  # imported where a download starts: a build from the cache skips it
+    import requests
 
 CHUNK = 1 << 20
 RETRIES = 4
@@ -256,6 +256,9 @@ class Downloader:
         return Cached(want, path, digest, size, transferred, fresh=True)
 
     def _attempt(self, want: Want, partial: Path, handle: object, state: StreamHash) -> int:
+        import requests
+        import urllib3.exceptions
+
         if self.stop.is_set():
             raise StoppedError()
         offset = state.size
@@ -318,6 +321,8 @@ class Downloader:
         """Is a file there? HEAD, following redirects (GitHub release assets redirect).
         A TLS failure or refused credentials are raised: they are configuration to fix, not
         a missing file to fall back from."""
+        import requests
+
         where = shown_url(url)
         try:
             resp = self.http.head(url)

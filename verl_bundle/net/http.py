@@ -10,14 +10,15 @@ import ssl
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
-
-import requests
-import urllib3.exceptions
 
 from verl_bundle import __version__
 from verl_bundle.credentials import Redactor, redact_url, split_credentials
 from verl_bundle.errors import FetchError, UsageError
+
+if TYPE_CHECKING:  # requests is imported where it is used: a build that fetches nothing skips it
+    import requests
 
 TIMEOUT = (15.0, 60.0)  # connect, read (seconds)
 CA_HINT = "point REQUESTS_CA_BUNDLE or SSL_CERT_FILE at your organisation's CA bundle"
@@ -88,12 +89,6 @@ class Failure:
         return f"{where}: cannot connect: {self.detail}"
 
 
-# urllib3 2 raises NameResolutionError; urllib3 1 leaves a socket.gaierror in the chain.
-_NAME_RESOLUTION: tuple[type[BaseException], ...] = tuple(
-    t for t in (getattr(urllib3.exceptions, "NameResolutionError", None),) if t is not None
-)
-
-
 def _chain(exc: BaseException) -> Iterator[BaseException]:
     """The exception, its causes, and what requests/urllib3 wrapped inside it."""
     seen: set[int] = set()
@@ -114,6 +109,9 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
 def classify(exc: requests.RequestException) -> Failure:
     """What kind of transport failure `exc` is (it never carries credentials: requests is
     given URLs without user info)."""
+    import requests
+    import urllib3.exceptions
+
     causes = list(_chain(exc))
     if isinstance(exc, requests.exceptions.SSLError):
         inner = next((c for c in causes if isinstance(c, ssl.SSLError)), exc)
@@ -122,7 +120,9 @@ def classify(exc: requests.RequestException) -> Failure:
         return Failure("url", short(exc))
     if isinstance(exc, requests.exceptions.ProxyError):
         return Failure("proxy", short(exc))
-    dns: tuple[type[BaseException], ...] = (socket.gaierror, *_NAME_RESOLUTION)
+    # urllib3 2 raises NameResolutionError; urllib3 1 leaves a socket.gaierror in the chain.
+    named = getattr(urllib3.exceptions, "NameResolutionError", None)
+    dns: tuple[type[BaseException], ...] = (socket.gaierror, *((named,) if named else ()))
     for cause in causes:
         if isinstance(cause, dns):
             return Failure("dns", short(cause).split(": ", 1)[-1])
@@ -158,6 +158,8 @@ class Http:
     def session(self) -> requests.Session:
         s: requests.Session | None = getattr(self._local, "session", None)
         if s is None:
+            import requests
+
             s = requests.Session()
             s.verify = ca_bundle()
             s.headers["User-Agent"] = f"verl-bundle/{__version__}"
@@ -172,6 +174,8 @@ class Http:
             clean, inline = split_credentials(url)
             return clean, inline or self.auth_for(clean)
         except ValueError as exc:
+            import requests
+
             raise requests.exceptions.InvalidURL(str(exc)) from None
 
     def get(self, url: str, **kwargs: object) -> requests.Response:

@@ -9,8 +9,6 @@ import json
 from dataclasses import dataclass
 from urllib.parse import unquote, urljoin, urlsplit
 
-import requests
-
 from verl_bundle.airgap.names import UnsafeNameError, plain_filename
 from verl_bundle.errors import FetchError
 from verl_bundle.net.http import Http, classify, shown_url, status_error
@@ -95,6 +93,8 @@ def read_project(http: Http, index_url: str, project: str, where: str) -> Projec
     line that names `where` and the page (redacted)."""
     page = f"{index_url.rstrip('/')}/{project}/"
     shown = f"{where}: {shown_url(page)}"
+    import requests  # here, not at the top: a build from the cache never reads an index
+
     try:
         resp = http.get(page, headers={"Accept": ACCEPT})
         page = resp.url  # without credentials (Http sends them apart), after any redirect
