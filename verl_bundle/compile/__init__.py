@@ -31,10 +31,11 @@ from verl_bundle.progress import Reporter
 __all__ = ["CompileOptions", "Outcome", "SourceCompiler"]
 
 # Measured host figures: CPU-core-minutes to compile one GPU architecture. flash-attn: `make
-# compile-real` (README, "Compiling on the host"): 2.8.3 with nvcc 13.0 for sm90, 12 of its 73
-# objects in 4,303 CPU-s, about 6 CPU-minutes an object, so about 440 per architecture. An upper
-# figure: those 12 are the backward kernels for head dims 128-256, the heaviest.
-CORE_MINUTES_PER_ARCH: Mapping[str, float] = {"flash-attn": 440.0}
+# compile-real` (README, "Compiling on the host"): 2.8.3 with nvcc 13.0 and gcc 12 for sm90, all
+# 73 objects, on an idle 2-core host on 2026-12-01: 100 min at MAX_JOBS=2, and 186 CPU-minutes for
+# the whole target (build venv, compile, bundle and its rehearsal), so about 180 for the compile.
+# (The first figure, 440, extrapolated 12 objects compiled on a loaded host.)
+CORE_MINUTES_PER_ARCH: Mapping[str, float] = {"flash-attn": 180.0}
 
 
 @dataclass(frozen=True)
