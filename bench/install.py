@@ -29,7 +29,7 @@ if __package__ in (None, ""):  # run as `python bench/install.py`
 from bench import harness
 from bench.built import built_bundle
 from bench.harness import BenchError, Contender, Options, Report
-from verl_bundle.airgap.events import read_events
+from verl_bundle.airgap.contract.events import read_events
 
 TARGET = 1.15
 # install.sh's step events (--events) -> the names in the notes.

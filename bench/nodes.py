@@ -29,7 +29,7 @@ if __package__ in (None, ""):  # run as `python bench/nodes.py`
 from bench import harness
 from bench.built import built_bundle
 from bench.harness import BenchError, Contender, Options, Report
-from verl_bundle.airgap.events import read_events
+from verl_bundle.airgap.contract.events import read_events
 
 COUNTS = (1, 2, 4)
 FLAT = 1.5  # N=4 at most 1.5x of N=1: "near-flat"

@@ -382,8 +382,8 @@ def test_full_disk_on_the_server(carried: Path, tmp_path: Path) -> None:
     proc = install(carried, prefix, limit=2048)  # the model's weights are larger
     assert proc.returncode == 1
     assert "no space left" in one_line(proc.stderr)
-    from verl_bundle.airgap.assets_ready import check_placed
-    from verl_bundle.airgap.place_assets import load_record
+    from verl_bundle.airgap.assets.place import load_record
+    from verl_bundle.airgap.assets.ready import check_placed
 
     finals = [p for p in (prefix / "assets").rglob("*") if p.is_dir() and len(p.name) == 40]
     assert len(finals) < 2  # the install stopped...
@@ -400,7 +400,7 @@ def test_stack_bundle_is_not_an_asset_bundle(tmp_path: Path) -> None:
     root.mkdir()
     (root / "manifest.json").write_text(json.dumps({"schema": 2, "name": "verl-bundle-x"}))
     (root / "SHA256SUMS").write_text("")
-    from verl_bundle.airgap import place_assets
+    from verl_bundle.airgap.assets import place as place_assets
 
     with pytest.raises(place_assets.AssetsError, match="is this a stack bundle") as info:
         place_assets.install_assets(str(root), str(tmp_path / "prefix"))
@@ -486,8 +486,8 @@ def test_default_selection_keeps_safetensors_only() -> None:
 
 
 def test_manifest_round_trip_and_strict_reading() -> None:
-    from verl_bundle.airgap import assets as am
-    from verl_bundle.airgap.manifest import ManifestError
+    from verl_bundle.airgap.contract import assets as am
+    from verl_bundle.airgap.contract.manifest import ManifestError
 
     sha = "a" * 64
     m = am.AssetsManifest(

@@ -14,7 +14,7 @@ from cli import Result, run
 from conftest import NAME, Stack
 from test_resolve import derived_profile
 
-from verl_bundle.airgap.verify import unsafe_member
+from verl_bundle.airgap.verify.bundle import unsafe_member
 from verl_bundle.lock import read_lock
 
 

@@ -13,7 +13,7 @@ import pytest
 from cli import Result, run
 from conftest import NAME, Stack
 
-from verl_bundle.airgap.manifest import BuildTime
+from verl_bundle.airgap.contract.manifest import BuildTime
 from verl_bundle.bundle import Entry, bundle_name
 from verl_bundle.bundle.tarball import DamagedCacheError, DigestMemo, write_bundle
 from verl_bundle.lock import read_lock

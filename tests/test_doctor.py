@@ -30,6 +30,7 @@ from toolchain import (
 )
 
 from verl_bundle.airgap import doctor
+from verl_bundle.airgap.contract.manifest import Manifest, from_dict
 from verl_bundle.airgap.doctor import (
     TIMEOUT,
     Plan,
@@ -45,7 +46,6 @@ from verl_bundle.airgap.doctor import (
     version_matches,
     visible_devices,
 )
-from verl_bundle.airgap.manifest import Manifest, from_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = f"{sys.version_info[0]}.{sys.version_info[1]}"

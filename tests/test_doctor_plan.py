@@ -14,8 +14,8 @@ from cli import run
 from test_doctor import IDS, examine, needs, run_cli, with_wheel, write_bundle
 from toolchain import FakeMachine
 
+from verl_bundle.airgap.contract.manifest import BuildTime
 from verl_bundle.airgap.doctor.resources import build_estimate
-from verl_bundle.airgap.manifest import BuildTime
 
 GENERIC = ["os", "python", "driver", "gpus", "placement", "disk", "memory"]
 

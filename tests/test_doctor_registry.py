@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from test_doctor import IDS, SAMPLE, needs, with_wheel
 
+from verl_bundle.airgap.contract.manifest import from_dict
 from verl_bundle.airgap.doctor import Facts, Options, Plan, examine, registered
 from verl_bundle.airgap.doctor.commands import Run
 from verl_bundle.airgap.doctor.compilers import Compiler, Ninja
@@ -22,7 +23,6 @@ from verl_bundle.airgap.doctor.registry import Registered, run_one
 from verl_bundle.airgap.doctor.resources import Memory, Place
 from verl_bundle.airgap.doctor.system import Distro, System
 from verl_bundle.airgap.doctor.toolkit import CudaLibs, Toolkit
-from verl_bundle.airgap.manifest import from_dict
 
 GIB = 1 << 30
 RAN = Run(("probe",), 0, "", "")

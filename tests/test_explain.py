@@ -19,8 +19,9 @@ from typing import Any
 import pytest
 from cli import run
 
-from verl_bundle.airgap import explain, signatures
-from verl_bundle.airgap.explain import Finding, explain_text, render_json, render_text
+from verl_bundle.airgap.explain import engine as explain
+from verl_bundle.airgap.explain import signatures
+from verl_bundle.airgap.explain.engine import Finding, explain_text, render_json, render_text
 
 ROOT = Path(__file__).resolve().parents[1]
 PY38 = Path("/root/.pyenv/versions/3.8.18/bin/python")

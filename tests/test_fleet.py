@@ -14,7 +14,7 @@ from cli import run
 from conftest import clean_environ
 from toolchain import CLEARED, FakeGpu, FakeMachine
 
-from verl_bundle.airgap import fingerprint
+from verl_bundle.airgap.doctor import fingerprint
 from verl_bundle.airgap.doctor.node import ifname_matches
 
 REPO = Path(__file__).resolve().parents[1]

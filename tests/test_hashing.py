@@ -1,4 +1,4 @@
-"""The one sha256 helper (airgap/hashing.py), used by the host's fetch stage and the server."""
+"""The one sha256 helper (airgap/contract/hashing.py), used by the host's fetch stage and the server."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from verl_bundle.airgap.hashing import (
+from verl_bundle.airgap.contract.hashing import (
     HashingReader,
     StreamHash,
     sha256_bytes,
@@ -66,7 +66,7 @@ def test_runs_on_python_38(tmp_path: Path) -> None:
     """The server copy travels in the bundle and runs on the server's python3 (3.8+)."""
     path = tmp_path / "f.bin"
     path.write_bytes(_data(5000))
-    code = "import sys; from verl_bundle.airgap.hashing import sha256_file; print(sha256_file(sys.argv[1]))"
+    code = "import sys; from verl_bundle.airgap.contract.hashing import sha256_file; print(sha256_file(sys.argv[1]))"
     out = subprocess.run(
         [
             str(PY38),

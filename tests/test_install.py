@@ -24,8 +24,8 @@ from airgap import (
 )
 from conftest import NAME, Stack, build_bundle, clean_environ
 
-from verl_bundle.airgap import fingerprint
-from verl_bundle.airgap.events import read_events
+from verl_bundle.airgap.contract.events import read_events
+from verl_bundle.airgap.doctor import fingerprint
 
 pytestmark = pytest.mark.slow
 

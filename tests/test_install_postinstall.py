@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from verl_bundle.airgap import readiness_probe
-from verl_bundle.airgap.manifest import Checks, Manifest, ProfileInfo, Target, Toolchain
-from verl_bundle.airgap.postinstall import run_checks
+from verl_bundle.airgap.contract.manifest import Checks, Manifest, ProfileInfo, Target, Toolchain
+from verl_bundle.airgap.postinstall import probe as readiness_probe
+from verl_bundle.airgap.postinstall.run import run_checks
 
 
 def test_setuptools_distutils_warning_does_not_leak(

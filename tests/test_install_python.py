@@ -16,7 +16,7 @@ from airgap import extract, netns_prefix
 from cli import run
 from cpython import Archive
 
-from verl_bundle.airgap import manifest as mf
+from verl_bundle.airgap.contract import manifest as mf
 from verl_bundle.rehearse import bare_path
 
 pytestmark = pytest.mark.slow

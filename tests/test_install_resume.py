@@ -15,7 +15,7 @@ import pytest
 from airgap import extract, install_into, start_install
 from bundlefix import drop_package, replace_wheel
 
-from verl_bundle.airgap.events import read_events
+from verl_bundle.airgap.contract.events import read_events
 
 pytestmark = pytest.mark.slow
 

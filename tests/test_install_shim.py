@@ -111,7 +111,7 @@ def test_planted_bytecode_never_replaces_the_verifier(
     """A .pyc in lib/'s __pycache__ that matches verify.py's size and time (so Python would
     take it for verify.py's) is neither run nor accepted."""
     marker = tmp_path / "ran"
-    source = bundle / "lib" / "verl_bundle" / "airgap" / "verify.py"
+    source = bundle / "lib" / "verl_bundle" / "airgap" / "verify" / "bundle.py"
     original, stat = source.read_bytes(), source.stat()
     evil = f"open({str(marker)!r}, 'w').write('x')\n".encode()
     source.write_bytes(evil + b"#" * (len(original) - len(evil) - 1) + b"\n")
@@ -127,7 +127,7 @@ def test_planted_bytecode_never_replaces_the_verifier(
     proc = run_install(bundle, home, "--prefix", str(tmp_path / "p"), "--python", py, "--yes")
     assert not marker.exists()
     assert proc.returncode == 3, proc.stdout + proc.stderr
-    assert "lib/verl_bundle/airgap/__pycache__/" in proc.stderr
+    assert "lib/verl_bundle/airgap/verify/__pycache__/" in proc.stderr
     assert not (tmp_path / "p").exists()
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from airgap import install_into
 
-from verl_bundle.airgap import manifest as mf
-from verl_bundle.airgap.events import read_events
+from verl_bundle.airgap.contract import manifest as mf
+from verl_bundle.airgap.contract.events import read_events
 from verl_bundle.airgap.install.verification import Verification
 
 pytestmark = pytest.mark.slow

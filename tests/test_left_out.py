@@ -1,4 +1,4 @@
-"""What leaving a phase out means for readiness (airgap/left_out.py): read from the manifest
+"""What leaving a phase out means for readiness (airgap/postinstall/left_out.py): read from the manifest
 (what the phase holds) and readiness.json (what each trainer module needs), never per package."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from test_doctor import SAMPLE, with_wheel
 
-from verl_bundle.airgap import readiness
-from verl_bundle.airgap.left_out import left_out
-from verl_bundle.airgap.manifest import Manifest, from_dict
+from verl_bundle.airgap.contract.manifest import Manifest, from_dict
+from verl_bundle.airgap.postinstall import readiness
+from verl_bundle.airgap.postinstall.left_out import left_out
 
 
 def stack(verl: str) -> Manifest:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from verl_bundle.airgap import manifest as mf
+from verl_bundle.airgap.contract import manifest as mf
 from verl_bundle.bundle.plan import _airgap_entries
 
 PY38 = Path.home() / ".pyenv" / "versions" / "3.8.18" / "bin" / "python3.8"
@@ -122,8 +122,8 @@ def test_public_names_stay_importable_from_manifest() -> None:
     """Importers use `manifest.NAME`; the split into reader and writer modules keeps them."""
     for name in mf.__all__:
         assert getattr(mf, name) is not None, name
-    assert mf.load.__module__ == "verl_bundle.airgap.manifest_read"
-    assert mf.dumps.__module__ == "verl_bundle.airgap.manifest_write"
+    assert mf.load.__module__ == "verl_bundle.airgap.contract.manifest_read"
+    assert mf.dumps.__module__ == "verl_bundle.airgap.contract.manifest_write"
 
 
 @pytest.mark.parametrize(
@@ -224,10 +224,10 @@ def test_the_bundled_reader_and_writer_run_on_python38(tmp_path: Path) -> None:
     """The bundle's lib/ (as the bundle stage lays it out) carries the reader and the writer,
     and they round-trip on the oldest server Python with nothing but the standard library."""
     _lay_out_lib(tmp_path)
-    assert (tmp_path / "lib/verl_bundle/airgap/manifest_read.py").is_file()
+    assert (tmp_path / "lib/verl_bundle/airgap/contract/manifest_read.py").is_file()
     (tmp_path / "manifest.json").write_text(mf.dumps(full()))
     script = (
-        "import sys; from verl_bundle.airgap import manifest as mf; "
+        "import sys; from verl_bundle.airgap.contract import manifest as mf; "
         "m = mf.load(sys.argv[1]); assert mf.loads(mf.dumps(m)) == m; "
         "print(m.files[1].compiled.archs, len(m.phases), m.interpreter.version)"
     )
@@ -257,7 +257,7 @@ def test_each_server_module_imports_alone_on_python38(tmp_path: Path) -> None:
         for p in (lib / "verl_bundle" / "airgap").rglob("*.py")
         if p.stem != "__main__"  # importing it runs the command line
     )
-    assert "verl_bundle.airgap.manifest_read" in modules and len(modules) > 30
+    assert "verl_bundle.airgap.contract.manifest_read" in modules and len(modules) > 30
     failed = {}
     for module in modules:
         proc = subprocess.run(

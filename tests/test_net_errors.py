@@ -16,8 +16,8 @@ from cli import run
 from conftest import Stack
 from pkgindex import Server, build_wheel, make_certificates
 
-from verl_bundle.airgap.hashing import sha256_file
-from verl_bundle.airgap.names import UnsafeNameError
+from verl_bundle.airgap.contract.hashing import sha256_file
+from verl_bundle.airgap.contract.names import UnsafeNameError
 from verl_bundle.errors import FetchError
 from verl_bundle.net.cache import Cache
 from verl_bundle.net.download import Downloader, Want

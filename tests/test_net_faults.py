@@ -18,7 +18,7 @@ from cli import run
 from conftest import ROOT, Stack, clean_environ
 from pkgindex import Server, build_sdist, build_wheel
 
-from verl_bundle.airgap.hashing import sha256_file
+from verl_bundle.airgap.contract.hashing import sha256_file
 from verl_bundle.credentials import Redactor
 from verl_bundle.errors import FetchError
 from verl_bundle.hostbuild import build_pure_wheel

@@ -16,8 +16,8 @@ from cli import run
 from conftest import clean_environ
 from toolchain import APPS_ARGS, CLEARED, GPU_ARGS, FakeApp, FakeGpu, FakeMachine, apps_csv, gpu_csv
 
-from verl_bundle.airgap import verlconfig
-from verl_bundle.airgap.preflight import nvlink_pairs
+from verl_bundle.airgap.launch import verlconfig
+from verl_bundle.airgap.launch.preflight import nvlink_pairs
 
 REPO = Path(__file__).resolve().parents[1]
 H100, A100 = "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-40GB"

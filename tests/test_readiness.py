@@ -26,8 +26,8 @@ import pytest
 from conftest import ROOT, clean_environ
 from packaging.requirements import Requirement
 
-from verl_bundle.airgap import manifest as mf
-from verl_bundle.airgap import readiness
+from verl_bundle.airgap.contract import manifest as mf
+from verl_bundle.airgap.postinstall import readiness
 
 # verl/third_party/vllm/__init__.py at v0.2.0.post2: exact version strings (abridged: the
 # adapters themselves are not needed to refuse or accept a version).
@@ -468,8 +468,8 @@ def test_an_unknown_purpose_is_refused(tmp_path: Path) -> None:
 def test_the_probe_is_carried_in_every_bundle() -> None:
     """assemble carries airgap's .py and .json files: the probe and the table are among them."""
     here = Path(readiness.__file__).parent
-    assert (here / "readiness_probe.py").is_file() and (here / "readiness.json").is_file()
-    assert os.path.basename(readiness.PROBE) == "readiness_probe.py"
+    assert (here / "probe.py").is_file() and (here / "readiness.json").is_file()
+    assert os.path.basename(readiness.PROBE) == "probe.py"
 
 
 # -- post-install ------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from verl_bundle.airgap import manifest as mf
+from verl_bundle.airgap.contract import manifest as mf
 
 # A schema-2 manifest as written before `readiness` existed (no such key).
 OLD: dict[str, Any] = {

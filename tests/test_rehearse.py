@@ -30,7 +30,7 @@ def test_rehearse_leaves_out_a_phase_on_request(
     for name in ("verify", "phase torch", "phase wheels", "phase verl", "post-install checks"):
         assert steps[name]["status"] == "pass", (name, doc)
     assert steps["done"]["detail"] == "skipped: flash-attn"
-    # install.sh's own last lines say what leaving it out means (airgap/left_out.py)
+    # install.sh's own last lines say what leaving it out means (airgap/postinstall/left_out.py)
     assert any("flash-attn" in line for line in doc["log_tail"]), doc["log_tail"]
 
 

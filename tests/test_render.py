@@ -10,7 +10,7 @@ import pytest
 
 from verl_bundle.airgap import render
 from verl_bundle.airgap.doctor import Check
-from verl_bundle.airgap.probed import Result
+from verl_bundle.airgap.postinstall.judge import Result
 
 
 def test_envelope_is_versioned() -> None:

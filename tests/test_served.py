@@ -15,7 +15,7 @@ from airgap import python310, resign
 from conftest import ROOT, clean_environ
 from served import BASE, serving
 
-from verl_bundle.airgap import manifest as mf
+from verl_bundle.airgap.contract import manifest as mf
 
 pytestmark = pytest.mark.slow
 
@@ -171,7 +171,7 @@ def test_an_install_sh_from_another_bundle_refuses_its_fetcher(
 ) -> None:
     root = tmp_path / "served"
     shutil.copytree(bundle, root)
-    served = root / "lib" / "verl_bundle" / "airgap" / "served.py"
+    served = root / "lib" / "verl_bundle" / "airgap" / "verify" / "served.py"
     served.write_text(served.read_text() + "\n# another release\n")
     resign(root)  # a consistent bundle, made with another fetcher
     cmd = f"sh {_alone(bundle, tmp_path)} --from {BASE}/ --prefix {tmp_path / 'p'}"

@@ -16,8 +16,8 @@ from airgap import python310
 from conftest import clean_environ
 from served import BASE, serving
 
-from verl_bundle.airgap import manifest as mf
-from verl_bundle.airgap.verify import parse_sums, verify_dir
+from verl_bundle.airgap.contract import manifest as mf
+from verl_bundle.airgap.verify.bundle import parse_sums, verify_dir
 from verl_bundle.uvcmd import uv_binary
 
 pytestmark = pytest.mark.slow

@@ -22,8 +22,8 @@ from cpython import (
 )
 from pkgindex import Server
 
-from verl_bundle.airgap import manifest as mf
-from verl_bundle.airgap.verify import verify_dir
+from verl_bundle.airgap.contract import manifest as mf
+from verl_bundle.airgap.verify.bundle import verify_dir
 from verl_bundle.errors import ProfileError
 from verl_bundle.profile_load import load_profile
 from verl_bundle.standalone import (

@@ -12,7 +12,7 @@ import pytest
 from cli import run
 from conftest import NAME
 
-from verl_bundle.airgap.verify import verify
+from verl_bundle.airgap.verify.bundle import verify
 
 Built = tuple[Path, Path, dict[str, object]]
 

@@ -98,7 +98,7 @@ def verify_cmd(
     A tarball is also checked against its .sha256 file. Exit 0 when intact, 1 naming each
     missing or altered file."""
     from verl_bundle import render
-    from verl_bundle.airgap.verify import verify
+    from verl_bundle.airgap.verify.bundle import verify
 
     if not path.exists():
         raise UsageError(f"{path}: no such file or directory")
@@ -173,7 +173,7 @@ def doctor_cmd(
     interpreter the venv will be made from. Exit 0 with no failure, 1 with any."""
     from verl_bundle import render
     from verl_bundle.airgap import doctor
-    from verl_bundle.airgap.manifest import load
+    from verl_bundle.airgap.contract.manifest import load
     from verl_bundle.interpreter import interpreter
 
     py = interpreter(python) if python else None
@@ -213,7 +213,7 @@ def explain_cmd(
     flash-attn reaching for GitHub, an invalid device ordinal, NCCL timeouts and a compiler
     killed for memory. Exit 0 when a cause is known, 1 when not (the log's tail is shown)."""
     from verl_bundle import render
-    from verl_bundle.airgap import explain
+    from verl_bundle.airgap.explain import engine as explain
 
     if str(logfile) != "-" and not logfile.is_file():
         raise UsageError(f"{logfile}: no such file")

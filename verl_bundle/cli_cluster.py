@@ -61,8 +61,8 @@ def preflight_cmd(
     import os
 
     from verl_bundle import render
-    from verl_bundle.airgap import preflight
-    from verl_bundle.airgap.verlconfig import ConfigError
+    from verl_bundle.airgap.launch import preflight
+    from verl_bundle.airgap.launch.verlconfig import ConfigError
     from verl_bundle.errors import UsageError
 
     try:

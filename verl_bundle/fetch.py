@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from verl_bundle.airgap import manifest as mf
-from verl_bundle.airgap.names import UnsafeNameError, plain_filename
+from verl_bundle.airgap.contract import manifest as mf
+from verl_bundle.airgap.contract.names import UnsafeNameError, plain_filename
 from verl_bundle.compile import CompileOptions, SourceCompiler
 from verl_bundle.credentials import split_credentials
 from verl_bundle.errors import FetchError, LockError

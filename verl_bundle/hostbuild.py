@@ -18,8 +18,8 @@ from pathlib import Path
 
 from packaging.utils import parse_wheel_filename
 
-from verl_bundle.airgap.hashing import sha256_file
-from verl_bundle.airgap.names import UnsafeNameError, plain_filename
+from verl_bundle.airgap.contract.hashing import sha256_file
+from verl_bundle.airgap.contract.names import UnsafeNameError, plain_filename
 from verl_bundle.credentials import Redactor
 from verl_bundle.errors import HostBuildError, LockError
 from verl_bundle.net.cache import Cache

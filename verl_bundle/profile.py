@@ -14,7 +14,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from verl_bundle.airgap.manifest import MaxJobs  # one value for host and server
+from verl_bundle.airgap.contract.manifest import MaxJobs  # one value for host and server
 from verl_bundle.credentials import Redactor, redact_url
 from verl_bundle.errors import UsageError
 from verl_bundle.target import Target, normalize_platform, parse_python
@@ -160,7 +160,7 @@ class Toolchain:
 
 @dataclass(frozen=True)
 class Readiness:
-    """What the stack is for, proven after install (airgap/readiness.py), and a known limit."""
+    """What the stack is for, proven after install (airgap/postinstall/readiness.py), and a known limit."""
 
     purpose: str = "PPO with FSDP and vLLM rollout"
     modules: tuple[str, ...] = ()  # empty: the modules behind main_ppo for the verl release

@@ -11,7 +11,7 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from verl_bundle.airgap.manifest import MaxJobs
+from verl_bundle.airgap.contract.manifest import MaxJobs
 from verl_bundle.credentials import redact_url
 from verl_bundle.errors import ProfileError, UsageError
 from verl_bundle.profile import (

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from verl_bundle.airgap import doctor
-from verl_bundle.airgap.events import Event, read_events
-from verl_bundle.airgap.manifest import Manifest, load
-from verl_bundle.airgap.verify import verify_tar
+from verl_bundle.airgap.contract.events import Event, read_events
+from verl_bundle.airgap.contract.manifest import Manifest, load
+from verl_bundle.airgap.verify.bundle import verify_tar
 from verl_bundle.errors import BundleError, UsageError
 from verl_bundle.interpreter import find_python
 from verl_bundle.interpreter import python_version as _python_version

@@ -15,9 +15,9 @@ from verl_bundle.airgap.render import dumps, envelope
 
 if TYPE_CHECKING:
     from verl_bundle.airgap.doctor import Report as DoctorReport
-    from verl_bundle.airgap.explain import Finding
-    from verl_bundle.airgap.preflight import Preflight
-    from verl_bundle.airgap.verify import Report
+    from verl_bundle.airgap.explain.engine import Finding
+    from verl_bundle.airgap.launch.preflight import Preflight
+    from verl_bundle.airgap.verify.bundle import Report
     from verl_bundle.fetch import Wheelhouse
     from verl_bundle.fleet import FleetReport
     from verl_bundle.lock import Lock
@@ -251,7 +251,7 @@ def doctor(report: DoctorReport) -> Shown:
 
 
 def explain(findings: list[Finding], log: str) -> Shown:
-    from verl_bundle.airgap import explain as server
+    from verl_bundle.airgap.explain import engine as server
 
     text = server.render_text(findings, log)
     return Shown("explain", bool(findings), server.result_json(findings, log), text)
@@ -308,7 +308,7 @@ def fleet(report: FleetReport) -> Shown:
 
 
 def preflight(result: Preflight) -> Shown:
-    from verl_bundle.airgap import preflight as server
+    from verl_bundle.airgap.launch import preflight as server
 
     return Shown("preflight", result.ok, server.render_json(result), server.render_text(result))
 

@@ -26,7 +26,7 @@ from packaging.utils import (
 from packaging.version import Version
 
 from verl_bundle import tomlwrite
-from verl_bundle.airgap.names import UnsafeNameError, plain_filename
+from verl_bundle.airgap.contract.names import UnsafeNameError, plain_filename
 from verl_bundle.credentials import split_credentials
 from verl_bundle.errors import FetchError, ProfileError, ResolutionError
 from verl_bundle.integrity import ensure_whole

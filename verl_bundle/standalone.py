@@ -15,8 +15,8 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from verl_bundle.airgap import manifest as mf
-from verl_bundle.airgap.names import UnsafeNameError, plain_filename
+from verl_bundle.airgap.contract import manifest as mf
+from verl_bundle.airgap.contract.names import UnsafeNameError, plain_filename
 from verl_bundle.credentials import split_credentials
 from verl_bundle.errors import BundleError, ProfileError
 from verl_bundle.net.download import Downloader, Want

@@ -27,15 +27,15 @@ def main(argv: list[str] | None = None) -> int:
 
         return doctor.main(rest)
     if command == "verify":
-        from verl_bundle.airgap import verify
+        from verl_bundle.airgap.verify import bundle as verify
 
         return verify.main(rest)
     if command == "explain":
-        from verl_bundle.airgap import explain
+        from verl_bundle.airgap.explain import engine as explain
 
         return explain.main(rest)
     if command == "postinstall":
-        from verl_bundle.airgap import postinstall
+        from verl_bundle.airgap.postinstall import run as postinstall
 
         return postinstall.main(rest)
     if command == "install":
@@ -43,11 +43,11 @@ def main(argv: list[str] | None = None) -> int:
 
         return install(rest)
     if command == "readiness":
-        from verl_bundle.airgap import readiness
+        from verl_bundle.airgap.postinstall import readiness
 
         return readiness.main(rest)
     if command == "preflight":
-        from verl_bundle.airgap import preflight
+        from verl_bundle.airgap.launch import preflight
 
         return preflight.main(rest)
     if command == "max-jobs":
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return doctor.max_jobs_main(rest)
     if command == "assets":
-        from verl_bundle.airgap import place_assets
+        from verl_bundle.airgap.assets import place as place_assets
 
         return place_assets.main(rest)
     print(f"unknown command {command!r}; see --help", file=sys.stderr)

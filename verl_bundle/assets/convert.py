@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from verl_bundle.airgap.assets import VERL_COLUMNS
+from verl_bundle.airgap.contract.assets import VERL_COLUMNS
 from verl_bundle.assets.fetch import FetchedFile
 from verl_bundle.errors import FetchError, UsageError
 

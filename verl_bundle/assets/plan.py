@@ -4,7 +4,7 @@ Models are gigabytes and change on another rhythm than the stack, so they travel
 tarball (verl-assets-<slug>.tar + .sha256) rather than inside every stack bundle: a new model
 does not mean a new stack, and a stack fix does not mean carrying the weights again. The tar is
 written the way the stack bundle is (streamed from the cache, temporary name, atomic rename),
-with its own typed manifest (verl_bundle/airgap/assets.py), SHA256SUMS listing every file,
+with its own typed manifest (verl_bundle/airgap/contract/assets.py), SHA256SUMS listing every file,
 install-assets.sh, and the standard-library server code under lib/.
 """
 
@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from verl_bundle import __version__
-from verl_bundle.airgap import assets as am
-from verl_bundle.airgap.manifest import MANIFEST, SUMS, Generated
-from verl_bundle.airgap.names import UnsafeNameError, bundle_path
+from verl_bundle.airgap.contract import assets as am
+from verl_bundle.airgap.contract.manifest import MANIFEST, SUMS, Generated
+from verl_bundle.airgap.contract.names import UnsafeNameError, bundle_path
 from verl_bundle.assets.convert import convert
 from verl_bundle.assets.fetch import AssetSpec, Fetched, Hub, fetch
 from verl_bundle.bundle.plan import Entry, _airgap_entries

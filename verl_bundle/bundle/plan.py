@@ -14,7 +14,7 @@ import jinja2
 from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
 
 from verl_bundle import __version__
-from verl_bundle.airgap import manifest as mf
+from verl_bundle.airgap.contract import manifest as mf
 from verl_bundle.bundle import simple
 from verl_bundle.compile import CORE_MINUTES_PER_ARCH
 from verl_bundle.errors import LockError
@@ -51,7 +51,7 @@ class BundlePlan:
     manifest: mf.Manifest
 
 
-SERVED = "verl_bundle/airgap/served.py"
+SERVED = "verl_bundle/airgap/verify/served.py"
 
 
 def bundle_name(lock: Lock) -> str:

@@ -9,7 +9,7 @@ import html
 from collections.abc import Iterable
 from urllib.parse import quote
 
-from verl_bundle.airgap import manifest as mf
+from verl_bundle.airgap.contract import manifest as mf
 
 SIMPLE = "simple"
 _PAGE = (

@@ -25,7 +25,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import IO, Any
 
-from verl_bundle.airgap import manifest as mf
+from verl_bundle.airgap.contract import manifest as mf
 from verl_bundle.bundle.plan import Entry
 from verl_bundle.progress import Reporter
 

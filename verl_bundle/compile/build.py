@@ -30,8 +30,8 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
-from verl_bundle.airgap import manifest as mf
-from verl_bundle.airgap.hashing import sha256_file
+from verl_bundle.airgap.contract import manifest as mf
+from verl_bundle.airgap.contract.hashing import sha256_file
 from verl_bundle.compile.buildenv import make_build_env
 from verl_bundle.compile.toolkit import Toolkit
 from verl_bundle.compile.workdir import ELAPSED, WorkDir, claim
@@ -365,7 +365,9 @@ def _run_logged(
 
 def _failure(job: CompileJob, code: int, log: Path) -> str:
     text = log.read_text(errors="replace")
-    from verl_bundle.airgap import explain  # its ~100 signatures: only when a compile failed
+    from verl_bundle.airgap.explain import (
+        engine as explain,
+    )  # its ~100 signatures: only when a compile failed
 
     findings = explain.explain_text(text)
     reading = (

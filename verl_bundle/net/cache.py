@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from verl_bundle.airgap.hashing import sha256_bytes
+from verl_bundle.airgap.contract.hashing import sha256_bytes
 from verl_bundle.errors import FetchError
 
 # Writing failed because the disk (or a quota, or RLIMIT_FSIZE) is full, not because of the file.

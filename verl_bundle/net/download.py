@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from verl_bundle.airgap.hashing import StreamHash, sha256_bytes
+from verl_bundle.airgap.contract.hashing import StreamHash, sha256_bytes
 from verl_bundle.errors import FetchError
 from verl_bundle.net.cache import Cache, disk_error, locked
 from verl_bundle.net.http import Http, classify, short, shown_url, status_error

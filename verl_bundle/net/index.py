@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass
 from urllib.parse import unquote, urljoin, urlsplit
 
-from verl_bundle.airgap.names import UnsafeNameError, plain_filename
+from verl_bundle.airgap.contract.names import UnsafeNameError, plain_filename
 from verl_bundle.errors import FetchError
 from verl_bundle.net.http import Http, classify, shown_url, status_error
 

@@ -17,6 +17,14 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from verl_bundle.airgap.contract.manifest import (
+    MANIFEST,
+    SUMS,
+    Manifest,
+    ManifestError,
+    find_root,
+    load,
+)
 from verl_bundle.airgap.doctor.commands import TIMEOUT, Run, run
 from verl_bundle.airgap.doctor.devices import TORCHRUN_VARS, torchrun_problems, visible_devices
 from verl_bundle.airgap.doctor.facts import Facts, gather  # imports every domain: registers
@@ -32,7 +40,6 @@ from verl_bundle.airgap.doctor.registry import (
 from verl_bundle.airgap.doctor.report import Report, host_of, render_json, render_text
 from verl_bundle.airgap.doctor.resources import max_jobs
 from verl_bundle.airgap.doctor.versions import parse_version, version_matches
-from verl_bundle.airgap.manifest import MANIFEST, SUMS, Manifest, ManifestError, find_root, load
 from verl_bundle.airgap.render import dumps, encodable, envelope, printable
 
 __all__ = [

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-from verl_bundle.airgap import fingerprint
+from verl_bundle.airgap.doctor import fingerprint
 
 IFNAME_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
 SHM = "/dev/shm"  # noqa: S108 - only its size is read

@@ -10,7 +10,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable
 
-from verl_bundle.airgap.manifest import BuildTime, Manifest
+from verl_bundle.airgap.contract.manifest import BuildTime, Manifest
 
 if TYPE_CHECKING:
     from verl_bundle.airgap.doctor.facts import Facts

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from verl_bundle.airgap.contract.manifest import BuildTime, Manifest
 from verl_bundle.airgap.doctor.registry import Check, Options, Plan, check, found, ok
-from verl_bundle.airgap.manifest import BuildTime, Manifest
 
 if TYPE_CHECKING:
     from verl_bundle.airgap.doctor.facts import Facts

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import os
 
+from verl_bundle.airgap.contract.manifest import Manifest
 from verl_bundle.airgap.install.options import (
     EXIT_DAMAGED,
     EXIT_USAGE,
     InstallError,
     Options,
 )
-from verl_bundle.airgap.manifest import Manifest
 
 MARK = ".sha256"  # install.sh writes the archive's sha256 here once the tree is unpacked
 

@@ -20,9 +20,9 @@ import shutil
 from pathlib import Path
 from typing import Mapping
 
+from verl_bundle.airgap.contract.manifest import Manifest, Phase
 from verl_bundle.airgap.doctor.commands import run
 from verl_bundle.airgap.doctor.toolkit import is_toolkit, nvcc_root
-from verl_bundle.airgap.manifest import Manifest, Phase
 
 # The wheels whose files together make the toolkit tree (their names may end in -cuNN).
 TREE = ("nvidia-cuda-nvcc", "nvidia-nvvm", "nvidia-cuda-runtime")

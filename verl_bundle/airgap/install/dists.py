@@ -19,7 +19,7 @@ import zipfile
 from dataclasses import dataclass
 from typing import Iterable
 
-from verl_bundle.airgap.manifest import canonical
+from verl_bundle.airgap.contract.manifest import canonical
 
 _DIST_INFO = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)\.dist-info$")
 

@@ -13,11 +13,11 @@ import threading
 import zipfile
 from dataclasses import dataclass
 
+from verl_bundle.airgap.contract.manifest import Manifest
 from verl_bundle.airgap.install import bundled
 from verl_bundle.airgap.install.dists import SitePaths
 from verl_bundle.airgap.install.options import EXIT_NOT_READY, EXIT_USAGE, InstallError, Options
 from verl_bundle.airgap.install.state import State
-from verl_bundle.airgap.manifest import Manifest
 
 # Variables that would let this machine change what an isolated install does.
 _DROP = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "PYTHONINSPECT")

@@ -14,8 +14,8 @@ from verl_bundle.airgap.install import bytecode
 
 bytecode.switch()  # first: what follows loads the interpreter's modules from their bytecode
 
-from verl_bundle.airgap import manifest as mf  # noqa: E402
-from verl_bundle.airgap.events import EventLog  # noqa: E402
+from verl_bundle.airgap.contract import manifest as mf  # noqa: E402
+from verl_bundle.airgap.contract.events import EventLog  # noqa: E402
 from verl_bundle.airgap.install.options import (  # noqa: E402
     EXIT_DAMAGED,
     EXIT_INTERRUPTED,
@@ -32,7 +32,7 @@ from verl_bundle.airgap.render import dumps, envelope  # noqa: E402
 def main(argv: list[str]) -> int:
     """install.sh's entry: argv is [bundle_dir, *options]. Returns the exit code."""
     if any(a == "--from" or a.startswith("--from=") for a in argv):  # a served bundle
-        from verl_bundle.airgap.served import main as from_url
+        from verl_bundle.airgap.verify.served import main as from_url
 
         return from_url(argv[1:] if argv and not argv[0].startswith("-") else argv)
     bundle = argv[0] if argv else "."

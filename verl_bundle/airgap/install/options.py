@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from verl_bundle.airgap.manifest import Manifest
+from verl_bundle.airgap.contract.manifest import Manifest
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # a phase or a post-install check failed (run again to continue)

@@ -9,11 +9,11 @@ import subprocess
 from dataclasses import dataclass
 from typing import IO, Callable
 
+from verl_bundle.airgap.contract.manifest import Manifest, Phase
 from verl_bundle.airgap.install import dists
 from verl_bundle.airgap.install.env import Tools, clean_environ
 from verl_bundle.airgap.install.options import Options
 from verl_bundle.airgap.install.state import State, content_key
-from verl_bundle.airgap.manifest import Manifest, Phase
 
 INSTALL_FLAGS = ("--no-index", "--no-deps", "--require-hashes")
 

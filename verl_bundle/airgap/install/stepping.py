@@ -9,7 +9,7 @@ import contextlib
 import time
 from typing import Any, Iterator
 
-from verl_bundle.airgap.events import EventLog
+from verl_bundle.airgap.contract.events import EventLog
 from verl_bundle.airgap.install.options import InstallError
 from verl_bundle.airgap.install.output import Output
 

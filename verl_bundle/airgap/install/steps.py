@@ -15,8 +15,8 @@ import sys
 import time
 from typing import Any, Iterable
 
-from verl_bundle.airgap import manifest as mf
-from verl_bundle.airgap.events import EventLog
+from verl_bundle.airgap.contract import manifest as mf
+from verl_bundle.airgap.contract.events import EventLog
 from verl_bundle.airgap.install import bundled
 from verl_bundle.airgap.install import env as envs
 from verl_bundle.airgap.install import phases as ph
@@ -33,7 +33,7 @@ from verl_bundle.airgap.install.output import Output
 from verl_bundle.airgap.install.state import State
 from verl_bundle.airgap.install.stepping import STEPS, Steps, heading
 from verl_bundle.airgap.install.verification import Verification, empty_new_prefix, unlisted_code
-from verl_bundle.airgap.verify import Report
+from verl_bundle.airgap.verify.bundle import Report
 
 # The interpreter flags and bootstrap every server tool runs with: no PYTHON* variables, no
 # user site, no current directory on the path, no bytecode read from or written to the bundle.
@@ -290,7 +290,7 @@ class Installer(Steps):
         shutil.rmtree(self.state.path("uv-cache"), ignore_errors=True)
         if code == 0:
             return
-        from verl_bundle.airgap import explain
+        from verl_bundle.airgap.explain import engine as explain
 
         lines = [
             f"phase '{what}' failed.",
@@ -329,7 +329,7 @@ class Installer(Steps):
 
     def done(self, skipped: list[str]) -> None:
         with self.step("done", f"done: {self.m.name} is installed in {self.target}") as result:
-            from verl_bundle.airgap import fingerprint
+            from verl_bundle.airgap.doctor import fingerprint
 
             fingerprint.record(self.target, self.target_py)  # for `verl-bundle fleet report`
             self.out.say(
@@ -339,7 +339,7 @@ class Installer(Steps):
                 self.out.say(
                     f"    skipped phases: {', '.join(skipped)} (--skip-phase): their packages are not installed and were not checked"
                 )
-                from verl_bundle.airgap.left_out import left_out
+                from verl_bundle.airgap.postinstall.left_out import left_out
 
                 for item in left_out(self.m, skipped):  # and what that means for readiness
                     self.out.say(f"    {item.line()}")

@@ -26,8 +26,8 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable
 
-from verl_bundle.airgap import manifest as mf
-from verl_bundle.airgap.verify import Report, judge, parse_sums, scan, workers
+from verl_bundle.airgap.contract import manifest as mf
+from verl_bundle.airgap.verify.bundle import Report, judge, parse_sums, scan, workers
 
 READ = 4 << 20  # bytes per read: large reads, few system calls; hashlib drops the GIL on them
 

@@ -13,9 +13,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from verl_bundle.airgap.manifest import Generated, ManifestError, _Reader
-from verl_bundle.airgap.manifest_read import find_root as find_root
-from verl_bundle.airgap.manifest_read import load_with, read_generated, read_json
+from verl_bundle.airgap.contract.manifest import Generated, ManifestError, _Reader
+from verl_bundle.airgap.contract.manifest_read import find_root as find_root
+from verl_bundle.airgap.contract.manifest_read import load_with, read_generated, read_json
 
 SCHEMA = 1  # the asset manifest schema this code writes and reads
 KIND = "verl-assets"  # tells an asset bundle's manifest.json from a stack bundle's

@@ -13,8 +13,8 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
-from verl_bundle.airgap import manifest as mf
-from verl_bundle.airgap.readiness import (
+from verl_bundle.airgap.contract import manifest as mf
+from verl_bundle.airgap.postinstall.readiness import (
     PROBE,
     Check,
     Facts,

@@ -2,7 +2,7 @@
 
 A missing or mistyped field is one `ManifestError` naming the field, a path that would leave
 the bundle is refused, and a bundle written with a newer schema says so in one line instead of
-being half-understood. Import through `verl_bundle.airgap.manifest` (`manifest.load`).
+being half-understood. Import through `verl_bundle.airgap.contract.manifest` (`manifest.load`).
 Standard library only, Python 3.8+.
 """
 
@@ -13,7 +13,7 @@ import os
 import re
 from typing import Any, Callable, Iterator, Mapping, TypeVar
 
-from verl_bundle.airgap.manifest_values import (
+from verl_bundle.airgap.contract.manifest_values import (
     KINDS,
     MANIFEST,
     SCHEMA,
@@ -36,7 +36,7 @@ from verl_bundle.airgap.manifest_values import (
     Toolchain,
     canonical,
 )
-from verl_bundle.airgap.names import UnsafeNameError, bundle_path, plain_filename
+from verl_bundle.airgap.contract.names import UnsafeNameError, bundle_path, plain_filename
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -211,7 +211,7 @@ def _interpreter(r: _Reader) -> Interpreter | None:
 
 def read_generated(r: _Reader) -> tuple[Generated, ...]:
     """The manifest's `generated` list (files the host wrote: install.sh, lib/ code), shared
-    with the asset bundle's manifest (airgap/assets.py)."""
+    with the asset bundle's manifest (airgap/contract/assets.py)."""
     return tuple(
         Generated(g.path("path"), g.sha256("sha256"), g.number("size"))
         for g in (

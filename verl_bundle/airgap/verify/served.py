@@ -33,7 +33,7 @@ SUMS = "SHA256SUMS"
 EXECUTABLE = ("install.sh", "doctor")
 # Fetched first, by these fixed names, so that every other name is checked by names.py.
 CORE = ("lib/verl_bundle/__init__.py", "lib/verl_bundle/airgap/__init__.py")
-NAMES = "lib/verl_bundle/airgap/names.py"
+NAMES = "lib/verl_bundle/airgap/contract/names.py"
 CHUNK = 1 << 20
 TIMEOUT = 60
 MAX_SUMS = 64 << 20
@@ -221,7 +221,7 @@ def _checked_names(work: str, sums: dict[str, str]) -> dict[str, str]:
     lib = os.path.join(work, "lib")
     if lib not in sys.path:
         sys.path.insert(0, lib)
-    from verl_bundle.airgap.names import UnsafeNameError, bundle_path
+    from verl_bundle.airgap.contract.names import UnsafeNameError, bundle_path
 
     try:
         return {bundle_path(rel, SUMS): sha for rel, sha in sums.items()}
@@ -282,7 +282,7 @@ def default_work(source: Source) -> str:
 def _emit(events: str | None, **fields: Any) -> None:
     if not events:
         return
-    from verl_bundle.airgap.events import EventLog
+    from verl_bundle.airgap.contract.events import EventLog
 
     log = EventLog(events)
     log.emit("step", step="fetch", **fields)

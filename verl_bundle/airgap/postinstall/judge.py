@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from verl_bundle.airgap.manifest import Checks
-from verl_bundle.airgap.readiness import Facts
+from verl_bundle.airgap.contract.manifest import Checks
+from verl_bundle.airgap.postinstall.readiness import Facts
 
 
 @dataclass(frozen=True)

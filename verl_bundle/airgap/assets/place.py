@@ -22,12 +22,12 @@ import sys
 from dataclasses import dataclass
 from typing import Sequence
 
-from verl_bundle.airgap import assets as am
-from verl_bundle.airgap.assets_ready import Check, check_placed, readiness
-from verl_bundle.airgap.hashing import CHUNK, sha256_file
-from verl_bundle.airgap.manifest import MANIFEST, SUMS, ManifestError
+from verl_bundle.airgap.assets.ready import Check, check_placed, readiness
+from verl_bundle.airgap.contract import assets as am
+from verl_bundle.airgap.contract.hashing import CHUNK, sha256_file
+from verl_bundle.airgap.contract.manifest import MANIFEST, SUMS, ManifestError
 from verl_bundle.airgap.render import checks_json, checks_text, dumps, envelope, printable
-from verl_bundle.airgap.verify import parse_sums
+from verl_bundle.airgap.verify.bundle import parse_sums
 
 RECORD = ".verl-asset.json"  # in each placed directory: the asset's manifest entry
 INDEX = "verl-assets.json"  # in the prefix: what was placed where (for `assets check`)

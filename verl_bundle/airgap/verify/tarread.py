@@ -18,8 +18,8 @@ import threading
 from dataclasses import dataclass
 from typing import IO, Any, Dict, Tuple
 
-from verl_bundle.airgap import manifest as mf
-from verl_bundle.airgap.hashing import CHUNK, HashingReader, StreamHash, sha256_file
+from verl_bundle.airgap.contract import manifest as mf
+from verl_bundle.airgap.contract.hashing import CHUNK, HashingReader, StreamHash, sha256_file
 
 MANIFEST, SUMS = mf.MANIFEST, mf.SUMS
 READ = 4 << 20  # one read of a tarball: large, so the hashing threads get big buffers

@@ -11,7 +11,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from verl_bundle.airgap.manifest import canonical
+from verl_bundle.airgap.contract.manifest import canonical
 
 FINGERPRINT = Path(".verl-bundle") / "fingerprint"
 TIMEOUT = 60.0

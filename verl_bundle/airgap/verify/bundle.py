@@ -6,7 +6,7 @@ neither lists (a planted lib/sitecustomize.py, a __pycache__/*.pyc) is a problem
 holds only what it lists, and the installer refuses to run code it does not.
 
 Reads are large and every byte is hashed once per question: in a directory each file once, by
-as many threads as there are cores; a tarball is read once by airgap/tarread.py, each member
+as many threads as there are cores; a tarball is read once by airgap/verify/tarread.py, each member
 hashed on one thread while another hashes the whole file for its .sha256.
 """
 
@@ -19,9 +19,9 @@ import tarfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from verl_bundle.airgap import manifest as mf
-from verl_bundle.airgap.hashing import sha256_file
-from verl_bundle.airgap.tarread import Problem, read_tarball, sidecar, unsafe_member
+from verl_bundle.airgap.contract import manifest as mf
+from verl_bundle.airgap.contract.hashing import sha256_file
+from verl_bundle.airgap.verify.tarread import Problem, read_tarball, sidecar, unsafe_member
 
 __all__ = [
     "Problem",

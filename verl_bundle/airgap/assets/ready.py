@@ -14,11 +14,11 @@ import subprocess
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
-from verl_bundle.airgap import assets as am
-from verl_bundle.airgap.hashing import sha256_file
+from verl_bundle.airgap.contract import assets as am
+from verl_bundle.airgap.contract.hashing import sha256_file
 
 if TYPE_CHECKING:
-    from verl_bundle.airgap.place_assets import Placed
+    from verl_bundle.airgap.assets.place import Placed
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The manifest's values: the names inside a bundle, the frozen dataclasses manifest.json
 holds, and the questions every tool asks of a `Manifest`. Importers use
-`verl_bundle.airgap.manifest`, which adds the reader and the writer; the reader and the writer
+`verl_bundle.airgap.contract.manifest`, which adds the reader and the writer; the reader and the writer
 import from here, so that any of the three can be imported first. Standard library only,
 Python 3.8+.
 """

@@ -11,10 +11,10 @@ The values live in `manifest_values`, the strict reader in `manifest_read` and t
 
 from __future__ import annotations
 
-# The asset bundle's manifest (airgap/assets.py) shares the typed table reader `_Reader`.
-from verl_bundle.airgap.manifest_read import _Reader as _Reader
-from verl_bundle.airgap.manifest_read import find_root, from_dict, iter_paths, load, loads
-from verl_bundle.airgap.manifest_values import (
+# The asset bundle's manifest (airgap/contract/assets.py) shares the typed table reader `_Reader`.
+from verl_bundle.airgap.contract.manifest_read import _Reader as _Reader
+from verl_bundle.airgap.contract.manifest_read import find_root, from_dict, iter_paths, load, loads
+from verl_bundle.airgap.contract.manifest_values import (
     BOOTSTRAP,
     BOOTSTRAP_PHASE,
     DOCTOR,
@@ -48,7 +48,7 @@ from verl_bundle.airgap.manifest_values import (
     Toolchain,
     canonical,
 )
-from verl_bundle.airgap.manifest_write import dumps, to_dict
+from verl_bundle.airgap.contract.manifest_write import dumps, to_dict
 
 __all__ = [
     "BOOTSTRAP",

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from verl_bundle.airgap import render
-from verl_bundle.airgap.signatures import SIGNATURES, Signature, values_near
+from verl_bundle.airgap.explain.signatures import SIGNATURES, Signature, values_near
 
 TAIL_LINES = 20
 EVIDENCE_CHARS = 240

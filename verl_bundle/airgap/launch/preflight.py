@@ -23,12 +23,12 @@ from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from verl_bundle.airgap import render
-from verl_bundle.airgap import verlconfig as vc
 from verl_bundle.airgap.doctor.commands import Run, run
 from verl_bundle.airgap.doctor.devices import Gpu, torchrun_problems, visible_devices
 from verl_bundle.airgap.doctor.gpus import BUSY_MIB, GpuListing, list_gpus
 from verl_bundle.airgap.doctor.node import _open_files
 from verl_bundle.airgap.doctor.registry import Check, found, ok
+from verl_bundle.airgap.launch import verlconfig as vc
 
 MIN_OPEN_FILES = 65536
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from verl_bundle.airgap import manifest as mf
-from verl_bundle.airgap import readiness
+from verl_bundle.airgap.contract import manifest as mf
+from verl_bundle.airgap.postinstall import readiness
 
 
 @dataclass(frozen=True)

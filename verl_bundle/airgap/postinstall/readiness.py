@@ -24,10 +24,10 @@ import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict
 
-from verl_bundle.airgap import manifest as mf
 from verl_bundle.airgap import render
+from verl_bundle.airgap.contract import manifest as mf
 
-PROBE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "readiness_probe.py")
+PROBE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "probe.py")
 TABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "readiness.json")
 DEFAULT_PURPOSE = "ppo-fsdp-vllm"
 
@@ -296,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=1800, help="seconds for the probe")
     ap.add_argument("--json", action="store_true", help="print the versioned JSON envelope")
     args = ap.parse_args(argv)
-    from verl_bundle.airgap.readiness_run import run_readiness  # it imports this module
+    from verl_bundle.airgap.postinstall.probing import run_readiness  # it imports this module
 
     try:
         manifest = mf.load(args.bundle)

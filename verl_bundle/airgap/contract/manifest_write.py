@@ -1,6 +1,6 @@
 """Writing manifest.json from `manifest`'s values (the host's bundle stage calls `dumps`).
 
-Import through `verl_bundle.airgap.manifest` (`manifest.dumps`). Standard library only,
+Import through `verl_bundle.airgap.contract.manifest` (`manifest.dumps`). Standard library only,
 Python 3.8+ (the bundle carries it).
 """
 
@@ -10,7 +10,7 @@ import dataclasses
 import json
 from typing import Any
 
-from verl_bundle.airgap.manifest_values import File, Manifest
+from verl_bundle.airgap.contract.manifest_values import File, Manifest
 
 
 def to_dict(m: Manifest) -> dict[str, Any]:

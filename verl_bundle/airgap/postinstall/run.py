@@ -19,17 +19,17 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
-from verl_bundle.airgap import readiness
-from verl_bundle.airgap import readiness_run as run
-from verl_bundle.airgap.manifest import (
+from verl_bundle.airgap.contract.manifest import (
     Manifest,
     ManifestError,
     canonical,
     find_root,
     load,
 )
-from verl_bundle.airgap.probed import Result, check_gpu, check_imports, check_torch
-from verl_bundle.airgap.readiness import Facts
+from verl_bundle.airgap.postinstall import probing as run
+from verl_bundle.airgap.postinstall import readiness
+from verl_bundle.airgap.postinstall.judge import Result, check_gpu, check_imports, check_torch
+from verl_bundle.airgap.postinstall.readiness import Facts
 
 try:  # Python 3.8+
     from importlib import metadata as importlib_metadata
@@ -267,7 +267,7 @@ def main(argv: list[str]) -> int:
 
 
 def _readiness(report: readiness.ReadinessReport, skipped: list[str]) -> tuple[Result, str]:
-    """Ready to train, not just installed (airgap/readiness.py), for a bundle with verl.
+    """Ready to train, not just installed (airgap/postinstall/readiness.py), for a bundle with verl.
 
     Not ready fails the post-install checks, unless the profile declares that limit or phases
     were skipped on purpose: then it is reported (with why) and the install stands."""

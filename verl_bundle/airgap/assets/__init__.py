@@ -1,0 +1,1 @@
+"""Placing an asset bundle (models, datasets) and checking what was placed."""

@@ -1,0 +1,1 @@
+"""The host<->server contract: the manifests, names, hashing and events."""

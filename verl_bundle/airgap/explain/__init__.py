@@ -1,0 +1,1 @@
+"""Matching a failed run's log to known causes and offline fixes."""

@@ -1,0 +1,1 @@
+"""Before a launch: preflight of a node's GPUs, variables and verl settings."""

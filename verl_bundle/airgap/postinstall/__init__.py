@@ -1,0 +1,1 @@
+"""After the install: what is installed, and whether verl's trainer can start (readiness)."""
