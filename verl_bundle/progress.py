@@ -1,4 +1,5 @@
-"""The one progress helper: a bar on stderr when it is a terminal, silence otherwise.
+"""The one progress helper: a bar on stderr when it is a terminal; otherwise (CI, a pipe, a log
+file) one line every 30 s while work is in flight, so a long build is never silent for minutes.
 
 A note (a fallback taken, a cut-off not applied) is said once per run, however many times a
 stage reaches the same conclusion. rich is imported only when bars are drawn.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Protocol
@@ -25,21 +27,43 @@ class Reporter(Protocol):
 
 
 class Silent:
-    """Used when stderr is not a terminal (CI, pipes, tests): notes still go to stderr."""
+    """Used when stderr is not a terminal (CI, pipes, tests): notes still go to stderr, and
+    while work started with `start` is in flight, one line every `every` seconds says what the
+    last status was and how many of the started pieces (files) and bytes are done."""
 
-    def __init__(self, quiet: bool = False) -> None:
+    def __init__(self, quiet: bool = False, every: float = 30.0) -> None:
         self.quiet = quiet
+        self.every = every
         self._lock = threading.Lock()
         self._said: set[str] = set()
+        self._status = ""
+        self._began = time.monotonic()
+        self._flight: dict[int, list[int]] = {}  # handle -> [bytes done, bytes expected]
+        self._next = 0
+        self._finished = [0, 0]  # pieces, bytes
+        self._ticker: threading.Thread | None = None
+        self._closed = threading.Event()
 
     def start(self, label: str, total: int | None) -> object:
-        return label
+        with self._lock:
+            self._next += 1
+            self._flight[self._next] = [0, total or 0]
+            if not self.quiet and self._ticker is None:
+                self._ticker = threading.Thread(target=self._tick, daemon=True)
+                self._ticker.start()
+            return self._next
 
     def advance(self, handle: object, amount: int) -> None:
-        pass
+        with self._lock:
+            if (piece := self._flight.get(handle)) is not None:  # type: ignore[call-overload]
+                piece[0] += amount
 
     def done(self, handle: object) -> None:
-        pass
+        with self._lock:
+            piece = self._flight.pop(handle, None)  # type: ignore[call-overload]
+            if piece is not None:
+                self._finished[0] += 1
+                self._finished[1] += piece[0]
 
     def note(self, message: str) -> None:
         """Something the user should know (a fallback taken, a cut-off not applied)."""
@@ -51,7 +75,42 @@ class Silent:
                 print(message, file=sys.stderr, flush=True)
 
     def status(self, message: str) -> None:
-        """Progress ("resolving ..."): shown on a terminal only."""
+        """Progress ("resolving ..."): shown on a terminal; here, it heads the periodic line."""
+        with self._lock:
+            self._status = message.rstrip(" .")
+
+    def line(self) -> str:
+        """What is in flight now, in one line."""
+        with self._lock:
+            flight = list(self._flight.values())
+            pieces, finished = self._finished
+            status = self._status
+        seconds = int(time.monotonic() - self._began)
+        moving = sum(p[0] for p in flight)
+        expected = sum(max(p) for p in flight)
+        head = f"[{seconds // 60}m{seconds % 60:02d}s] {status or 'working'}:"
+        return (
+            f"{head} {pieces} done ({_size(finished)}), {len(flight)} in flight "
+            f"({_size(moving)} of {_size(expected)})"
+        )
+
+    def _tick(self) -> None:
+        """Every `every` seconds while something is in flight; the thread ends when nothing
+        is (the next `start` begins another)."""
+        while not self._closed.wait(self.every):
+            with self._lock:
+                if not self._flight:
+                    self._ticker = None
+                    return
+            print(self.line(), file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        """No more periodic lines (the run is over, whatever is still winding down)."""
+        self._closed.set()
+
+
+def _size(count: int) -> str:
+    return f"{count / 1e9:.2f} GB" if count >= 10**8 else f"{count / 1e6:.1f} MB"
 
 
 class Bars:
@@ -82,7 +141,11 @@ class Bars:
 @contextmanager
 def reporter(quiet: bool = False) -> Iterator[Reporter]:
     if quiet or not sys.stderr.isatty():
-        yield Silent(quiet)
+        silent = Silent(quiet)
+        try:
+            yield silent
+        finally:
+            silent.close()
         return
     from rich.console import Console
     from rich.progress import (

@@ -1,0 +1,67 @@
+"""The progress helper without a terminal: a line at a fixed interval while work is in flight
+(downloads: files and bytes done), none once it is over, none at all when quiet."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from pkgindex import Server, build_wheel
+
+from verl_bundle.airgap.contract.hashing import sha256_file
+from verl_bundle.net.cache import Cache
+from verl_bundle.net.download import Downloader, Want
+from verl_bundle.net.http import Http
+from verl_bundle.progress import Silent
+
+SIZE = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("files")
+    build_wheel(root, "slow", "1.0", payload_bytes=SIZE)
+    build_wheel(root, "quick", "1.0", payload_bytes=SIZE // 2)
+    return root
+
+
+def _want(server: Server, path: Path) -> Want:
+    url = f"{server.url}/files/{path.name}"
+    return Want(path.name.split("-")[0], path.name, url, "mirror", sha256_file(path), None)
+
+
+def test_a_slow_download_is_reported_at_each_interval_with_files_and_bytes_done(
+    tmp_path: Path, server: Server, files: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    slow, quick = sorted(files.glob("slow-*.whl")), sorted(files.glob("quick-*.whl"))
+    server.faults.slow[slow[0].name] = (64 << 10, 0.1)  # about 1.6 s for the file
+    silent = Silent(every=0.2)
+    silent.status("fetching 2 files ...")
+    d = Downloader(Cache(tmp_path / "c"), Http(), silent)
+    d.fetch(_want(server, quick[0]))
+    d.fetch(_want(server, slow[0]))
+    time.sleep(0.5)  # more than an interval with nothing in flight: no line
+    silent.close()
+    lines = [line for line in capsys.readouterr().err.splitlines() if line]
+    assert len(lines) >= 3, lines  # several intervals passed during the slow download
+    assert all(line.split("] ")[1].startswith("fetching 2 files: 1 done (") for line in lines)
+    assert all(" 1 in flight (" in line for line in lines)
+    quick_mb = f"{quick[0].stat().st_size / 1e6:.1f} MB"
+    assert f"1 done ({quick_mb})" in lines[0]
+    moved = [float(line.rsplit("(", 1)[1].split(" MB")[0]) for line in lines]
+    assert moved == sorted(moved) and moved[-1] > moved[0]  # the bytes in flight grow
+    assert silent.line().endswith("0 in flight (0.0 MB of 0.0 MB)")
+    assert "2 done (" in silent.line()
+
+
+def test_quiet_says_nothing_and_a_closed_reporter_stops(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    quiet = Silent(quiet=True, every=0.05)
+    quiet.advance(quiet.start("a", 10), 5)
+    loud = Silent(every=0.05)
+    loud.start("b", 10)
+    loud.close()
+    time.sleep(0.3)
+    assert capsys.readouterr().err == ""
