@@ -3,7 +3,7 @@
 For each profile (cu121, cu124, cu130 by default) builds the bundle for cp310 on this host
 (whatever its Python), rehearses it with Python 3.10 and the network cut, imports torch, vllm,
 verl and transformers from the resulting venv, then runs readiness there (still without network):
-whether verl's trainer can start, and if not, which module fails and why. Prints what the README
+whether verl's trainer can start, and if not, which module fails and why. Prints what docs/benchmarks.md
 records: packages, bytes, build and install times, and one readiness verdict per profile.
 Not part of `make test`: it needs the internet and several GB of disk.
 """

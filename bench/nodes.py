@@ -5,7 +5,7 @@ The bundle is built and extracted once (untimed) and served as it is by `python3
 http.server` on 127.0.0.1. A "node" is a separate --work copy and --prefix; the N installs
 are started together and timed until the last one ends. Each node's fetch time comes from its
 `fetch` step event (--events). The goal is near-flat: N nodes take about as long as one, which
-needs N times the cores and disk bandwidth of one install (see the README for this machine).
+needs N times the cores and disk bandwidth of one install (see docs/benchmarks.md).
 
     python bench/nodes.py [--runs N] [--size 200M] [--nodes 1,2,4] [--json]
 """

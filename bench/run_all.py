@@ -1,4 +1,4 @@
-"""Run every benchmark one after another and print a summary the README can quote.
+"""Run every benchmark one after another and print a summary docs/benchmarks.md can quote.
 
     python bench/run_all.py [--runs N] [--size 1G] [--json] [--only NAME]...
 

@@ -106,7 +106,7 @@ class Stack:
         )
 
     def write_profile(self, directory: Path, name: str = "bench") -> Path:
-        """A user profile (README, "Profile format") asking for exactly these pins."""
+        """A user profile (docs/profiles.md, "Profile format") asking for exactly these pins."""
         directory.mkdir(parents=True, exist_ok=True)
         reqs = ", ".join(json.dumps(w.pin) for w in self.requirements)
         path = directory / f"{name}.toml"

@@ -55,7 +55,12 @@ SERVED = "verl_bundle/airgap/verify/served.py"
 
 
 def bundle_name(lock: Lock) -> str:
-    return f"verl-bundle-{lock.profile}-{lock.target.python_tag}-{lock.target.platform}"
+    return name_for(lock.profile, lock.target)
+
+
+def name_for(profile: str, target: Target) -> str:
+    """A bundle's name (its tarball's stem and top directory), from its profile and target."""
+    return f"verl-bundle-{profile}-{target.python_tag}-{target.platform}"
 
 
 def check_phases(lock: Lock, profile: Profile, where: str = "the lock") -> None:

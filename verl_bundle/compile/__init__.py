@@ -31,7 +31,7 @@ from verl_bundle.progress import Reporter
 __all__ = ["CompileOptions", "Outcome", "SourceCompiler"]
 
 # Measured host figures: CPU-core-minutes to compile one GPU architecture. flash-attn: `make
-# compile-real` (README, "Compiling on the host"): 2.8.3 with nvcc 13.0 and gcc 12 for sm90, all
+# compile-real` (docs/benchmarks.md): 2.8.3 with nvcc 13.0 and gcc 12 for sm90, all
 # 73 objects, on an idle 2-core host on 2026-12-01: 100 min at MAX_JOBS=2, and 186 CPU-minutes for
 # the whole target (build venv, compile, bundle and its rehearsal), so about 180 for the compile.
 # (The first figure, 440, extrapolated 12 objects compiled on a loaded host.)
