@@ -36,15 +36,17 @@ typecheck: $(STAMP)
 
 # Build a bundle from the real indexes (needs the internet): make bundle CUDA=11.8 PY=3.10
 # Through intranet mirrors: make bundle MIRRORS="pypi=https://nexus/simple pytorch-cu118=https://..."
-# (one --mirror NAME=URL each; the command is not echoed, so credentials in a URL stay unseen).
+# (one --mirror NAME=URL each; the command is not echoed, so credentials in a URL stay unseen;
+# `verl-bundle profiles show NAME --mirrors` prints the MIRRORS= line with every location NAME needs).
 # A profile by name instead of --cuda: make bundle PROFILE=cu118-legacy
 MIRRORS ?=
 PROFILE ?=
 STACK = $(if $(PROFILE),--profile $(PROFILE),--cuda $(CUDA))
+# The last line printed is the tarball's path (build's own last line).
 bundle: $(STAMP)
+	@echo "the CLI is $(BIN)/verl-bundle (or: source $(BIN)/activate)"
 	@echo "$(BIN)/verl-bundle build $(STACK) --python $(PY) --output $(OUT)$(if $(MIRRORS), [$(words $(MIRRORS)) --mirror])"
 	@$(BIN)/verl-bundle build $(STACK) --python $(PY) --output $(OUT) $(foreach m,$(MIRRORS),--mirror '$(m)')
-	@echo "the CLI is $(BIN)/verl-bundle (or: source $(BIN)/activate)"
 
 # The real stacks from the real index (several GB each; needs the internet): build cu121, cu124
 # and cu130 for cp310, rehearse each with Python 3.10 and no network, import torch, vllm, verl and

@@ -22,6 +22,10 @@ if [ -z "$py" ]; then
   done
 fi
 py=${py:-python3}
+case $py in */*) [ -e "$py" ] ;; *) command -v "$py" >/dev/null ;; esac || {
+  echo "doctor: $py: no such file; use --python PATH or PYTHON=PATH ./doctor with a Python 3.8 or newer (from the intranet OS mirror or the install media)." >&2
+  exit 2
+}
 
 # X.Y of the interpreter, asked in a form Python 2 understands too, with nothing from the
 # environment or site (-E -s -S); nothing when it does not run.

@@ -8,6 +8,7 @@ import json
 import os
 import resource
 import signal
+import socket
 import subprocess
 import sys
 import tarfile
@@ -223,6 +224,27 @@ def test_unknown_repository(
     code, _, err = assets(tmp_path, capsys, "--model", "tiny/nothing")
     assert code == 1
     assert "model tiny/nothing@main" in one_line(err) and "repository not found" in err
+    assert final_files(tmp_path / "out") == []
+
+
+def test_an_unreachable_hub_names_the_mirror_option_and_the_offline_ways(
+    hub: FakeHub,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Running again would fail the same way: the line says --hf-endpoint and what to do
+    without a mirror, not "run again"."""
+    with socket.socket() as sock:  # a port on 127.0.0.1 that nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+    code, _, err = assets(tmp_path, capsys, "--model", "tiny/model")
+    assert code == 1
+    line = one_line(err)
+    assert f"model tiny/model@main at http://127.0.0.1:{port}: cannot reach the Hub" in line
+    assert "--hf-endpoint URL" in line and "HF_HUB_OFFLINE=1" in line
+    assert "run again" not in line
     assert final_files(tmp_path / "out") == []
 
 

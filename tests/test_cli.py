@@ -550,6 +550,8 @@ def test_make_bundle_passes_each_mirror_and_shows_no_secret(stack: Stack, tmp_pa
     assert f"[{len(urls)} --mirror]" in proc.stdout
     assert "the CLI is .venv/bin/verl-bundle (or: source .venv/bin/activate)" in proc.stdout
     assert stack.pypi.file_requests()  # the build went through the mirror
+    # the last line is the path it wrote, whole
+    assert proc.stdout.strip().splitlines()[-1] == str((out / f"{NAME}.tar").resolve())
 
 
 def test_debug_shows_the_traceback(capsys: pytest.CaptureFixture[str]) -> None:
@@ -558,3 +560,27 @@ def test_debug_shows_the_traceback(capsys: pytest.CaptureFixture[str]) -> None:
     assert run(["build", "--cuda", "9.0"], capsys).code == 2  # one line without --debug
     with pytest.raises(UsageError, match=r"no built-in profile is made for CUDA 9\.0"):
         run(["--debug", "build", "--cuda", "9.0"], capsys)
+
+
+@pytest.mark.parametrize(
+    ("args", "command", "code", "says"),
+    [
+        (["build", "--cuda", "9.0"], "build", 2, "no built-in profile is made for CUDA 9.0"),
+        (["profiles", "show", "nope"], "profiles show", 2, "no built-in profile of that name"),
+        (["build", "--bogus"], "build", 2, "No such option: --bogus"),
+        (["verify", "/nonexistent.tar"], "verify", 2, "/nonexistent.tar: no such file"),
+    ],
+)
+def test_an_error_with_json_is_the_envelope_on_stdout(
+    capsys: pytest.CaptureFixture[str], args: list[str], command: str, code: int, says: str
+) -> None:
+    """A script reading stdout always gets one document: `ok` false, the message and the exit
+    code; people still get the one line on stderr."""
+    result = run([*args, "--json"], capsys)
+    assert result.code == code
+    doc = json.loads(result.out)
+    assert doc["schema"] == 1 and doc["command"] == command
+    assert doc["ok"] is False and doc["result"] is None
+    assert says in doc["error"]["message"] and doc["error"]["exit_code"] == code
+    assert result.err.strip() == f"error: {doc['error']['message']}"
+    assert run(args, capsys).out == ""  # without --json, nothing on stdout

@@ -82,8 +82,22 @@ def test_an_old_python_gets_the_sentence_not_a_traceback(tmp_path: Path, version
     on_path = doctor(bundle, "--json", env=env, cwd=tmp_path)
     assert on_path.returncode == 4 and "Traceback" not in on_path.stderr
     assert f"is Python {version}, {TOO_OLD}" in on_path.stderr
-    missing = doctor(bundle, env={**env, "PYTHON": str(tmp_path / "nope")}, cwd=tmp_path)
-    assert missing.returncode == 4 and "does not run: needs Python 3.8+" in missing.stderr
+
+
+def test_a_python_that_is_not_there_is_a_usage_error(tmp_path: Path) -> None:
+    bundle = make_bundle(tmp_path / "bundle")
+    env = clean_environ(tmp_path)
+    nope = tmp_path / "nope"
+    for given in (["--python", str(nope)], []):
+        run_env = env if given else {**env, "PYTHON": str(nope)}
+        missing = doctor(bundle, *given, env=run_env, cwd=tmp_path)
+        assert missing.returncode == 2, missing.stderr
+        assert missing.stderr.startswith(f"doctor: {nope}: no such file; use --python PATH")
+    not_a_python = tmp_path / "python3"
+    not_a_python.write_text("#!/bin/sh\nexit 1\n")
+    not_a_python.chmod(0o755)
+    broken = doctor(bundle, "--python", str(not_a_python), env=env, cwd=tmp_path)
+    assert broken.returncode == 4 and "does not run: needs Python 3.8+" in broken.stderr
 
 
 def test_the_doctor_runs_isolated(tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
 """The README and docs/ tell the truth about the code: every command has a row naming every option
 its --help lists (on the host, `verl-bundle ...`, and on the server, `./doctor`, `./install.sh`),
 every profile's row names the locations it needs beyond the default index, the quick start's
-bundle name is the one `build` writes, and every link between the documents resolves."""
+bundle name and mirror lines are the ones the code gives, and every link between the documents resolves."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from verl_bundle.airgap import doctor
 from verl_bundle.airgap.install.options import usage
 from verl_bundle.bundle.plan import name_for
 from verl_bundle.catalog import builtin_profiles, profile_for_cuda, target_for
+from verl_bundle.mirrors import make_mirrors, mirror_args, needs
 from verl_bundle.profile import Profile
 from verl_bundle.render_profile import profile_sources
 
@@ -120,6 +121,11 @@ def test_the_quick_start_bundle_name_is_the_one_build_writes() -> None:
     profile = profile_for_cuda(cuda)
     name = name_for(profile.name, target_for(profile, python, None))
     assert f"bundles/{name}.tar" in README
+    # the mirror lines are the ones `profiles show NAME --mirrors` prints for that profile
+    found = needs(profile)
+    assert f"    {mirror_args(found)}\n" in README
+    assert f"    make bundle PROFILE={profile.name} {make_mirrors(found)}\n" in README
+    assert f"verl-bundle profiles show {profile.name} --mirrors" in README
     # every bundle name the README prints is that one
     assert set(re.findall(r"verl-bundle-[a-z0-9.-]+-cp\d+-[a-z0-9_]+", README)) == {name}
 

@@ -168,3 +168,31 @@ def test_two_nodes_install_from_one_served_copy(
         assert "install.sh: fetched " in (gather / f"{node}.install.log").read_text()
         doc = json.loads((gather / f"{node}.json").read_text())
         assert doc["command"] == "doctor" and doc["result"]["host"]["fingerprint"]
+
+
+def test_paths_in_the_script_and_the_submit_line_are_resolved(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`../` in what the user typed is not carried into the script (issue 26)."""
+    (tmp_path / "cluster").mkdir()
+    (tmp_path / "bundles" / "verl-bundle-x").mkdir(parents=True)
+    tarball = tmp_path / "bundles" / "b.tar"
+    subprocess.run(["tar", "-cf", str(tarball), "-C", str(tmp_path / "bundles"), "verl-bundle-x"])
+    up = tmp_path / "cluster" / ".."
+    out, gather = up / "job.sbatch", up / "results"
+    r = run(
+        [
+            "slurm",
+            "install",
+            str(up / "bundles" / "b.tar"),
+            "-o",
+            str(out),
+            "--gather",
+            str(gather),
+        ],
+        capsys,
+    )
+    assert r.code == 0 and r.last_line == f"sbatch {tmp_path / 'job.sbatch'}"
+    text = (tmp_path / "job.sbatch").read_text()
+    assert str(tarball) in text and str(tmp_path / "results") in text
+    assert "/../" not in text

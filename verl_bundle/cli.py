@@ -236,13 +236,23 @@ def profiles_list(ctx: typer.Context, json_out: Json = False) -> None:
 def profiles_show(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="A built-in profile name or a path.")],
+    mirrors: Annotated[
+        bool,
+        typer.Option(
+            "--mirrors",
+            help="Print only the locations a build needs, what each serves, and the whole "
+            "--mirror NAME=URL line to build behind intranet mirrors (its last line).",
+        ),
+    ] = False,
     json_out: Json = False,
 ) -> None:
     """Print one profile: where its files come from, then the profile file itself."""
     from verl_bundle import render_profile
     from verl_bundle.catalog import find_profile
 
-    show(ctx, render_profile.profile(find_profile(name)), json_out)
+    found = find_profile(name)
+    shown = render_profile.mirrors(found) if mirrors else render_profile.profile(found)
+    show(ctx, shown, json_out)
 
 
 # `verl-bundle assets` (models and datasets for the air gap) lives in cli_assets.py.
@@ -274,15 +284,38 @@ def toolchain_cmd(
 # -- the boundary ------------------------------------------------------------------------------
 
 
-def _fail(session: Session, message: str, code: int) -> int:
-    typer.echo(f"error: {session.redact(message)}", err=True)
+def _fail(session: Session, message: str, code: int, json_for: str | None) -> int:
+    """The error as one line on stderr; with --json also the envelope on stdout (`ok: false`,
+    the message and the exit code), so that a script reading stdout gets a document."""
+    line = session.redact(message)
+    typer.echo(f"error: {line}", err=True)
+    if json_for is not None:
+        from verl_bundle.render import error_json
+
+        typer.echo(error_json(json_for, line, code))
     return code
+
+
+def command_of(command: object, args: list[str]) -> str:
+    """The command an argument list names (`profiles show`), by walking typer's groups; the
+    program's name when it names none."""
+    names: list[str] = []
+    for arg in args:
+        if arg.startswith("-"):
+            continue
+        sub = getattr(command, "commands", {}).get(arg)
+        if sub is None:
+            break
+        names.append(arg)
+        command = sub
+    return " ".join(names) or "verl-bundle"
 
 
 def run(args: list[str], session: Session) -> int:
     """Run one command line; return its exit code. Every error ends here as one line."""
     click_error = opt.click_error()
     command = typer.main.get_command(app)
+    json_for = command_of(command, args) if "--json" in args else None
     try:
         if not args:  # `verl-bundle` alone: the help, and the usage exit code
             command.main(["--help"], prog_name="verl-bundle", standalone_mode=False)
@@ -291,20 +324,21 @@ def run(args: list[str], session: Session) -> int:
     except BundleError as exc:
         if session.debug:
             raise
-        return _fail(session, str(exc), exc.exit_code)
+        return _fail(session, str(exc), exc.exit_code, json_for)
     except typer.Abort:  # older typer turns Ctrl-C into Abort
-        return _fail(session, INTERRUPTED, EXIT_INTERRUPTED)
+        return _fail(session, INTERRUPTED, EXIT_INTERRUPTED, json_for)
     except click_error as exc:
-        return _fail(session, opt.usage_line(exc), getattr(exc, "exit_code", EXIT_USAGE))
+        code = getattr(exc, "exit_code", EXIT_USAGE)
+        return _fail(session, opt.usage_line(exc), code, json_for)
     except KeyboardInterrupt:
-        return _fail(session, INTERRUPTED, EXIT_INTERRUPTED)
+        return _fail(session, INTERRUPTED, EXIT_INTERRUPTED, json_for)
     except OSError as exc:
         if session.debug:
             raise
         where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
-        return _fail(session, f"{where}{exc.strerror or exc}", EXIT_FAILED)
+        return _fail(session, f"{where}{exc.strerror or exc}", EXIT_FAILED, json_for)
     if code == EXIT_INTERRUPTED:  # typer turns Ctrl-C inside a command into Exit(130)
-        return _fail(session, INTERRUPTED, EXIT_INTERRUPTED)
+        return _fail(session, INTERRUPTED, EXIT_INTERRUPTED, json_for)
     return code if isinstance(code, int) else 0
 
 

@@ -56,12 +56,13 @@ def lock_cmd(
     with location, URL, sha256 and size. Nothing else is downloaded, except direct artifacts
     whose hash the profile does not give."""
     from verl_bundle import render
+    from verl_bundle.mirrors import naming_the_rest
     from verl_bundle.pipeline import check_lock, make_lock
     from verl_bundle.progress import reporter
 
     options = StackOptions(cuda, profile, python, platform, mirror, cache_dir, jobs)
     req = options.request(session_of(ctx))
-    with reporter(quiet=json_out) as rep:
+    with reporter(quiet=json_out) as rep, naming_the_rest(req.profile, req.mirrors):
         if check:
             shown = render.lock_check(check_lock(req, output, rep))
         else:
@@ -106,6 +107,7 @@ def build_cmd(
     The last line printed is the tarball's path; <tarball>.sha256 is written beside it."""
     from verl_bundle import render
     from verl_bundle.compile import CompileOptions
+    from verl_bundle.mirrors import naming_the_rest
     from verl_bundle.pipeline import BuildRequest, build
     from verl_bundle.progress import reporter
 
@@ -113,7 +115,7 @@ def build_cmd(
     compiling = CompileOptions(compile_mode.value, cuda_archs, cuda_home, cc, cxx, host_python)
     stack = options.request(session_of(ctx))
     req = BuildRequest(stack, output, lock_file, compress.value, compiling, with_python)
-    with reporter(quiet=json_out) as rep:
+    with reporter(quiet=json_out) as rep, naming_the_rest(stack.profile, stack.mirrors):
         shown = render.build(build(req, rep))
     show(ctx, shown, json_out)
 

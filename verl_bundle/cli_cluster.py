@@ -122,12 +122,12 @@ def slurm_install_cmd(
     from verl_bundle.cluster.slurm import SlurmInstall, write_install
 
     req = SlurmInstall(
-        _tarball(tarball, from_url),
-        output,
-        gather,
+        _tarball(tarball, from_url).resolve(),
+        output.resolve(),
+        gather.resolve(),
         prefix,
         nodes,
-        shared_path,
+        shared_path.resolve() if shared_path else None,
         no_network,
         python,
         from_url,
@@ -147,7 +147,7 @@ def slurm_ray_cmd(
     offline variables set, then runs the given command (verl's trainer) on the head."""
     from verl_bundle.cluster.slurm import write_ray
 
-    typer.echo(write_ray(output, prefix, nodes, gpus_per_node, port).submit)
+    typer.echo(write_ray(output.resolve(), prefix, nodes, gpus_per_node, port).submit)
 
 
 ansible_app = command_group(
@@ -175,7 +175,8 @@ def ansible_install_cmd(
     variables: verl_prefix, verl_python, verl_work. Prints the command to run it."""
     from verl_bundle.cluster.ansible import AnsibleInstall, write_playbook
 
-    req = AnsibleInstall(_tarball(tarball, from_url), output, gather, prefix, hosts, url, from_url)
+    where = _tarball(tarball, from_url).resolve()
+    req = AnsibleInstall(where, output.resolve(), gather.resolve(), prefix, hosts, url, from_url)
     typer.echo(write_playbook(req).submit)
 
 

@@ -41,6 +41,14 @@ class Shown:
         return dumps(envelope(self.command, self.ok, self.result))
 
 
+def error_json(command: str, message: str, exit_code: int) -> str:
+    """A failed command's envelope (`--json`): `ok` false, no result, and the one-line message
+    with the exit code, so that stdout is always one document."""
+    doc = envelope(command, False, None)
+    doc["error"] = {"message": message, "exit_code": exit_code}
+    return dumps(doc)
+
+
 def human_size(n: int) -> str:
     size = float(n)
     for unit in ("B", "KB", "MB", "GB"):
@@ -101,7 +109,7 @@ def lock_text(result: LockResult) -> str:
 def build_json(result: BuildResult) -> dict[str, Any]:
     b, w = result.bundle, result.wheelhouse
     return {
-        "bundle": str(b.path),
+        "bundle": str(b.path.resolve()),
         "sha256": b.sha256,
         "size": b.size,
         "files": b.files,
@@ -142,7 +150,7 @@ def build_text(result: BuildResult) -> str:
                 else []
             ),
             f"bundle: {human_size(b.size)}, sha256 {b.sha256}",
-            str(b.path),
+            str(b.path.resolve()),
         ]
     )
 

@@ -87,6 +87,52 @@ def profile_show(p: Profile) -> str:
     return "\n".join(lines)
 
 
+def mirrors_text(p: Profile) -> str:
+    from verl_bundle.mirrors import make_mirrors, mirror_args, needs
+
+    found = needs(p)
+    width = max(len(n.name) for n in found)
+    count = f"{len(found)} location" + ("s" if len(found) > 1 else "")
+    lines = [f"{p.name} builds from {count}; behind a mirror, give each its URL:"]
+    for n in found:
+        public = "the default index" if n.url is None else n.url
+        lines.append(f"  {n.name:<{width}}  {n.describe()}")
+        lines.append(f"  {'':<{width}}  (public: {public})")
+    if not p.interpreter.bundled:
+        lines.append(
+            f"  with --with-python also {p.interpreter.location}=URL (files at "
+            f"<URL>/{p.interpreter.file}: the bundled CPython)"
+        )
+    lines.append(f"make bundle PROFILE={p.name} {make_mirrors(found)}")
+    lines.append(mirror_args(found))
+    return "\n".join(lines)
+
+
+def mirrors_json(p: Profile) -> dict[str, Any]:
+    from verl_bundle.mirrors import mirror_args, needs
+
+    found = needs(p)
+    return {
+        "profile": p.name,
+        "locations": [
+            {
+                "name": n.name,
+                "kind": n.kind,
+                "url": n.url,
+                "serves": list(n.serves),
+                "required": n.required,
+                "path": n.path,
+            }
+            for n in found
+        ],
+        "mirror_args": mirror_args(found),
+    }
+
+
+def mirrors(p: Profile) -> Shown:
+    return Shown("profiles show", True, mirrors_json(p), mirrors_text(p))
+
+
 def profiles(found: list[Profile]) -> Shown:
     return Shown("profiles", True, [profile_summary(p) for p in found], profiles_text(found))
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -138,14 +139,49 @@ def _error(spec: AssetSpec, hub: Hub, exc: BaseException) -> FetchError:
     elif status in (401, 403):
         how = "your HF_TOKEN has no access" if hub.token else "no HF_TOKEN is set"
         msg = f"{where}: access denied (HTTP {status}), {how}; set HF_TOKEN to a read token"
-    elif isinstance(exc, errors.LocalEntryNotFoundError):
-        msg = f"{where}: cannot reach the Hub and the file is not cached; check --hf-endpoint and the network"
+    elif isinstance(exc, errors.LocalEntryNotFoundError) or _unreachable(exc):
+        msg = f"{where}: cannot reach the Hub ({_first_line(exc)}); {UNREACHABLE_FIX}"
     elif isinstance(exc, errors.HfHubHTTPError):
         msg = f"{where}: HTTP {status}; run again (finished files are cached)"
-    else:
-        detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        msg = f"{where}: {detail}; run again (finished files are cached)"
+    else:  # a transfer that broke after it started: a rerun continues it
+        msg = f"{where}: {_first_line(exc)}; run again (finished files are cached)"
     return FetchError(hub.redact(msg))
+
+
+# What to do when the Hub cannot be reached at all: running again would fail the same way.
+UNREACHABLE_FIX = (
+    "behind a mirror of the Hub, give it with --hf-endpoint URL (or HF_ENDPOINT); without one, "
+    "run this command on a host that reaches the Hub and carry the asset bundle in, or copy the "
+    "model's directory to the server yourself and give verl its path "
+    "(actor_rollout_ref.model.path=DIR) with HF_HUB_OFFLINE=1"
+)
+
+# Errors (and words in errors) that mean no connection was made: a name that does not resolve,
+# a refused or timed-out connect, a proxy that refused the tunnel.
+_NO_CONNECTION = re.compile(
+    r"Name or service not known|nodename nor servname|Temporary failure in name resolution|"
+    r"getaddrinfo failed|Connection refused|No route to host|Network is unreachable|"
+    r"connect(ion)? time(d)? ?out|ProxyError",
+    re.I,
+)
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+def _unreachable(exc: BaseException) -> bool:
+    """Whether `exc` (or what it wraps) says the Hub's host was never reached."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # the client wraps its HTTP library's error, which wraps the socket's
+        if seen is None:
+            return False
+        if isinstance(seen, (ConnectionRefusedError, socket.gaierror)):
+            return True
+        if "Connect" in type(seen).__name__ or _NO_CONNECTION.search(str(seen)):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _client_errors() -> tuple[type[BaseException], ...]:
