@@ -1,19 +1,25 @@
 """`verl-bundle slurm install` writes an sbatch script that a real Slurm (tests/slurm.py: two
-slurmd on this machine) runs end to end: the tarball sbcast to each node, the install under
-`unshare -n` into a separate prefix per node, the doctor's JSON gathered for the fleet report."""
+slurmd on this machine) runs end to end: the tarball sbcast to each node, the install into a
+separate prefix per node, one result per node and the run's record gathered for the fleet
+report, and the job failing when a node fails. Values from outside (a tarball's name, paths,
+URLs) are refused or travel quoted: nothing in them runs. The Ray script is test_slurm_ray.py."""
 
 from __future__ import annotations
 
 import json
 import shutil
 import subprocess
+import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from airgap import netns_prefix, python310
 from cli import run
+from fakebundle import bundle_id, fake_bundle
 from slurm import NODES, Slurm, started
+
+HOSTILE = ("a\nb", "$(touch PWNED)", "{{ lookup('pipe', 'touch PWNED') }}", "`touch PWNED`")
 
 
 @pytest.fixture(scope="module")
@@ -22,58 +28,17 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Slurm]:
         yield cluster
 
 
-def test_the_script_is_written_and_names_its_submit_command(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    tarball = tmp_path / "b.tar"
-    (tmp_path / "verl-bundle-x").mkdir()
-    subprocess.run(["tar", "-cf", str(tarball), "-C", str(tmp_path), "verl-bundle-x"], check=True)
-    out = tmp_path / "job.sbatch"
-    r = run(
-        ["slurm", "install", str(tarball), "--nodes", "3", "-o", str(out), "--prefix", "/opt/v-%n"],
-        capsys,
+def submit(slurm: Slurm, script: Path, tmp: Path) -> subprocess.CompletedProcess[str]:
+    """sbatch --wait, with the nodes' TMPDIR under `tmp` (nothing left in /tmp)."""
+    (tmp / "node-tmp").mkdir(exist_ok=True)
+    return subprocess.run(
+        ["sbatch", "--wait", "--chdir", str(tmp), str(script)],
+        env={**slurm.env, "TMPDIR": str(tmp / "node-tmp")},
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        check=False,
     )
-    assert r.code == 0 and r.last_line == f"sbatch {out}"
-    text = out.read_text()
-    assert "#SBATCH --nodes=3" in text and "sbcast --force" in text
-    assert "NAME=verl-bundle-x" in text and "PREFIX=/opt/v-%n" in text
-    assert "srun --ntasks-per-node=1 --kill-on-bad-exit=0" in text
-    assert subprocess.run(["bash", "-n", str(out)], check=False).returncode == 0
-    lint(out)
-    shared = run(
-        ["slurm", "install", str(tarball), "--shared-path", str(tarball), "-o", str(out)], capsys
-    )
-    assert shared.code == 0 and "sbcast" not in out.read_text()
-    missing = run(["slurm", "install", str(tmp_path / "nope.tar"), "-o", str(out)], capsys)
-    assert missing.code == 2 and "no such tarball" in missing.err
-    ray = run(["slurm", "ray", "--prefix", "/opt/v-%n", "-o", str(tmp_path / "ray.sbatch")], capsys)
-    assert ray.code == 0 and '/ray" start --head' in (tmp_path / "ray.sbatch").read_text()
-    assert "HF_HUB_OFFLINE=1" in (tmp_path / "ray.sbatch").read_text()
-    lint(tmp_path / "ray.sbatch")
-
-
-def test_the_served_mode_fetches_on_every_node_and_needs_an_http_url(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    out = tmp_path / "job.sbatch"
-    url = "http://head:8000/verl-bundle-x/"
-    r = run(["slurm", "install", "--from-url", url, "-o", str(out)], capsys)
-    assert r.code == 0 and r.last_line == f"sbatch {out}"
-    text = out.read_text()
-    assert "FROM_URL=http://head:8000/verl-bundle-x  #" in text and "sbcast" not in text
-    assert 'set -- --from "$FROM_URL" --work "$root"' in text
-    assert subprocess.run(["bash", "-n", str(out)], check=False).returncode == 0
-    lint(out)
-    shared = [str(tmp_path / "x.tar"), "--shared-path", str(tmp_path), "-o", str(out)]
-    plain = run(["slurm", "install", *shared, "--gather", str(tmp_path / "g")], capsys)
-    assert plain.code == 0 and "FROM_URL=''  #" in out.read_text()
-    for args, says in [
-        ([], "give the bundle tarball, or --from-url URL"),
-        (["--from-url", "ftp://u:pw@head/b"], "--from-url ftp://u:****@head/b: give the http://"),
-        (["--from-url", url, "--no-network"], "--from-url needs the network"),
-    ]:
-        bad = run(["slurm", "install", *args, "-o", str(out)], capsys)
-        assert bad.code == 2 and says in bad.err, bad.err
 
 
 def lint(script: Path) -> None:
@@ -85,8 +50,176 @@ def lint(script: Path) -> None:
     assert check.returncode == 0, check.stdout
 
 
+def test_the_script_is_written_and_names_its_submit_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tarball = fake_bundle(tmp_path)
+    out = tmp_path / "job.sbatch"
+    r = run(
+        ["slurm", "install", str(tarball), "--nodes", "3", "-o", str(out), "--prefix", "/opt/v-%n"],
+        capsys,
+    )
+    assert r.code == 0 and r.last_line == f"sbatch --wait {out}"
+    text = out.read_text()
+    assert "#SBATCH --nodes=3" in text and 'sbcast --compress --force "$SOURCE"' in text
+    assert "NAME=verl-bundle-fake" in text and "PREFIX=/opt/v-%n" in text
+    assert f"EXPECT_BUNDLE={bundle_id(tarball)}" in text and "MODE=sbcast" in text
+    assert 'exit "$status"' in text  # the job fails when a node failed
+    assert out.stat().st_mode & 0o777 == 0o755
+    assert subprocess.run(["bash", "-n", str(out)], check=False).returncode == 0
+    lint(out)
+    shared = run(
+        ["slurm", "install", str(tarball), "--shared-path", str(tarball), "-o", str(out)], capsys
+    )
+    assert shared.code == 0 and "MODE=shared-tar" in out.read_text()
+    assert f"SOURCE={tarball}  #" in out.read_text()
+    missing = run(["slurm", "install", str(tmp_path / "nope.tar"), "-o", str(out)], capsys)
+    assert missing.code == 2 and "no such tarball" in missing.err
+
+
+def test_the_served_mode_fetches_on_every_node_and_needs_an_http_url(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "job.sbatch"
+    url = "http://head:8000/verl-bundle-x/"
+    r = run(["slurm", "install", "--from-url", url, "-o", str(out)], capsys)
+    assert r.code == 0 and r.last_line == f"sbatch --wait {out}"
+    text = out.read_text()
+    assert "FROM_URL=http://head:8000/verl-bundle-x  #" in text and "MODE=url" in text
+    assert 'args=(--from "$FROM_URL" --work "$root")' in text
+    assert subprocess.run(["bash", "-n", str(out)], check=False).returncode == 0
+    lint(out)
+    secret = run(["slurm", "install", "--from-url", "http://u:pw@head/b/", "-o", str(out)], capsys)
+    assert secret.code == 0 and out.stat().st_mode & 0o777 == 0o700  # a password: owner only
+    for args, says in [
+        ([], "give the bundle tarball, or --from-url URL"),
+        (["--from-url", "ftp://u:pw@head/b"], "--from-url ftp://u:****@head/b: give the http://"),
+        (["--from-url", url, "--no-network"], "--from-url needs the network"),
+        (["--from-url", "http://head/a b/"], "holds spaces or control characters"),
+        (["--from-url", "http://head/x$(touch%20PWNED)/"], "is not a plain bundle name"),
+    ]:
+        bad = run(["slurm", "install", *args, "-o", str(out)], capsys)
+        assert bad.code == 2 and says in bad.err and len(bad.err.splitlines()) == 1, bad.err
+
+
+@pytest.mark.parametrize("name", HOSTILE)
+def test_a_hostile_bundle_name_is_refused_in_one_line(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tarball = tmp_path / "b.tar"
+    with tarfile.open(tarball, "w") as tf:
+        info = tarfile.TarInfo(f"{name}/install.sh")
+        tf.addfile(info)
+    for cmd in (["slurm", "install"], ["ansible", "install"]):
+        r = run([*cmd, str(tarball), "-o", str(tmp_path / "out")], capsys)
+        assert r.code == 2 and "is not a plain bundle name" in r.err, r.err
+        assert len(r.err.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
+
+
+def test_hostile_paths_are_refused_or_quoted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tarball = fake_bundle(tmp_path)
+    out = tmp_path / "job.sbatch"
+    for opt in ("--prefix", "--gather", "--python"):
+        bad = run(["slurm", "install", str(tarball), opt, "/x\ny", "-o", str(out)], capsys)
+        assert bad.code == 2 and "control character" in bad.err and not out.exists(), bad.err
+    spaced = run(["slurm", "install", str(tarball), "--gather", "/a b", "-o", str(out)], capsys)
+    assert spaced.code == 2 and "cannot go on an #SBATCH line" in spaced.err
+    for value in HOSTILE[1:]:
+        prefix = f"/opt/v-%n{value}"
+        r = run(["slurm", "install", str(tarball), "--prefix", prefix, "-o", str(out)], capsys)
+        assert r.code == 0, r.err
+        # The variables' block, run by bash: each value comes back as it was given.
+        block = out.read_text().split("# This run's id")[0]
+        echo = subprocess.run(
+            ["bash", "-c", block + 'printf %s "$PREFIX"'],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert echo.stdout == prefix and not (tmp_path / "PWNED").exists()
+
+
 @pytest.mark.slow
-def test_two_nodes_install_offline_and_gather_their_doctor_results(
+def test_a_failed_node_fails_the_job_and_the_report_names_it(
+    slurm: Slurm, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """n2's install fails: the job exits non-zero, n1's copy is removed, n2's kept; the report
+    names n2's exit code, a node the run did not have, and a stale result of an older run.
+    The prefix holds `$(touch PWNED)`: it is a directory name, nothing runs."""
+    tarball = fake_bundle(tmp_path / "b")
+    gather, out = tmp_path / "results", tmp_path / "install.sbatch"
+    prefix = str(tmp_path / "p-%n$(touch PWNED)")
+    Path(prefix.replace("%n", "n2") + ".fail").touch()
+    args = ["--prefix", prefix, "--gather", str(gather), "-o", str(out)]
+    r = run(["slurm", "install", str(tarball), "--nodes", "2", *args], capsys)
+    assert r.code == 0, r.err
+    job = submit(slurm, out, tmp_path)
+    log = next(gather.glob("slurm-*.out")).read_text()
+    assert job.returncode != 0, log
+    assert "n1: installed and checked" in log
+    kept = [ln for ln in log.splitlines() if ln.startswith("n2: FAILED (install exit 3")]
+    assert kept and "the copy is kept on n2 in " in kept[0], log
+    n2_copy = Path(kept[0].split(" in ")[-1].split(" for a rerun")[0])
+    assert (n2_copy / "bundle" / "install.sh").is_file()  # kept, unpacked, for a rerun
+    # n1's copy is gone, and each node's tarball; what is left is n2's unpacked copy.
+    assert [
+        p for p in (tmp_path / "node-tmp").rglob("*") if p.is_dir() and p.parent.name == "node-tmp"
+    ]
+    left = {p.relative_to(tmp_path / "node-tmp").parts[1] for p in n2_copy.parent.iterdir()}
+    assert left == {n2_copy.name} and n2_copy.name.startswith("n2.")
+    assert (Path(prefix.replace("%n", "n1")) / ".verl-bundle" / "fingerprint").is_file()
+    assert not list(tmp_path.rglob("PWNED")) and not Path("PWNED").exists()
+    record = json.loads((gather / "n2.json").read_text())["result"]
+    assert record["install"]["rc"] == 3 and record["bundle"] == bundle_id(tarball)
+    report = run(["fleet", "report", str(gather)], capsys)
+    assert report.code == 1
+    assert "FAIL n2: install failed: exit 3 (the bundle is damaged)" in report.out
+    assert "FAIL n1" not in report.out and "2 node(s) reported, 2 expected" in report.last_line
+    expect = run(["fleet", "report", str(gather), "--expect", "n[1-3]", "--json"], capsys)
+    result = json.loads(expect.out)["result"]
+    assert expect.code == 1 and result["missing"] == ["n3"]
+    assert ("n3", "missing: no result from this node") in {
+        (p["node"], p["what"]) for p in result["problems"]
+    }
+    # A rerun on one node: the other node's file is an older run's, named stale.
+    Path(prefix.replace("%n", "n2") + ".fail").unlink()
+    r = run(["slurm", "install", str(tarball), "--nodes", "1", *args], capsys)
+    again = submit(slurm, out, tmp_path)
+    assert again.returncode == 0, again.stdout + again.stderr
+    stale = run(["fleet", "report", str(gather)], capsys)
+    assert stale.code == 1 and ": stale: a result of run " in stale.out
+    assert len([ln for ln in stale.out.splitlines() if ": stale: " in ln]) == 1
+
+
+@pytest.mark.slow
+def test_a_tarball_the_batch_node_cannot_read_is_one_line(
+    slurm: Slurm, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tarball = fake_bundle(tmp_path / "b")
+    gather, out = tmp_path / "results", tmp_path / "install.sbatch"
+    r = run(["slurm", "install", str(tarball), "--gather", str(gather), "-o", str(out)], capsys)
+    assert r.code == 0, r.err
+    tarball.unlink()  # the path was this host's only: the batch step does not see it
+    job = submit(slurm, out, tmp_path)
+    log = next(gather.glob("slurm-*.out")).read_text()
+    assert job.returncode != 0
+    said = [ln for ln in log.splitlines() if ln.startswith("verl-bundle: ")]
+    assert said == [
+        f"verl-bundle: {tarball} is not readable on {said[0].split(' on ')[1].split(',')[0]}, "
+        "where this job's batch step runs: put the tarball on storage every node sees and "
+        "write the script again with --shared-path PATH"
+    ], log
+    fake_bundle(tmp_path / "b", version="v2")  # another bundle at the same path
+    job = submit(slurm, out, tmp_path)
+    log = sorted(gather.glob("slurm-*.out"))[-1].read_text()
+    assert job.returncode != 0 and "is not the tarball this script was written for" in log
+
+
+@pytest.mark.slow
+def test_two_nodes_install_offline_and_gather_their_results(
     slurm: Slurm,
     built_bundle: tuple[Path, Path, dict[str, object]],
     tmp_path: Path,
@@ -104,18 +237,20 @@ def test_two_nodes_install_offline_and_gather_their_doctor_results(
         capsys,
     )
     assert r.code == 0, r.err
-    job = slurm.run("sbatch", "--wait", "--chdir", str(tmp_path), str(out), timeout=1200)
+    job = submit(slurm, out, tmp_path)
     log = "\n".join(p.read_text(errors="replace") for p in gather.glob("*.log"))
     assert job.returncode == 0, job.stdout + job.stderr + log
     for node in NODES:
-        assert (gather / f"{node}.install.rc").read_text().strip() == "0", log
         assert (tmp_path / f"prefix-{node}" / "bin" / "python").exists()
-        doc = json.loads((gather / f"{node}.json").read_text())
-        assert doc["command"] == "doctor" and doc["result"]["host"]["fingerprint"]
+        record = json.loads((gather / f"{node}.json").read_text())["result"]
+        assert record["install"]["rc"] == 0 and record["doctor_rc"] == 0
+        assert record["doctor"]["result"]["host"]["fingerprint"]
+    assert not list((tmp_path / "node-tmp").iterdir())  # each node's copy removed
     report = run(["fleet", "report", str(gather), "--json"], capsys)
     result = json.loads(report.out)["result"]
+    assert report.code == 0, report.out
     assert [n["file"] for n in result["nodes"]] == ["n1.json", "n2.json"]
-    assert not [d for d in result["drift"] if d["fact"] == "fingerprint"]
+    assert result["expected"] == ["n1", "n2"] and result["missing"] == []
 
 
 @pytest.mark.slow
@@ -157,17 +292,18 @@ def test_two_nodes_install_from_one_served_copy(
             capsys,
         )
         assert r.code == 0, r.err
-        job = slurm.run("sbatch", "--wait", "--chdir", str(tmp_path), str(out), timeout=1200)
+        job = submit(slurm, out, tmp_path)
     finally:
         server.terminate()
         server.wait()
     log = "\n".join(p.read_text(errors="replace") for p in gather.glob("*.log"))
     assert job.returncode == 0, job.stdout + job.stderr + log
     for node in NODES:
-        assert (gather / f"{node}.install.rc").read_text().strip() == "0", log
         assert "install.sh: fetched " in (gather / f"{node}.install.log").read_text()
-        doc = json.loads((gather / f"{node}.json").read_text())
-        assert doc["command"] == "doctor" and doc["result"]["host"]["fingerprint"]
+        record = json.loads((gather / f"{node}.json").read_text())["result"]
+        assert record["install"]["rc"] == 0 and record["doctor"]["result"]["host"]["fingerprint"]
+    report = run(["fleet", "report", str(gather)], capsys)
+    assert report.code == 0 and report.last_line == "fleet: 2 node(s) agree", report.out
 
 
 def test_paths_in_the_script_and_the_submit_line_are_resolved(
@@ -192,7 +328,7 @@ def test_paths_in_the_script_and_the_submit_line_are_resolved(
         ],
         capsys,
     )
-    assert r.code == 0 and r.last_line == f"sbatch {tmp_path / 'job.sbatch'}"
+    assert r.code == 0 and r.last_line == f"sbatch --wait {tmp_path / 'job.sbatch'}"
     text = (tmp_path / "job.sbatch").read_text()
     assert str(tarball) in text and str(tmp_path / "results") in text
     assert "/../" not in text

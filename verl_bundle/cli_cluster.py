@@ -29,18 +29,33 @@ fleet_app = command_group(
 def fleet_report_cmd(
     ctx: typer.Context,
     directory: Annotated[
-        Path, typer.Argument(help="A directory of doctor --json results, one file per node.")
+        Path,
+        typer.Argument(
+            help="The gathered results: one NODE.json per node (written by the slurm or "
+            "ansible install, or a doctor --json per node) and the run's .run.json."
+        ),
     ],
+    expect: Annotated[
+        str | None,
+        typer.Option(
+            help="The nodes that must have reported: a list (gpu01,gpu02), Slurm's compressed "
+            "form (gpu[01-04]), or a file of names. Default: the run's own list (.run.json).",
+            metavar="NODES",
+        ),
+    ] = None,
     json_out: Json = False,
 ) -> None:
-    """One table of nodes by checks, then what differs between nodes that breaks Ray or NCCL
-    (driver, CUDA, GPUs, glibc, Python patch, environment fingerprint, ulimit -n, /dev/shm,
-    NCCL/GLOO interfaces) and nodes whose interface or MASTER_ADDR does not work. Exit 0 when
-    the nodes agree, 1 on drift, 2 when the results cannot be read."""
+    """One table of nodes by checks, then each node that is missing, stale (from another run or
+    bundle) or failed (its install exit code, its doctor's verdict), and what differs between
+    nodes that breaks Ray or NCCL (driver, CUDA, GPUs, glibc, Python patch, environment
+    fingerprint, the bundle, ulimit -n, /dev/shm, NCCL/GLOO interfaces, and the variables that
+    change a run: HF_*, TRANSFORMERS_OFFLINE, PYTHONPATH, LD_LIBRARY_PATH, NCCL_*, GLOO_*,
+    CUDA_*). Exit 0 when every expected node reported, passed and agrees; 1 when not; 2 when
+    the results cannot be read."""
     from verl_bundle import render
     from verl_bundle.fleet import fleet_report
 
-    show(ctx, render.fleet(fleet_report(directory)), json_out)
+    show(ctx, render.fleet(fleet_report(directory, expect)), json_out)
 
 
 def preflight_cmd(
@@ -116,9 +131,13 @@ def slurm_install_cmd(
     from_url: FromUrl = "",
     output: Written = Path("verl-bundle-install.sbatch"),
 ) -> None:
-    """Write an sbatch script that copies the tarball to every node (sbcast) or reads it from a
-    shared path, installs it and runs the doctor on every node (srun --ntasks-per-node=1), and
-    gathers each node's JSON for `verl-bundle fleet report`. Prints the command to submit it."""
+    """Write an sbatch script that copies the tarball onto every node (sbcast --compress, read
+    where the batch step runs: the path must be the same file there, else the job says so in
+    one line), reads it from --shared-path, or has each node install from --from-url; installs
+    and runs the doctor on every node (srun --ntasks-per-node=1), writes each node's result
+    (install exit code, doctor verdict, bundle, environment) into --gather for `verl-bundle
+    fleet report`, removes each node's copy once installed (keeps it on failure, and says
+    where) and fails the job when any node failed. Prints the command to submit it."""
     from verl_bundle.cluster.slurm import SlurmInstall, write_install
 
     req = SlurmInstall(
@@ -139,15 +158,52 @@ def slurm_install_cmd(
 def slurm_ray_cmd(
     prefix: NodeVenv = "/opt/verl",
     nodes: Nodes = 2,
-    gpus_per_node: Annotated[int, typer.Option(help="GPUs per node (0: do not ask).")] = 0,
+    gpus_per_node: Annotated[
+        str,
+        typer.Option(
+            help="GPUs per node: all (whole nodes, every GPU, #SBATCH --exclusive), a count "
+            "(#SBATCH --gpus-per-node), or 0 for a CPU-only cluster.",
+            metavar="all|N",
+        ),
+    ] = "all",
+    cpus_per_task: Annotated[
+        int, typer.Option(help="CPUs per node for Ray (0: all of the node's).")
+    ] = 0,
+    mem: Annotated[str, typer.Option(help="Memory per node, as sbatch --mem (0: all).")] = "0",
     port: Annotated[int, typer.Option(help="The Ray head's port.")] = 6379,
+    ifname: Annotated[
+        str,
+        typer.Option(
+            help="The cluster network's interface (NCCL/GLOO_SOCKET_IFNAME and Ray's "
+            "addresses); default: the head's first non-loopback address's interface."
+        ),
+    ] = "",
+    wait: Annotated[int, typer.Option(help="Seconds for every node to register with Ray.")] = 600,
+    min_open_files: Annotated[
+        int, typer.Option(help="The ulimit -n the job needs; it stops in one line below it.")
+    ] = 65536,
     output: Written = Path("verl-ray.sbatch"),
 ) -> None:
-    """Write an sbatch script that starts a Ray head and workers from the installed venv with the
-    offline variables set, then runs the given command (verl's trainer) on the head."""
-    from verl_bundle.cluster.slurm import write_ray
+    """Write an sbatch script that starts Ray from each node's installed venv (by absolute
+    path) with the offline variables set and the CPUs and GPUs Slurm gave the job, waits until
+    every node registered with its GPUs, then runs the command given after the script on the
+    head with RAY_ADDRESS set (and, for verl's trainer, trainer.nnodes and
+    trainer.n_gpus_per_node). The job's exit code is the command's."""
+    from verl_bundle.cluster.slurm_ray import SlurmRay, write_ray
 
-    typer.echo(write_ray(output.resolve(), prefix, nodes, gpus_per_node, port).submit)
+    req = SlurmRay(
+        output.resolve(),
+        prefix,
+        nodes,
+        gpus_per_node,
+        cpus_per_task,
+        mem,
+        port,
+        ifname,
+        wait,
+        min_open_files,
+    )
+    typer.echo(write_ray(req).submit)
 
 
 ansible_app = command_group(
@@ -168,15 +224,33 @@ def ansible_install_cmd(
     ] = "",
     gather: Gather = Path("verl-bundle-results"),  # on this controller
     from_url: FromUrl = "",
+    serial: Annotated[
+        str,
+        typer.Option(
+            help="Hosts per batch (a count, or a percentage such as 25%); default: all at once."
+        ),
+    ] = "",
     output: Written = Path("verl-bundle-install.yml"),
 ) -> None:
-    """Write a playbook that copies (or fetches) the tarball to every host, installs it, runs the
-    doctor and gathers each host's JSON here for `verl-bundle fleet report`. Per-host inventory
-    variables: verl_prefix, verl_python, verl_work. Prints the command to run it."""
+    """Write a playbook that copies the tarball to every host (or has each fetch it from --url,
+    or install from one served copy with --from-url, so this controller sends nothing), keyed
+    by the bundle's sha256: a rebuilt tarball is installed again, an installed one only
+    checked (a second run changes nothing). Runs the doctor on every host, gathers each host's
+    result here for `verl-bundle fleet report`, and fails a host whose install or doctor
+    failed. Per-host inventory variables: verl_prefix, verl_python, verl_work. Prints the
+    command to run it."""
     from verl_bundle.cluster.ansible import AnsibleInstall, write_playbook
 
-    where = _tarball(tarball, from_url).resolve()
-    req = AnsibleInstall(where, output.resolve(), gather.resolve(), prefix, hosts, url, from_url)
+    req = AnsibleInstall(
+        _tarball(tarball, from_url).resolve(),
+        output.resolve(),
+        gather.resolve(),
+        prefix,
+        hosts,
+        url,
+        from_url,
+        serial,
+    )
     typer.echo(write_playbook(req).submit)
 
 

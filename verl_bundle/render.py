@@ -266,38 +266,58 @@ def explain(findings: list[Finding], log: str) -> Shown:
 
 
 def fleet(report: FleetReport) -> Shown:
-    """Nodes x checks (the doctor's statuses), then each drift with the nodes on each side,
-    each node's network problem, and a verdict."""
+    """Nodes x (install, checks), then each missing, stale or failed node in one line with its
+    fix, each drift with the nodes on each side, and a verdict."""
     from verl_bundle.airgap.render import LABELS
 
     ids = report.check_ids()
     width = max([len(n.name) for n in report.nodes] + [4])
-    header = f"{'node':<{width}}  " + "  ".join(ids)
+    header = f"{'node':<{width}}  install  " + "  ".join(ids)
+
+    def install(rc: int | None) -> str:
+        return "-" if rc is None else ("ok" if rc == 0 else f"exit {rc}")
+
     rows = [
-        f"{n.name:<{width}}  "
+        f"{n.name:<{width}}  {install(n.install_rc):<7}  "
         + "  ".join(f"{LABELS.get(dict(n.checks).get(i, '-'), '-'):<{len(i)}}" for i in ids)
         for n in report.nodes
     ]
     lines = [header, *rows]
+    for p in report.problems:
+        lines += ["", f"FAIL {p.node}: {p.what}", f"  fix: {p.fix}"]
     for d in report.drift:
         lines += ["", f"DRIFT {d.fact.label}: {d.fact.why}"]
         lines += [f"  {value}: {', '.join(names)}" for value, names in d.groups]
         lines.append(f"  fix: {d.fact.fix}")
-    for p in report.problems:
-        lines += ["", f"FAIL {p.node}: {p.what}", f"  fix: {p.fix}"]
-    count = len(report.nodes)
     if report.ok:
-        verdict = f"fleet: {count} node(s) agree"
+        verdict = f"fleet: {len(report.nodes)} node(s) agree"
     else:
+        failed = len({p.node for p in report.problems})
         verdict = (
-            f"fleet: {count} node(s); {len(report.drift)} drift(s), "
-            f"{len(report.problems)} node problem(s): fix them before starting Ray"
+            f"fleet: {len(report.nodes)} node(s) reported"
+            + (f", {len(report.expected)} expected" if report.expected is not None else "")
+            + f"; {failed} failed, missing or stale, {len(report.drift)} drift(s): "
+            "fix them before starting Ray"
         )
     lines += ["", verdict]
     result = {
         "ok": report.ok,
+        "run": report.run,
+        "expected": list(report.expected) if report.expected is not None else None,
+        "missing": list(report.missing),
         "nodes": [
-            {"name": n.name, "file": n.source, "ok": n.ok, "checks": dict(n.checks), "host": n.host}
+            {
+                "name": n.name,
+                "file": n.source,
+                "run": n.run,
+                "bundle": n.bundle,
+                "install_rc": n.install_rc,
+                "doctor_rc": n.doctor_rc,
+                "ok": n.ok,
+                "checks": dict(n.checks),
+                "host": n.host,
+                "env": n.env,
+            }
             for n in report.nodes
         ],
         "drift": [

@@ -1,14 +1,19 @@
 """`verl-bundle ansible install`: a playbook from templates/ansible-install.yml.j2 for sites
-without Slurm. It copies the tarball from the controller (or fetches it from an intranet URL),
-installs and runs the doctor on every inventory host, and gathers each host's JSON on the
-controller for `verl-bundle fleet report`. Per-host settings are inventory variables."""
+without Slurm. Each host gets its copy of the bundle by copy from the controller, by fetching
+the tarball from an intranet URL (checked against its sha256), or by installing from one served
+copy (install.sh --from); copies live in a work directory of ours keyed by the bundle's
+sha256, so a rebuilt tarball is installed again and an installed one is only checked. Each
+host's result and the run's record are gathered on the controller for `fleet report`."""
 
 from __future__ import annotations
 
+import hashlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from verl_bundle.cluster.slurm import Written, bundle_name, render, served_url
+from verl_bundle.cluster import values
+from verl_bundle.cluster.slurm import Written
 from verl_bundle.errors import UsageError
 
 
@@ -19,31 +24,56 @@ class AnsibleInstall:
     gather: Path  # on the controller: one <host>.json each
     prefix: str = "/opt/verl"  # the default venv (verl_prefix per host overrides it)
     hosts: str = "all"
-    url: str = ""  # fetch from here instead of copying from the controller
+    url: str = ""  # fetch the tarball from here instead of copying it from the controller
     from_url: str = ""  # a served, extracted bundle each host installs from (install.sh --from)
+    serial: str = ""  # hosts per batch (a count or a percentage); '': all at once
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while chunk := fh.read(4 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _source(req: AnsibleInstall) -> tuple[str, str, str, str]:
+    """(mode, bundle name, tarball path, sha256 for url mode), each checked."""
+    if req.from_url:
+        url = values.url_value(req.from_url.rstrip("/"), "--from-url")
+        return "served", values.served_name(url), "", ""
+    tarball = Path(values.path_value(req.tarball.absolute(), "the tarball"))
+    if not tarball.is_file():
+        raise UsageError(f"{req.tarball}: no such tarball")
+    name = values.tarball_name(tarball)
+    if not req.url:
+        return "copy", name, str(tarball), ""
+    values.url_value(req.url, "--url")
+    return "url", name, str(tarball), _sha256(tarball)
 
 
 def write_playbook(req: AnsibleInstall) -> Written:
-    if req.from_url:
-        served_url(req.from_url)
-        name = req.from_url.rstrip("/").rsplit("/", 1)[-1]
-    elif not req.tarball.is_file():
-        raise UsageError(f"{req.tarball}: no such tarball")
-    else:
-        name = bundle_name(req.tarball)
-    text = render(
+    mode, name, tarball, sha256 = _source(req)
+    text = values.render(
         "ansible-install.yml.j2",
         {
             "name": name,
-            "from_url": req.from_url.rstrip("/"),
-            "playbook": req.output,
-            "hosts": req.hosts,
-            "tarball": str(req.tarball.absolute()),
+            "mode": mode,
+            "playbook": values.path_value(req.output, "--output"),
+            "hosts": values.host_pattern(req.hosts),
+            "serial": values.serial_value(req.serial),
+            "tarball": tarball,
+            "sha256": sha256,
             "url": req.url,
-            "gather": str(req.gather.absolute()),
-            "prefix": req.prefix,
+            "from_url": req.from_url.rstrip("/"),
+            "gather": values.path_value(req.gather.absolute(), "--gather"),
+            "prefix": values.path_value(req.prefix, "--prefix"),
         },
     )
     req.gather.mkdir(parents=True, exist_ok=True)
-    req.output.write_text(text, encoding="utf-8")
-    return Written(req.output, f"ansible-playbook -i INVENTORY {req.output}")
+    secret = values.has_credentials(req.url) or values.has_credentials(req.from_url)
+    tmp = req.output.with_name(f".{req.output.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.chmod(0o600 if secret else 0o644)
+    tmp.replace(req.output)
+    return Written(req.output, f"ansible-playbook -i INVENTORY {values.sh_quote(req.output)}")

@@ -1,23 +1,29 @@
-"""`verl-bundle slurm install` / `slurm ray`: sbatch scripts from templates/slurm-*.sbatch.j2.
-The install script copies the tarball to every node (sbcast, or a shared path), installs and
-runs the doctor on every node (srun --ntasks-per-node=1), and gathers each node's JSON into
-one directory for `verl-bundle fleet report`."""
+"""`verl-bundle slurm install`: an sbatch script from templates/slurm-install.sbatch.j2. It
+copies the tarball to every node (sbcast --compress, from the batch node's view of the path),
+or reads it from a shared path, or has each node fetch a served copy; installs and runs the
+doctor on every node (srun --ntasks-per-node=1); writes one result per node and the run's
+record into one directory for `verl-bundle fleet report`; fails the job when any node failed.
+The Ray launch script is slurm_ray.py."""
 
 from __future__ import annotations
 
+import hashlib
+import os
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from verl_bundle.credentials import redact_url
+from verl_bundle.cluster import values
 from verl_bundle.errors import UsageError
+
+SUMS = "SHA256SUMS"
 
 
 @dataclass(frozen=True)
 class SlurmInstall:
     tarball: Path  # as the submitting host sees it
     output: Path  # the sbatch script to write
-    gather: Path  # where each node's doctor JSON lands (a directory every node can write)
+    gather: Path  # where each node's result lands (a directory every node can write)
     prefix: str  # the venv on each node; %n is the node's name
     nodes: int = 2
     shared_path: Path | None = None  # the tarball (or extracted bundle) on a shared filesystem
@@ -32,84 +38,83 @@ class Written:
     submit: str  # the command that submits it
 
 
-def bundle_name(tarball: Path) -> str:
-    """The bundle's directory inside the tarball (its first member's top directory)."""
+def bundle_id_of_tarball(tarball: Path, name: str) -> str:
+    """sha256 of the bundle's SHA256SUMS (its first member; every file's hash, so the bundle's
+    identity), read from the tarball's head; '' when it is not among the first members."""
     try:
         with tarfile.open(tarball) as tf:
-            first = tf.next()
-    except (OSError, tarfile.TarError) as exc:
-        raise UsageError(f"{tarball}: not a readable bundle tarball ({exc})") from None
-    if first is None:
-        raise UsageError(f"{tarball}: an empty tarball, not a bundle")
-    return first.name.split("/", 1)[0]
+            for _ in range(4):
+                member = tf.next()
+                if member is None:
+                    break
+                if member.isfile() and member.name == f"{name}/{SUMS}":
+                    fh = tf.extractfile(member)
+                    return hashlib.sha256(fh.read()).hexdigest() if fh else ""
+    except (OSError, tarfile.TarError):
+        return ""
+    return ""
 
 
-def served_url(url: str, no_network: bool = False) -> None:
-    """A --from-url the nodes can fetch from: http(s), and the network left on."""
-    if not url.startswith(("http://", "https://")):
-        raise UsageError(
-            f"--from-url {redact_url(url)}: give the http:// or https:// URL of the extracted "
-            "bundle as served (python3 -m http.server or nginx in the directory above it)"
-        )
-    if no_network:
-        raise UsageError("--from-url needs the network; leave out --no-network")
+def bundle_id_of_dir(bundle: Path) -> str:
+    try:
+        return hashlib.sha256((bundle / SUMS).read_bytes()).hexdigest()
+    except OSError:
+        return ""
 
 
-def render(template: str, context: dict[str, object]) -> str:
-    from verl_bundle.bundle.plan import render_install
+def _source(req: SlurmInstall) -> tuple[str, str, str, str]:
+    """(mode, source path, bundle name, bundle id) for the request, each checked."""
+    if req.from_url:
+        url = values.url_value(req.from_url.rstrip("/"), "--from-url")
+        if req.no_network:
+            raise UsageError("--from-url needs the network; leave out --no-network")
+        return "url", "", values.served_name(url), ""
+    if req.shared_path is not None:
+        shared = Path(values.path_value(req.shared_path.absolute(), "--shared-path"))
+        if shared.is_dir():
+            name = values.plain_name(shared.name, "--shared-path: its directory name")
+            return "shared-dir", str(shared), name, bundle_id_of_dir(shared)
+        if not shared.is_file():
+            raise UsageError(f"--shared-path {shared}: no such tarball or bundle directory")
+        name = values.tarball_name(shared)
+        return "shared-tar", str(shared), name, bundle_id_of_tarball(shared, name)
+    tarball = Path(values.path_value(req.tarball.absolute(), "the tarball"))
+    if not tarball.is_file():
+        raise UsageError(f"{req.tarball}: no such tarball")
+    name = values.tarball_name(tarball)
+    return "sbcast", str(tarball), name, bundle_id_of_tarball(tarball, name)
 
-    return render_install(context, template)
+
+def write_script(output: Path, text: str, secret: bool) -> None:
+    """The script, whole or not at all; readable by its owner only when it holds a password."""
+    tmp = output.with_name(f".{output.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.chmod(0o700 if secret else 0o755)
+    tmp.replace(output)
 
 
 def write_install(req: SlurmInstall) -> Written:
     if req.nodes < 1:
         raise UsageError(f"--nodes {req.nodes}: give at least 1")
-    if req.from_url:
-        served_url(req.from_url, req.no_network)
-        name = req.from_url.rstrip("/").rsplit("/", 1)[-1]
-    elif req.shared_path is None and not req.tarball.is_file():
-        raise UsageError(f"{req.tarball}: no such tarball")
-    else:
-        name = (
-            req.shared_path.name
-            if req.shared_path is not None and req.shared_path.is_dir()
-            else bundle_name(req.shared_path or req.tarball)
-        )
-    text = render(
+    mode, source, name, bundle = _source(req)
+    gather = values.path_value(req.gather.absolute(), "--gather")
+    text = values.render(
         "slurm-install.sbatch.j2",
         {
             "name": name,
-            "script": req.output,
+            "script": values.path_value(req.output, "--output"),
             "nodes": req.nodes,
-            "gather": req.gather.absolute(),
-            "prefix": req.prefix,
-            "shared": req.shared_path.absolute() if req.shared_path else "",
-            "tarball": req.tarball.absolute(),
-            "wrap": "unshare -n" if req.no_network else "",
-            "python": req.python,
+            "gather": gather,
+            "prefix": values.path_value(req.prefix, "--prefix"),
+            "mode": mode,
+            "source": source,
+            "bundle": bundle,
+            "python": values.path_value(req.python, "--python") if req.python else "",
+            "no_network": "1" if req.no_network else "",
             "from_url": req.from_url.rstrip("/"),
         },
     )
     # Slurm opens the job's output file there before the script runs: it must exist.
     req.gather.mkdir(parents=True, exist_ok=True)
-    req.output.write_text(text, encoding="utf-8")
-    req.output.chmod(0o755)
-    return Written(req.output, f"sbatch {req.output}")
-
-
-def write_ray(output: Path, prefix: str, nodes: int, gpus_per_node: int, port: int) -> Written:
-    text = render(
-        "slurm-ray.sbatch.j2",
-        {
-            "script": output,
-            "nodes": nodes,
-            "prefix": prefix,
-            "gpus_per_node": gpus_per_node,
-            "port": port,
-        },
-    )
-    output.write_text(text, encoding="utf-8")
-    output.chmod(0o755)
-    return Written(
-        output, f"sbatch {output} python3 -m verl.trainer.main_ppo trainer.nnodes={nodes}"
-    )
+    write_script(req.output, text, values.has_credentials(req.from_url))
+    return Written(req.output, f"sbatch --wait {values.sh_quote(req.output)}")

@@ -1,0 +1,59 @@
+"""A tiny stand-in bundle for the cluster engines' own logic (what the Slurm script and the
+playbook do around an install, in seconds): an install.sh that records its arguments and
+writes the prefix's fingerprint, a doctor that prints a doctor --json document, a VERSION and
+SHA256SUMS, as a tarball under the bundle's name. Real executables, not mocks; the whole-stack
+installs use the built test bundle instead."""
+
+from __future__ import annotations
+
+import hashlib
+import tarfile
+from pathlib import Path
+
+INSTALL = """#!/bin/sh
+here=$(cd "$(dirname "$0")" && pwd)
+prefix=""
+while [ $# -gt 0 ]; do
+  case "$1" in --prefix) prefix=$2; shift ;; esac
+  shift
+done
+if [ -e "$prefix.fail" ]; then echo "fake install: failing as asked" >&2; exit 3; fi
+mkdir -p "$prefix/.verl-bundle" || exit 1
+cat "$here/VERSION" > "$prefix/.verl-bundle/fingerprint"
+echo "$here" >> "$prefix/.verl-bundle/installed-from"
+echo "fake install: $(cat "$here/VERSION") into $prefix"
+"""
+DOCTOR = """#!/bin/sh
+here=$(cd "$(dirname "$0")" && pwd)
+printf '{"schema": 1, "command": "doctor", "result": {"ok": true, "checks": [{"id": "os", \
+"status": "ok"}], "host": {"hostname": "%s", "python": "3.10.12", "fingerprint": "%s"}}}\\n' \
+  "$(hostname)" "$(cat "$here/VERSION")"
+"""
+
+
+def fake_bundle(directory: Path, version: str = "v1", name: str = "verl-bundle-fake") -> Path:
+    """directory/NAME.tar holding NAME/{SHA256SUMS, install.sh, doctor, VERSION} (SHA256SUMS
+    first, as a built bundle has it); rewritten in place for another `version`."""
+    root = directory / name
+    root.mkdir(parents=True, exist_ok=True)
+    files = {"install.sh": INSTALL, "doctor": DOCTOR, "VERSION": version + "\n"}
+    for file, text in files.items():
+        (root / file).write_text(text)
+        (root / file).chmod(0o755)
+    sums = "".join(
+        f"{hashlib.sha256((root / f).read_bytes()).hexdigest()}  {f}\n" for f in sorted(files)
+    )
+    (root / "SHA256SUMS").write_text(sums)
+    tarball = directory / f"{name}.tar"
+    with tarfile.open(tarball, "w") as tf:
+        tf.add(root, arcname=name, recursive=False)
+        for file in ("SHA256SUMS", *files):
+            tf.add(root / file, arcname=f"{name}/{file}")
+    return tarball
+
+
+def bundle_id(tarball: Path, name: str = "verl-bundle-fake") -> str:
+    with tarfile.open(tarball) as tf:
+        fh = tf.extractfile(f"{name}/SHA256SUMS")
+        assert fh is not None
+        return hashlib.sha256(fh.read()).hexdigest()
