@@ -5,6 +5,7 @@ names the nodes that differ, in what, and exits 1 on drift."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -31,12 +32,13 @@ def quiet_environ(tmp: Path) -> dict[str, str]:
 
 
 def fake_python(machine: FakeMachine, version: str) -> Path:
-    """A `python` that answers the doctor's interpreter probe with `version` (and cannot make
-    a venv, which is one more warning on every node alike)."""
+    """A `python` that answers the doctor's interpreter probe with `version` and makes the
+    trial venv's bin/python."""
     answer = json.dumps(
         {"version": version, "implementation": "cpython", "include": "/nowhere", "executable": "x"}
     )
-    return machine.script("python3", f"case \"$*\" in *venv*) exit 1 ;; esac\necho '{answer}'\n")
+    venv = 'case "$*" in *venv*) for last; do :; done; /bin/mkdir -p "$last/bin"; : > "$last/bin/python"; exit 0 ;; esac'
+    return machine.script("python3", f"{venv}\necho '{answer}'\n")
 
 
 def node(
@@ -113,7 +115,7 @@ def test_driver_python_and_fingerprint_drift_are_each_named(
     assert "DRIFT NVIDIA driver" in text.out and "  550.54.15: n2" in text.out
     assert "DRIFT Python patch version" in text.out and "  3.10.14: n3" in text.out
     assert "DRIFT environment fingerprint" in text.out
-    assert text.out.splitlines()[0].split()[:3] == ["node", "os", "python"]
+    assert text.out.splitlines()[0].split()[:4] == ["node", "install", "os", "python"]
     assert "3 drift(s)" in text.last_line
 
 
@@ -165,10 +167,10 @@ def test_unreadable_results_are_one_line_usage_errors(
     empty = tmp_path / "empty"
     empty.mkdir()
     r = run(["fleet", "report", str(empty)], capsys)
-    assert r.code == 2 and "no *.json doctor results" in r.err and len(r.err.splitlines()) == 1
+    assert r.code == 2 and "no *.json results" in r.err and len(r.err.splitlines()) == 1
     (empty / "x.json").write_text(json.dumps({"schema": 1, "command": "verify", "result": {}}))
     r = run(["fleet", "report", str(empty)], capsys)
-    assert r.code == 2 and "x.json: not a doctor result" in r.err
+    assert r.code == 2 and "x.json: not a node's result" in r.err
     (empty / "x.json").write_text("{")
     r = run(["fleet", "report", str(empty)], capsys)
     assert r.code == 2 and "not readable JSON" in r.err
@@ -190,3 +192,291 @@ def test_the_fingerprint_changes_with_a_distribution(tmp_path: Path) -> None:
     assert after == fingerprint.of_lines(["flash-attn==2.5.8"])
     with pytest.raises(fingerprint.FingerprintError, match="cannot list"):
         fingerprint.fingerprint(str(tmp_path / "no-python"))
+
+
+# -- results as the cluster installs write them: runs, expected nodes, failures -------------
+def record(
+    directory: Path,
+    name: str,
+    doctor: Path | None,
+    *,
+    run_id: str = "7-aa",
+    rc: int = 0,
+    bundle: str = "b" * 64,
+    env: dict[str, str] | None = None,
+) -> Path:
+    """NAME.json as the Slurm script and the playbook write it, around a real doctor's JSON."""
+    result = {
+        "node": name,
+        "run": run_id,
+        "engine": "slurm",
+        "bundle": bundle,
+        "prefix": "/opt/verl",
+        "install": {"rc": rc, "log": f"{name}.install.log"},
+        "doctor_rc": 0 if doctor else 127,
+        "env": env or {},
+        "doctor": json.loads(doctor.read_text()) if doctor else None,
+    }
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}.json"
+    path.write_text(json.dumps({"schema": 1, "command": "node", "result": result}))
+    return path
+
+
+def run_file(directory: Path, run_id: str, expect: object, bundle: str | None = None) -> None:
+    doc = {"run": run_id, "engine": "slurm", "expect": expect, "bundle": bundle}
+    (directory / ".run.json").write_text(json.dumps({"schema": 1, "command": "run", "result": doc}))
+
+
+@pytest.fixture(scope="module")
+def doctor_json(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One real doctor result (a fake node), read by every test here (none changes it)."""
+    return node(tmp_path_factory.mktemp("doctor"), "n0")
+
+
+def test_missing_stale_and_failed_nodes_are_each_one_line(
+    tmp_path: Path, doctor_json: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    results = tmp_path / "results"
+    record(results, "gpu01", doctor_json)
+    record(results, "gpu02", doctor_json, rc=3)
+    record(results, "gpu03", doctor_json, run_id="6-zz")  # the previous run's file
+    record(results, "gpu09", doctor_json)  # not one of this run's nodes
+    run_file(results, "7-aa", "gpu[01-04]")
+    r = run(["fleet", "report", str(results)], capsys)
+    assert r.code == 1
+    fails = [ln for ln in r.out.splitlines() if ln.startswith("FAIL ")]
+    assert fails == [
+        "FAIL gpu02: install failed: exit 3 (the bundle is damaged)",
+        "FAIL gpu03: stale: a result of run 6-zz, not of this run 7-aa",
+        "FAIL gpu09: not one of the expected nodes",
+        "FAIL gpu04: missing: no result from this node",
+    ]
+    assert "4 node(s) reported, 4 expected; 4 failed, missing or stale" in r.last_line
+    doc = json.loads(run(["fleet", "report", str(results), "--json"], capsys).out)["result"]
+    assert doc["run"] == "7-aa" and doc["missing"] == ["gpu03", "gpu04"]
+    assert [n["install_rc"] for n in doc["nodes"]] == [0, 3, 0, 0]
+    assert doc["expected"] == ["gpu01", "gpu02", "gpu03", "gpu04"]
+
+
+def test_the_newest_result_names_the_run_when_no_record_does(
+    tmp_path: Path, doctor_json: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    results = tmp_path / "results"
+    old = record(results, "n1", doctor_json, run_id="1-old")
+    os.utime(old, (1, 1))
+    record(results, "n2", doctor_json, run_id="2-new")
+    r = run(["fleet", "report", str(results), "--expect", "n1,n2"], capsys)
+    assert r.code == 1 and "FAIL n1: stale: a result of run 1-old, not of this run 2-new" in r.out
+    ok = run(["fleet", "report", str(results), "--expect", "n2"], capsys)
+    assert ok.code == 1 and "FAIL n1: stale" in ok.out  # a stale file is never silently agreed
+
+
+def test_a_node_result_with_no_doctor_or_another_bundle_fails(
+    tmp_path: Path, doctor_json: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    results = tmp_path / "results"
+    record(results, "n1", doctor_json)
+    record(results, "n2", None, rc=127)
+    record(results, "n3", doctor_json, bundle="c" * 64)
+    run_file(results, "7-aa", ["n1", "n2", "n3"], bundle="b" * 64)
+    r = run(["fleet", "report", str(results)], capsys)
+    fails = [ln for ln in r.out.splitlines() if ln.startswith("FAIL ")]
+    assert fails == [
+        "FAIL n2: install failed: exit 127 (install.sh not found)",
+        "FAIL n2: no doctor result (doctor exit 127)",
+        "FAIL n3: installed bundle cccccccccccc, not the run's bbbbbbbbbbbb",
+    ]
+    assert "DRIFT bundle (its SHA256SUMS)" in r.out and "  cccccccccccc: n3" in r.out
+
+
+def test_the_variables_that_change_a_run_are_compared(
+    tmp_path: Path, doctor_json: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    results = tmp_path / "results"
+    same = {"HF_HUB_OFFLINE": "1", "NCCL_SOCKET_IFNAME": "eth0", "HOME": "/root"}
+    record(results, "n1", doctor_json, env=same)
+    record(results, "n2", doctor_json, env={**same, "HF_HUB_OFFLINE": "0", "HOME": "/x"})
+    record(results, "n3", doctor_json, env={**same, "PYTHONPATH": "/site", "NCCL_IB_DISABLE": "1"})
+    r = run(["fleet", "report", str(results), "--json"], capsys)
+    drift = {
+        d["fact"]: {v["value"]: v["nodes"] for v in d["values"]}
+        for d in json.loads(r.out)["result"]["drift"]
+    }
+    assert r.code == 1
+    assert drift == {
+        "env:HF_HUB_OFFLINE": {"1": ["n1", "n3"], "0": ["n2"]},
+        "env:NCCL_IB_DISABLE": {"unset": ["n1", "n2"], "1": ["n3"]},
+        "env:PYTHONPATH": {"unset": ["n1", "n2"], "/site": ["n3"]},
+    }
+
+
+@pytest.mark.parametrize(
+    ("hostile", "says"),
+    [
+        ({"node": ["n1"]}, "result.node: expected text, got a list"),
+        ({"install": {"rc": "0"}}, "result.install.rc: expected a whole number, got text"),
+        ({"install": {"rc": True}}, "result.install.rc: expected a whole number, got true/false"),
+        ({"env": ["HF_HUB_OFFLINE=1"]}, "result.env: expected a map, got a list"),
+        ({"env": {"HF_HOME": 3}}, "result.env.HF_HOME: expected text, got a number"),
+        ({"node": "../etc/passwd"}, "result.node '../etc/passwd' is not a node name"),
+        ({"doctor": {"command": "verify"}}, "result.doctor is not a doctor result"),
+        ({"doctor": "x"}, "result.doctor: expected a map, got text"),
+    ],
+)
+def test_a_field_of_the_wrong_type_is_one_line(
+    hostile: dict[str, object],
+    says: str,
+    tmp_path: Path,
+    doctor_json: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    path = record(tmp_path / "results", "n1", doctor_json)
+    doc = json.loads(path.read_text())
+    doc["result"].update(hostile)
+    path.write_text(json.dumps(doc))
+    r = run(["fleet", "report", str(path.parent)], capsys)
+    assert r.code == 2 and says in r.err and len(r.err.splitlines()) == 1, r.err
+    assert "Traceback" not in r.err + r.out
+
+
+@pytest.mark.parametrize(
+    ("where", "value", "says"),
+    [
+        ("driver", ["535"], "result.host.driver: expected text, got a list"),
+        ("gpu_models", 8, "result.host.gpu_models: expected a list of at most 1000, got a number"),
+        ("open_files", "65536", "result.host.open_files: expected a whole number, got text"),
+        ("socket_ifnames", "eth0", "result.host.socket_ifnames: expected a map, got text"),
+        ("gpu_models", ["x"] * 5000, "result.host.gpu_models: expected a list of at most 1000"),
+    ],
+)
+def test_a_host_fact_of_the_wrong_type_is_one_line(
+    where: str,
+    value: object,
+    says: str,
+    tmp_path: Path,
+    doctor_json: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    doc = json.loads(doctor_json.read_text())
+    doc["result"]["host"][where] = value
+    (tmp_path / "g").mkdir()
+    (tmp_path / "g" / "n1.json").write_text(json.dumps(doc))
+    r = run(["fleet", "report", str(tmp_path / "g")], capsys)
+    assert r.code == 2 and says in r.err and len(r.err.splitlines()) == 1, r.err
+
+
+def test_long_values_are_cut_with_a_marker(
+    tmp_path: Path, doctor_json: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc = json.loads(doctor_json.read_text())
+    doc["result"]["host"]["driver"] = "5" * 100_000
+    doc["result"]["host"]["kernel"] = "k" * 100_000
+    (tmp_path / "g").mkdir()
+    (tmp_path / "g" / "n1.json").write_text(json.dumps(doc))
+    (tmp_path / "g" / "n2.json").write_text(doctor_json.read_text())
+    r = run(["fleet", "report", str(tmp_path / "g"), "--json"], capsys)
+    result = json.loads(r.out)["result"]
+    host = result["nodes"][0]["host"]
+    assert host["driver"] == "5" * 512 + "...[cut]" and host["kernel"].endswith("...[cut]")
+    shown = {v["value"] for d in result["drift"] if d["fact"] == "driver" for v in d["values"]}
+    assert "5" * 120 in shown and len(r.out) < 20_000
+
+
+def test_hostile_files_are_refused_quickly_in_one_line(
+    tmp_path: Path, doctor_json: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import time
+
+    g = tmp_path / "g"
+    g.mkdir()
+    cases = {
+        "deep": ("[" * 100_000 + "]" * 100_000, "nested deeper than 16 levels"),
+        "deep20": ("[" * 20 + "]" * 20, "nested deeper than 16 levels"),
+        "huge": (" " * (5 << 20), "over 4 MiB"),
+        "junk": ("\x00\xff{", "not readable JSON"),
+        "list": ("[1, 2]", "expected a map, got a list"),
+    }
+    for name, (text, says) in cases.items():
+        for p in g.iterdir():
+            p.unlink()
+        (g / f"{name}.json").write_text(text, errors="surrogateescape")
+        began = time.monotonic()
+        r = run(["fleet", "report", str(g)], capsys)
+        assert time.monotonic() - began < 3
+        assert r.code == 2 and says in r.err and len(r.err.splitlines()) == 1, (name, r.err)
+    for p in g.iterdir():
+        p.unlink()
+    os.mkfifo(g / "fifo.json")  # reading it would block forever
+    (g / "zero.json").symlink_to("/dev/zero")  # reading it would fill memory
+    for stop in ("fifo.json", "zero.json"):
+        r = run(["fleet", "report", str(g)], capsys)
+        assert r.code == 2 and "not a regular file" in r.err, r.err
+        (g / stop).unlink()
+
+
+def test_two_files_naming_one_node_are_refused(
+    tmp_path: Path, doctor_json: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    results = tmp_path / "results"
+    record(results, "n1", doctor_json)
+    copy = record(results, "n1", doctor_json).rename(results / "n1-old.json")
+    record(results, "n1", doctor_json)
+    r = run(["fleet", "report", str(results)], capsys)
+    assert r.code == 2 and len(r.err.splitlines()) == 1
+    assert "n1-old.json and n1.json both report node n1" in r.err, r.err
+    assert copy.exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "names"),
+    [
+        ("gpu[01-04]", ["gpu01", "gpu02", "gpu03", "gpu04"]),
+        ("gpu[08-10,12],cpu1", ["gpu08", "gpu09", "gpu10", "gpu12", "cpu1"]),
+        ("n[1-3]", ["n1", "n2", "n3"]),
+        ("rack[1-2]-n[1-2]", ["rack1-n1", "rack1-n2", "rack2-n1", "rack2-n2"]),
+        ("a, b ,a", ["a", "b"]),
+        ("node-7.cluster", ["node-7.cluster"]),
+    ],
+)
+def test_slurm_hostlists_expand_without_scontrol(text: str, names: list[str]) -> None:
+    from verl_bundle.fleet.hostlist import expand
+
+    assert expand(text) == names
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("n[1-999999999]", "more than 100000 names"),
+        ("n[1-400]x[1-400]", "more than 100000 names"),
+        ("n[3-1]", "the range 3-1 runs backwards"),
+        ("n[1-2", "a '[' without its ']'"),
+        ("n[a-b]", "is not numbers and ranges"),
+        ("n[[1]]", "brackets inside brackets"),
+        ("a b", "is not a node name"),
+        ("$(touch X)", "is not a node name"),
+    ],
+)
+def test_a_bad_hostlist_is_one_line(
+    text: str, says: str, tmp_path: Path, doctor_json: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    results = tmp_path / "results"
+    record(results, "n1", doctor_json)
+    r = run(["fleet", "report", str(results), "--expect", text], capsys)
+    assert r.code == 2 and says in r.err and len(r.err.splitlines()) == 1, r.err
+
+
+def test_expect_reads_a_file_of_names(
+    tmp_path: Path, doctor_json: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    results = tmp_path / "results"
+    record(results, "n1", doctor_json)
+    record(results, "n2", doctor_json)
+    names = tmp_path / "nodes.txt"
+    names.write_text("# the partition\nn[1-2]\nn3  # down for repair\n")
+    r = run(["fleet", "report", str(results), "--expect", str(names)], capsys)
+    assert r.code == 1 and "FAIL n3: missing: no result from this node" in r.out
+    names.write_text("n1\nn2\n")
+    ok = run(["fleet", "report", str(results), "--expect", str(names)], capsys)
+    assert ok.code == 0 and ok.last_line == "fleet: 2 node(s) agree", ok.out
