@@ -1,22 +1,30 @@
 """`verl-bundle ansible install` writes a playbook that ansible-core (a test extra) runs against
-three inventory hosts with the local connection, each installing into its own prefix; each
-host's doctor JSON is gathered on the controller for the fleet report."""
+two inventory hosts with the local connection, each installing into its own prefix: a rebuilt
+bundle under the same name is installed again, a second run changes nothing, each host's result
+is gathered on the controller for the fleet report, and no value from outside is ever a
+template or shell text. The work directory is checked the way the playbook's own script does."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
-from airgap import python310
+import yaml  # type: ignore[import-untyped]  # ansible-core brings PyYAML, without stubs
+from airgap import extract, python310
+from bundlefix import replace_wheel
 from cli import run
 from conftest import clean_environ
+from fakebundle import fake_bundle
 
-HOSTS = ("node-a", "node-b", "node-c")
+HOSTS = ("node-a", "node-b")
+LOOKUP = "{{ lookup('pipe', 'touch PWNED') }}"
 
 
 def ansible_playbook() -> str:
@@ -28,9 +36,9 @@ def ansible_playbook() -> str:
     return found
 
 
-def inventory(tmp: Path, python: str | None = None) -> Path:
+def inventory(tmp: Path, python: str | None = None, hosts: tuple[str, ...] = HOSTS) -> Path:
     lines = ["[nodes]"]
-    for host in HOSTS:
+    for host in hosts:
         extra = f" verl_python={python}" if python else ""
         lines.append(
             f"{host} ansible_connection=local ansible_python_interpreter={sys.executable} "
@@ -41,12 +49,12 @@ def inventory(tmp: Path, python: str | None = None) -> Path:
     return path
 
 
-def playbook(tmp: Path, tarball: Path, capsys: pytest.CaptureFixture[str]) -> Path:
+def playbook(tmp: Path, tarball: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> Path:
     out = tmp / "install.yml"
     r = run(
         [
             *("ansible", "install", str(tarball), "--hosts", "nodes"),
-            *("--gather", str(tmp / "results"), "-o", str(out)),
+            *("--gather", str(tmp / "results"), "-o", str(out), *extra),
         ],
         capsys,
     )
@@ -55,13 +63,13 @@ def playbook(tmp: Path, tarball: Path, capsys: pytest.CaptureFixture[str]) -> Pa
     return out
 
 
-def ansible(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def ansible(tmp: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     env = {
         **clean_environ(tmp),
         "LC_ALL": "C.UTF-8",
         "ANSIBLE_LOCAL_TEMP": str(tmp / "ansible-tmp"),
+        "ANSIBLE_HOME": str(tmp / "ansible-home"),
     }
-    env["ANSIBLE_HOME"] = str(tmp / "ansible-home")
     return subprocess.run(
         [ansible_playbook(), *args],
         env=env,
@@ -69,45 +77,190 @@ def ansible(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
         text=True,
         check=False,
         timeout=1500,
+        cwd=cwd or tmp,
     )
+
+
+def recap(done: subprocess.CompletedProcess[str]) -> dict[str, dict[str, int]]:
+    """The PLAY RECAP's counts per host."""
+    counts = {}
+    for m in re.finditer(r"^(\S+)\s+: ((?:\w+=\d+\s*)+)$", done.stdout, re.M):
+        counts[m.group(1)] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(2))}
+    return counts
+
+
+class _Loader(yaml.SafeLoader):  # type: ignore[misc]
+    """Reads the playbook as Ansible does, its `!unsafe` values as plain text."""
+
+
+_Loader.add_constructor("!unsafe", lambda loader, node: loader.construct_scalar(node))
+
+
+def play_vars(path: Path) -> dict[str, Any]:
+    plays = yaml.load(path.read_text(), Loader=_Loader)  # noqa: S506 - SafeLoader, one tag more
+    found: dict[str, Any] = plays[1]["vars"]
+    return found
 
 
 def test_the_playbook_passes_ansibles_syntax_check(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    (tmp_path / "verl-bundle-x").mkdir()
-    tarball = tmp_path / "b.tar"
-    subprocess.run(["tar", "-cf", str(tarball), "-C", str(tmp_path), "verl-bundle-x"], check=True)
-    out = playbook(tmp_path, tarball, capsys)
+    tarball = fake_bundle(tmp_path)
+    out = playbook(tmp_path, tarball, capsys, "--serial", "25%")
     text = out.read_text()
-    assert 'verl_bundle_name: "verl-bundle-x"' in text and 'hosts: "nodes"' in text
+    assert 'hosts: !unsafe "nodes"' in text and 'verl_mode: !unsafe "copy"' in text
+    assert 'serial: !unsafe "25%"' in text and out.stat().st_mode & 0o777 == 0o644
     check = ansible(tmp_path, "-i", str(inventory(tmp_path)), "--syntax-check", str(out))
     assert check.returncode == 0, check.stdout + check.stderr
-    missing = run(["ansible", "install", str(tmp_path / "nope.tar")], capsys)
-    assert missing.code == 2 and "no such tarball" in missing.err
+    url = playbook(tmp_path, tarball, capsys, "--url", "http://head/b.tar")
+    digest = __import__("hashlib").sha256(tarball.read_bytes()).hexdigest()
+    assert f'verl_sha256: !unsafe "{digest}"' in url.read_text()
+    for args, says in [
+        (["nope.tar"], "no such tarball"),
+        ([str(tarball), "--hosts", "{{ x }}"], "not an inventory pattern"),
+        ([str(tarball), "--serial", "all"], "give a host count (64) or a percentage"),
+        ([str(tarball), "--url", "http://head/\n"], "holds spaces or control characters"),
+        ([str(tarball), "--prefix", "/opt/a\nb"], "control character"),
+    ]:
+        bad = run(["ansible", "install", *args, "-o", str(tmp_path / "x.yml")], capsys)
+        assert bad.code == 2 and says in bad.err and len(bad.err.splitlines()) == 1, bad.err
+
+
+def workdir(script: str, base: Path | str, key: str = "a" * 64) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["sh", "-c", script, "sh", str(base), key], capture_output=True, text=True, check=False
+    )
+
+
+def test_the_work_directory_is_ours_0700_with_no_symlink_on_the_way(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script = play_vars(playbook(tmp_path, fake_bundle(tmp_path), capsys))["verl_workdir_sh"]
+    base = tmp_path / "cache" / "verl-bundle"
+    made = workdir(script, base)
+    assert made.returncode == 0, made.stderr
+    assert made.stdout.splitlines() == ["created", f"{base}/{'a' * 64}", str(base)]
+    assert (base / ("a" * 64)).stat().st_mode & 0o777 == 0o700
+    assert workdir(script, base).stdout.splitlines()[0] == "exists"
+    (base / ("b" * 64)).mkdir(mode=0o700)
+    os.chown(base / ("b" * 64), 12345, 12345)  # another user made it first
+    theirs = workdir(script, base, "b" * 64)
+    assert theirs.returncode == 2 and "is not ours with mode 0700: remove it" in theirs.stderr
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "cache")
+    linked = workdir(script, link / "verl-bundle")
+    assert linked.returncode == 2 and f"{link} is a symlink" in linked.stderr
+    loose = tmp_path / "loose"
+    loose.mkdir()
+    loose.chmod(0o777)  # writable by others, not sticky: they could swap what is inside
+    swapped = workdir(script, loose / "verl-bundle")
+    assert swapped.returncode == 2 and f"{loose} is writable by others" in swapped.stderr
+    sticky = tmp_path / "sticky"
+    sticky.mkdir()
+    sticky.chmod(0o1777)  # as /tmp: ours inside it is fine, someone else's is not
+    assert workdir(script, sticky / "ours").returncode == 0
+    (sticky / "theirs").mkdir()
+    os.chown(sticky / "theirs", 12345, 12345)
+    taken = workdir(script, sticky / "theirs")
+    assert taken.returncode == 2 and "belongs to uid 12345" in taken.stderr
+    for key in ("", "../../etc", "A" * 64):
+        bad = workdir(script, base, key)
+        assert bad.returncode == 2 and "no bundle sha256" in bad.stderr
+    assert workdir(script, "relative/dir").returncode == 2
 
 
 @pytest.mark.slow
-def test_three_hosts_install_into_their_own_prefixes_and_gather(
+def test_hostile_values_travel_as_data_and_a_taken_work_directory_stops_the_host(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The tarball's directory, the gather directory and the prefix hold an Ansible lookup: the
+    playbook runs, nothing is touched, each value is used as the name it is."""
+    odd = tmp_path / f"t{LOOKUP}"
+    tarball = fake_bundle(odd)
+    gather = tmp_path / f"results{LOOKUP}"
+    prefix = tmp_path / f"prefix{LOOKUP}"
+    out = tmp_path / "install.yml"
+    r = run(
+        [
+            *("ansible", "install", str(tarball), "--hosts", "nodes", "--gather", str(gather)),
+            *("--prefix", str(prefix), "-o", str(out)),
+        ],
+        capsys,
+    )
+    assert r.code == 0, r.err
+    hosts = tmp_path / "hosts.ini"
+    hosts.write_text(
+        "[nodes]\n"
+        f"node-a ansible_connection=local ansible_python_interpreter={sys.executable} "
+        f"verl_work={tmp_path / 'work-a'}\n"
+    )
+    done = ansible(tmp_path, "-i", str(hosts), str(out))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert not list(tmp_path.rglob("PWNED")) and not (Path.cwd() / "PWNED").exists()
+    assert (prefix / ".verl-bundle" / "fingerprint").read_text() == "v1\n"
+    assert json.loads((gather / "node-a.json").read_text())["result"]["install"]["rc"] == 0
+    # Another user's directory where the copy would go: the host stops, nothing runs from it.
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o700)
+    os.chown(theirs, 12345, 12345)
+    hosts.write_text(hosts.read_text().replace(str(tmp_path / "work-a"), str(theirs)))
+    stopped = ansible(tmp_path, "-i", str(hosts), str(out))
+    assert stopped.returncode != 0
+    assert f"verl-bundle: {theirs} belongs to uid 12345, not to this user" in stopped.stdout
+    assert recap(stopped)["node-a"]["failed"] == 1
+
+
+def retar(root: Path, tarball: Path) -> Path:
+    tarball.unlink(missing_ok=True)
+    subprocess.run(["tar", "-cf", str(tarball), "-C", str(root.parent), root.name], check=True)
+    return tarball
+
+
+@pytest.mark.slow
+def test_a_rebuilt_bundle_is_installed_and_a_second_run_changes_nothing(
     built_bundle: tuple[Path, Path, dict[str, object]],
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    out = playbook(tmp_path, built_bundle[0], capsys)
-    done = ansible(tmp_path, "-i", str(inventory(tmp_path, python310())), str(out))
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    tarball = tmp_path / "dist" / built_bundle[0].name
+    tarball.parent.mkdir()
+    shutil.copy(built_bundle[0], tarball)
+    out = playbook(tmp_path, tarball, capsys)
+    hosts = inventory(tmp_path, python310())
+    first = ansible(tmp_path, "-i", str(hosts), str(out))
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-2000:]
+    site = "lib/python3.10/site-packages"
     for host in HOSTS:
-        assert (tmp_path / f"prefix-{host}" / "bin" / "python").exists()
-        doc = json.loads((tmp_path / "results" / f"{host}.json").read_text())
-        assert doc["command"] == "doctor" and doc["result"]["host"]["fingerprint"]
+        assert (tmp_path / f"prefix-{host}" / site / "aioprometheus-1.0.0.dist-info").is_dir()
+    # The same name, another bundle: the new one is copied, unpacked and installed.
+    rebuilt = extract(built_bundle[0], tmp_path / "rebuild")
+    replace_wheel(rebuilt, "aioprometheus", version="1.0.1")
+    retar(rebuilt, tarball)
+    second = ansible(tmp_path, "-i", str(hosts), str(out))
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-2000:]
+    for host in HOSTS:
+        prefix = tmp_path / f"prefix-{host}"
+        assert [p.name for p in (prefix / site).glob("aioprometheus-*.dist-info")] == [
+            "aioprometheus-1.0.1.dist-info"
+        ]
+        assert len(list((tmp_path / f"work-{host}").iterdir())) == 1  # the old copy pruned
+        assert recap(second)[host]["changed"] >= 3
+    logs = {h: (tmp_path / f"prefix-{h}" / ".verl-bundle" / "install.log") for h in HOSTS}
+    before = {h: log.stat().st_mtime_ns for h, log in logs.items()}
+    third = ansible(tmp_path, "-i", str(hosts), str(out))
+    assert third.returncode == 0, third.stdout[-3000:] + third.stderr[-2000:]
+    assert {h: recap(third)[h]["changed"] for h in (*HOSTS, "localhost")} == dict.fromkeys(
+        (*HOSTS, "localhost"), 0
+    ), third.stdout[-3000:]
+    assert {h: log.stat().st_mtime_ns for h, log in logs.items()} == before  # no install ran
     report = run(["fleet", "report", str(tmp_path / "results"), "--json"], capsys)
     result = json.loads(report.out)["result"]
-    assert [n["file"] for n in result["nodes"]] == [f"{h}.json" for h in HOSTS]
-    assert not [d for d in result["drift"] if d["fact"] == "fingerprint"]
+    assert report.code == 0, report.out
+    assert result["expected"] == list(HOSTS) and [n["name"] for n in result["nodes"]] == list(HOSTS)
 
 
 @pytest.mark.slow
-def test_three_hosts_install_from_one_served_copy_with_no_other_network(
+def test_two_hosts_install_from_one_served_copy_with_no_other_network(
     built_bundle: tuple[Path, Path, dict[str, object]],
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
@@ -123,7 +276,7 @@ def test_three_hosts_install_from_one_served_copy_with_no_other_network(
         capsys,
     )
     assert r.code == 0, r.err
-    assert f'verl_bundle_from_url: "{BASE}"' in out.read_text()
+    assert f'verl_from_url: !unsafe "{BASE}"' in out.read_text()
     env = {**clean_environ(tmp_path), "LC_ALL": "C.UTF-8"}
     env["ANSIBLE_LOCAL_TEMP"], env["ANSIBLE_HOME"] = str(tmp_path / "a-tmp"), str(tmp_path / "a")
     hosts = inventory(tmp_path, python310())
@@ -132,8 +285,9 @@ def test_three_hosts_install_from_one_served_copy_with_no_other_network(
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     for host in HOSTS:
         assert (tmp_path / f"prefix-{host}" / "bin" / "python").exists()
-        assert (tmp_path / f"work-{host}" / "bundle" / "SHA256SUMS").is_file()
-        doc = json.loads((tmp_path / "results" / f"{host}.json").read_text())
-        assert doc["command"] == "doctor" and doc["result"]["host"]["fingerprint"]
-    report = run(["fleet", "report", str(tmp_path / "results"), "--json"], capsys)
-    assert not [d for d in json.loads(report.out)["result"]["drift"] if d["fact"] == "fingerprint"]
+        (work,) = (tmp_path / f"work-{host}").iterdir()
+        assert (work / "bundle" / "SHA256SUMS").is_file() and len(work.name) == 64
+        record = json.loads((tmp_path / "results" / f"{host}.json").read_text())["result"]
+        assert record["install"]["rc"] == 0 and record["doctor"]["result"]["host"]["fingerprint"]
+    report = run(["fleet", "report", str(tmp_path / "results")], capsys)
+    assert report.code == 0 and report.last_line == "fleet: 2 node(s) agree", report.out

@@ -104,8 +104,10 @@ def tarball_name(tarball: Path) -> str:
 
 
 def served_name(url: str) -> str:
-    """The bundle's name as a served URL ends (http://head:8000/NAME/), checked."""
-    return plain_name(urlsplit(url).path.rstrip("/").rsplit("/", 1)[-1], f"--from-url {url}:")
+    """The bundle's name as a served URL ends (http://head:8000/NAME/), checked; '' for a
+    bundle served at the server's root."""
+    last = urlsplit(url).path.rstrip("/").rsplit("/", 1)[-1]
+    return plain_name(last, f"--from-url {redact_url(url)}:") if last else ""
 
 
 # -- leaving: the renderer and its filters ---------------------------------------------------
