@@ -1,0 +1,231 @@
+"""`verl-bundle slurm ray` writes an sbatch script that starts a real Ray cluster on the real
+two-node Slurm of tests/slurm.py: each node's Ray from its own venv (a venv per node here, with
+the test venv's real Ray on its path), every node registered before the command runs, the
+command on the head with RAY_ADDRESS and verl's overrides, its exit code the job's."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from cli import run
+from slurm import Slurm, started
+
+# The tiny job: a Ray task pinned to each node reports that node's Python and environment.
+CHECK = """
+import json, os, sys
+import ray
+ray.init(logging_level="ERROR", log_to_driver=False)
+
+@ray.remote
+def where():
+    import os, sys
+    return {"prefix": sys.prefix, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE")}
+
+nodes = {n: ray.get(where.options(resources={"verl_node_" + n: 0.01}).remote()) for n in ("n1", "n2")}
+env = {k: os.environ.get(k) for k in ("RAY_ADDRESS", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")}
+print("RESULT " + json.dumps({"driver": sys.prefix, "nodes": nodes, "argv": sys.argv[1:], **env}))
+sys.exit(3)
+"""
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Slurm]:
+    with started(tmp_path_factory.mktemp("slurm")) as cluster:
+        yield cluster
+
+
+def test_the_ray_script_follows_verls_recipe_and_states_its_resources(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "ray.sbatch"
+    r = run(["slurm", "ray", "--prefix", "/opt/v-%n", "-o", str(out)], capsys)
+    assert r.code == 0 and r.last_line.startswith(f"sbatch {out} python3 -m verl.trainer")
+    text = out.read_text()
+    assert "# Per node: all CPUs; all memory; all GPUs (--exclusive)." in text
+    assert (
+        "#SBATCH --exclusive\n#SBATCH --mem=0\n" in text and "#SBATCH --gpus-per-node" not in text
+    )
+    assert 'mapfile -t nodes < <(scontrol show hostnames "$SLURM_JOB_NODELIST")' in text
+    assert '--num-cpus="$cpus" --num-gpus="$gpus" --temp-dir="$tmp"' in text
+    assert "export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1" in text
+    assert "hostname --ip-address" not in text.split("# 127.0.1.1")[1]
+    r = run(
+        [
+            *("slurm", "ray", "--gpus-per-node", "8", "--cpus-per-task", "64"),
+            *("--mem", "200G", "--ifname", "ib0", "-o", str(out)),
+        ],
+        capsys,
+    )
+    text = out.read_text()
+    assert "#SBATCH --cpus-per-task=64\n#SBATCH --mem=200G\n#SBATCH --gpus-per-node=8\n" in text
+    assert "#SBATCH --exclusive" not in text and "IFNAME=ib0  #" in text and "GPUS=8  #" in text
+    assert subprocess.run(["bash", "-n", str(out)], check=False).returncode == 0
+    for args, says in [
+        (["--gpus-per-node", "some"], "give a count (8), 0 for none, or all"),
+        (["--mem", "lots"], "give sbatch's size"),
+        (["--ifname", "eth0 -x"], "not a network interface name"),
+        (["--port", "0"], "give a TCP port"),
+        (["--prefix", "/opt/v\n%n"], "control character"),
+    ]:
+        bad = run(["slurm", "ray", *args, "-o", str(out)], capsys)
+        assert bad.code == 2 and says in bad.err and len(bad.err.splitlines()) == 1, bad.err
+
+
+def test_a_hostile_prefix_is_data(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "ray.sbatch"
+    prefix = "/opt/v-%n$(touch PWNED)`touch PWNED`"
+    assert run(["slurm", "ray", "--prefix", prefix, "-o", str(out)], capsys).code == 0
+    block = out.read_text().split("export HF_HUB_OFFLINE")[0]
+    echo = subprocess.run(
+        ["bash", "-c", block + 'printf %s "$PREFIX"'], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert echo.stdout == prefix and not (tmp_path / "PWNED").exists()
+
+
+def node_venv(prefix: Path, with_ray: bool = True) -> None:
+    """A venv standing for one node's installed bundle: its own bin/python, this test venv's
+    Ray on its path, a bin/ray of its own."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(prefix)], check=True)
+    if not with_ray:
+        return
+    site = next((prefix / "lib").glob("python*/site-packages"))
+    (site / "test-ray.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    ray = prefix / "bin" / "ray"
+    ray.write_text(
+        f"#!{prefix}/bin/python\nimport sys\nfrom ray.scripts.scripts import main\nsys.exit(main())\n"
+    )
+    ray.chmod(0o755)
+
+
+def ray_installed() -> None:
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        pytest.skip("ray is not installed in this venv (pip install -e '.[test]')")
+
+
+@pytest.fixture
+def node_tmp() -> Iterator[Path]:
+    """The nodes' TMPDIR: short, as Ray's socket paths need (at most 107 bytes), and removed."""
+    path = Path(tempfile.mkdtemp(prefix="vr-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def submit(
+    slurm: Slurm, script: Path, tmp: Path, node_tmp: Path, *command: str
+) -> subprocess.CompletedProcess[str]:
+    env = {**slurm.env, "TMPDIR": str(node_tmp)}
+    env["RAY_DEFAULT_OBJECT_STORE_MEMORY_PROPORTION"] = "0.02"  # a small plasma store per node
+    try:
+        return subprocess.run(
+            ["sbatch", "--wait", "--chdir", str(tmp), str(script), *command],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
+        )
+    finally:
+        _stop_leftovers(node_tmp)
+
+
+def _stop_leftovers(node_tmp: Path) -> list[str]:
+    """Ray processes of this test still running (their command line names its temporary
+    directory): stopped, and returned so that the test fails on them."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if str(node_tmp) in cmd and int(proc.name) != os.getpid():
+            found.append(cmd[:200])
+            with contextlib.suppress(OSError):
+                os.kill(int(proc.name), signal.SIGKILL)
+    return found
+
+
+def write_ray(tmp: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> Path:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp / "ray.sbatch"
+    r = run(
+        [
+            *("slurm", "ray", "--nodes", "2", "--prefix", str(tmp / "prefix-%n")),
+            *("--ifname", "lo", "--port", str(port), "--min-open-files", "4096"),
+            *("-o", str(out), *extra),
+        ],
+        capsys,
+    )
+    assert r.code == 0, r.err
+    return out
+
+
+@pytest.mark.slow
+def test_a_real_two_node_ray_cluster_runs_the_command_in_each_nodes_venv(
+    slurm: Slurm, tmp_path: Path, node_tmp: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ray_installed()
+    for node in ("n1", "n2"):
+        node_venv(tmp_path / f"prefix-{node}")
+    out = write_ray(tmp_path, capsys, "--wait", "300")
+    job = submit(slurm, out, tmp_path, node_tmp, "python", "-c", CHECK, "verl.trainer.tiny", "x=1")
+    log = next(tmp_path.glob("verl-ray-*.out")).read_text(errors="replace")
+    assert job.returncode == 3, log[-4000:]  # the command's exit code is the job's
+    line = next(ln for ln in log.splitlines() if ln.startswith("RESULT "))
+    result = json.loads(line[len("RESULT ") :])
+    assert result["driver"] == str(tmp_path / "prefix-n1")
+    assert result["nodes"] == {
+        n: {"prefix": str(tmp_path / f"prefix-{n}"), "HF_HUB_OFFLINE": "1"} for n in ("n1", "n2")
+    }
+    assert result["argv"] == [
+        "verl.trainer.tiny",
+        "x=1",
+        "trainer.nnodes=2",
+        "trainer.n_gpus_per_node=0",
+    ]
+    assert result["RAY_ADDRESS"].startswith("127.0.0.1:")
+    assert result["NCCL_SOCKET_IFNAME"] == result["GLOO_SOCKET_IFNAME"] == "lo"
+    assert "verl-ray: Ray is up: 2 node(s), 0 GPU(s) each" in log
+    assert "verl-ray: n2: worker with 1 CPU(s), 0 GPU(s)" in log
+    assert not _stop_leftovers(node_tmp)
+
+
+@pytest.mark.slow
+def test_a_node_that_never_registers_is_named_and_the_command_never_runs(
+    slurm: Slurm, tmp_path: Path, node_tmp: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ray_installed()
+    node_venv(tmp_path / "prefix-n1")
+    node_venv(tmp_path / "prefix-n2", with_ray=False)  # the bundle was never installed there
+    out = write_ray(tmp_path, capsys, "--wait", "20")
+    job = submit(slurm, out, tmp_path, node_tmp, "python", "-c", "open('RAN', 'w')")
+    log = next(tmp_path.glob("verl-ray-*.out")).read_text(errors="replace")
+    assert job.returncode != 0 and not (tmp_path / "RAN").exists(), log[-3000:]
+    assert f"verl-ray: n2: no {tmp_path}/prefix-n2/bin/ray: install the bundle there" in log
+    assert "verl-ray: after 20s not registered with Ray: n2 (" in log, log[-3000:]
+    # A trainer.nnodes that contradicts the job stops it before Ray starts.
+    job = submit(
+        slurm, out, tmp_path, node_tmp, "python", "-m", "verl.trainer.main_ppo", "trainer.nnodes=4"
+    )
+    log = sorted(tmp_path.glob("verl-ray-*.out"))[-1].read_text(errors="replace")
+    assert job.returncode != 0
+    assert "verl-ray: trainer.nnodes=4 given, but this job has 2 node(s)" in log
+    assert "starting the Ray head" not in log
