@@ -161,8 +161,8 @@ def slurm_ray_cmd(
     gpus_per_node: Annotated[
         str,
         typer.Option(
-            help="GPUs per node: all (whole nodes, every GPU, #SBATCH --exclusive), a count "
-            "(#SBATCH --gpus-per-node), or 0 for a CPU-only cluster.",
+            help="GPUs per node: all (whole, exclusive nodes with every GPU), a count (asked "
+            "of sbatch per node), or 0 for a CPU-only cluster.",
             metavar="all|N",
         ),
     ] = "all",
