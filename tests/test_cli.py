@@ -345,7 +345,17 @@ def test_every_json_output_is_the_versioned_envelope(
         ("profiles", "show", "cu121"): (
             "profiles show",
             True,
-            ["cuda", "description", "name", "path", "platform", "python", "readiness", "sources"],
+            [
+                "cuda",
+                "description",
+                "figures",
+                "name",
+                "path",
+                "platform",
+                "python",
+                "readiness",
+                "sources",
+            ],
         ),
     }
     for args, (command, ok, keys) in expected.items():

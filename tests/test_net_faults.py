@@ -54,6 +54,9 @@ class Notes:
     def status(self, message: str) -> None:
         pass
 
+    def progress(self, message: str) -> None:
+        pass
+
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from verl_bundle.bundle import Bundle, Compression, Damaged, DigestMemo, assemble, bundle_name
-from verl_bundle.bundle.plan import check_phases
+from verl_bundle.bundle.plan import check_phases, driver_line
 from verl_bundle.compile import CompileOptions
 from verl_bundle.errors import LockError
 from verl_bundle.fetch import Wheelhouse, fetch
@@ -133,7 +133,7 @@ def load_matching_lock(req: Request, path: Path) -> tuple[Lock, list[str]]:
 def build(request: BuildRequest, reporter: Reporter) -> BuildResult:
     req, lock_path = request.stack, request.lock
     downloader = _downloader(req, reporter)
-    notes = list(req.profile.notes)
+    notes = [*driver_line(req.profile), *req.profile.notes]
     if lock_path is None and req.profile.lock is not None and req.profile.lock.is_file():
         candidate = read_lock(req.profile.lock)
         if candidate.target == req.target:

@@ -2,7 +2,10 @@
 file) one line every 30 s while work is in flight, so a long build is never silent for minutes.
 
 A note (a fallback taken, a cut-off not applied) is said once per run, however many times a
-stage reaches the same conclusion. rich is imported only when bars are drawn.
+stage reaches the same conclusion. A progress line (`progress`: a compile's objects done, its
+time so far and what is left) is printed on a terminal and off one; a step that is not a set of
+pieces with bytes (a compile) calls it at least every PERIOD seconds. rich is imported only when
+bars are drawn.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from rich.progress import Progress
 
+PERIOD = 30.0  # at most this many seconds between two progress lines of one long step
+
 
 class Reporter(Protocol):
     def start(self, label: str, total: int | None) -> object: ...
@@ -24,6 +29,7 @@ class Reporter(Protocol):
     def done(self, handle: object) -> None: ...
     def note(self, message: str) -> None: ...
     def status(self, message: str) -> None: ...
+    def progress(self, message: str) -> None: ...
 
 
 class Silent:
@@ -104,6 +110,15 @@ class Silent:
                     return
             print(self.line(), file=sys.stderr, flush=True)
 
+    def progress(self, message: str) -> None:
+        """A long step's own line (a compile's objects): printed here too, and it heads the
+        periodic line of whatever else is in flight."""
+        if self.quiet:
+            return
+        with self._lock:
+            self._status = message.rstrip(" .")
+            print(message, file=sys.stderr, flush=True)
+
     def close(self) -> None:
         """No more periodic lines (the run is over, whatever is still winding down)."""
         self._closed.set()
@@ -117,25 +132,28 @@ class Bars:
     """Rich progress bars on stderr: one per file in flight, plus an overall total."""
 
     def __init__(self, progress: Progress) -> None:
-        self.progress = progress
+        self.rich = progress
         self._said: set[str] = set()
 
     def start(self, label: str, total: int | None) -> object:
-        return self.progress.add_task(label, total=total)
+        return self.rich.add_task(label, total=total)
 
     def advance(self, handle: object, amount: int) -> None:
-        self.progress.advance(handle, amount)  # type: ignore[arg-type]
+        self.rich.advance(handle, amount)  # type: ignore[arg-type]
 
     def done(self, handle: object) -> None:
-        self.progress.remove_task(handle)  # type: ignore[arg-type]
+        self.rich.remove_task(handle)  # type: ignore[arg-type]
 
     def note(self, message: str) -> None:
         if message not in self._said:
             self._said.add(message)
-            self.progress.console.print(message, markup=False, highlight=False)
+            self.rich.console.print(message, markup=False, highlight=False)
 
     def status(self, message: str) -> None:
-        self.progress.console.print(message, markup=False, highlight=False, style="dim")
+        self.rich.console.print(message, markup=False, highlight=False, style="dim")
+
+    def progress(self, message: str) -> None:
+        self.status(message)
 
 
 @contextmanager

@@ -56,7 +56,7 @@ def profile_sources(p: Profile) -> dict[str, Any]:
     }
 
 
-def profile_show(p: Profile) -> str:
+def profile_show(p: Profile, figures: tuple[str, ...] = ()) -> str:
     src = profile_sources(p)
     lines = [
         f"{p.name}: {p.description}",
@@ -81,6 +81,7 @@ def profile_show(p: Profile) -> str:
     elif src["uses_release_assets"]:
         lines.append("  uses release assets when reachable; without them it falls back as noted")
     lines.append(f"  committed lock: {src['lock'] or 'none (builds resolve)'}")
+    lines += [f"  {line}" for line in figures]
     lines.append(f"  file: {p.path}")
     lines.append("")
     lines.append(p.path.read_text(encoding="utf-8").rstrip("\n"))
@@ -138,4 +139,11 @@ def profiles(found: list[Profile]) -> Shown:
 
 
 def profile(p: Profile) -> Shown:
-    return Shown("profiles show", True, profile_summary(p), profile_show(p))
+    """`profiles show`: the summary, plus the figures a bundle of it carries (the driver, each
+    source build's phase, GPU architectures and build time: bundle/plan.py profile_figures, the
+    manifest's own values, so the doctor and the installer say the same)."""
+    from verl_bundle.bundle.plan import profile_figures
+
+    figures = profile_figures(p)
+    result = {**profile_summary(p), "figures": list(figures)}
+    return Shown("profiles show", True, result, profile_show(p, figures))

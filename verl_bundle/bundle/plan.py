@@ -14,9 +14,10 @@ import jinja2
 from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
 
 from verl_bundle import __version__
+from verl_bundle.airgap.contract import figures
 from verl_bundle.airgap.contract import manifest as mf
 from verl_bundle.bundle import simple
-from verl_bundle.compile import CORE_MINUTES_PER_ARCH
+from verl_bundle.compile.cost import pinned_version, server_build_time
 from verl_bundle.errors import LockError
 from verl_bundle.fetch import Artifact, Wheelhouse
 from verl_bundle.lock import Lock, dumps, group_by_phase
@@ -156,7 +157,7 @@ def _phases(
             server_builds = a.package.kind == "sdist" and a.compiled is None
             build = profile.source_build(a.package.name) if server_builds else None
             if build is not None:
-                builds.append(source_build_of(build))
+                builds.append(source_build_of(build, _file_version(a), profile.toolchain.nvcc))
         phases.append(
             mf.Phase(
                 name=phase,
@@ -267,32 +268,27 @@ def _interpreter_entry(python: BundledPython) -> Entry:
     return Entry(e.path, e.sha256, e.size, source=str(python.source))
 
 
-# The GPU architectures a server-side source build compiles when its environment names none:
-# flash-attn's setup.py (v2.5.8 to v2.7.x) adds sm80, and sm90 for CUDA >= 11.8.
-SERVER_ARCHS: dict[str, tuple[str, ...]] = {"flash-attn": ("8.0", "9.0")}
-
-
-def source_build_of(build: ProfileSourceBuild) -> mf.SourceBuild:
+def source_build_of(
+    build: ProfileSourceBuild, version: str | None = None, nvcc: str | None = None
+) -> mf.SourceBuild:
+    """The manifest's source build of `version` (its figure: compile/cost.py, the one source)."""
     return mf.SourceBuild(
         package=build.package,
         env=tuple(sorted(dict(build.env).items())),
         max_jobs=mf.MaxJobs(build.max_jobs.gib_per_job, build.max_jobs.limit),
         needs_cuda=build.needs_cuda,
-        build_time=build_time_of(build),
+        build_time=build_time_of(build, version, nvcc),
     )
 
 
-def build_time_of(build: ProfileSourceBuild) -> mf.BuildTime | None:
-    """The host's measured figure for this build (compile.CORE_MINUTES_PER_ARCH, the one the
-    host's own estimate uses), carried to the server so that it can say how long the build will
-    take there. None for a package with no measured figure."""
-    name = canonicalize_name(build.package)
-    minutes = CORE_MINUTES_PER_ARCH.get(name)
-    if minutes is None:
-        return None
-    given = build.env.get("TORCH_CUDA_ARCH_LIST") or build.env.get("FLASH_ATTN_CUDA_ARCHS")
-    archs = tuple(a for a in given.replace(" ", ";").split(";") if a) if given else ()
-    return mf.BuildTime(minutes, archs or SERVER_ARCHS.get(name, ()))
+def build_time_of(
+    build: ProfileSourceBuild, version: str | None = None, nvcc: str | None = None
+) -> mf.BuildTime | None:
+    """The host's measured figure for this build and the architectures the server compiles
+    (compile/cost.py: server_build_time, the figure the host's own estimate uses), carried to
+    the server so that it can say how long the build will take there. None for a package with
+    no measured figure."""
+    return server_build_time(build, version, nvcc)
 
 
 def profile_info(profile: Profile) -> mf.ProfileInfo:
@@ -326,8 +322,17 @@ def target_of(target: Target, cuda: str, glibc: tuple[int, int] | None) -> mf.Ta
 
 def manifest_for_profile(profile: Profile, target: Target) -> mf.Manifest:
     """What a bundle of this profile will need from a server, before it is built (for the
-    doctor run without a bundle). The worst case: its declared source builds happen."""
-    builds = tuple(source_build_of(b) for b in profile.source_builds)
+    doctor run without a bundle, and for `profiles show`). The worst case: its declared source
+    builds happen, each in the profile's own phase (named as install.sh names it)."""
+    phases = []
+    for i, phase in enumerate(profile.phases, start=1):
+        builds = tuple(
+            source_build_of(b, pinned_version(profile, b.package), profile.toolchain.nvcc)
+            for b in profile.source_builds
+            if profile.phase_of(b.package) == phase.name
+        )
+        req = f"{mf.REQUIREMENTS}/{i:02d}-{phase.name}.txt"
+        phases.append(mf.Phase(phase.name, req, (), builds))
     return mf.Manifest(
         name=f"profile {profile.name}",
         created_by=f"verl-bundle {__version__}",
@@ -335,11 +340,30 @@ def manifest_for_profile(profile: Profile, target: Target) -> mf.Manifest:
         profile=profile_info(profile),
         target=target_of(target, profile.cuda, target.glibc),
         toolchain=toolchain_of(profile),
-        checks=mf.Checks(),
-        phases=(mf.Phase("source-builds", "requirements/source-builds.txt", (), builds),)
-        if builds
-        else (),
+        checks=mf.Checks(
+            imports=tuple(profile.checks.imports),
+            torch_version=profile.checks.torch_version,
+            torch_cuda=profile.checks.torch_cuda,
+        ),
+        phases=tuple(phases),
     )
+
+
+def driver_line(profile: Profile) -> tuple[str, ...]:
+    """ "the server needs an NVIDIA driver >= ..." from the profile's [toolchain] (worded by
+    airgap/contract/figures.py, as the doctor words it); () when it names no driver."""
+    driver = figures.driver_minimum(
+        toolchain_of(profile), profile.checks.torch_cuda or profile.cuda
+    )
+    return (f"the server needs an {driver}",) if driver else ()
+
+
+def profile_figures(profile: Profile) -> tuple[str, ...]:
+    """What `profiles show` says a profile needs: the driver, and each source build's phase,
+    GPU architectures and build time on the server, read from the manifest a bundle of it would
+    carry (manifest_for_profile), so the doctor and the installer say the same."""
+    m = manifest_for_profile(profile, profile.target())
+    return driver_line(profile) + tuple(figures.source_build_lines(m))
 
 
 def _manifest_kind(a: Artifact) -> str:

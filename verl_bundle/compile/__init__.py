@@ -12,15 +12,16 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
+from verl_bundle.airgap.contract.figures import build_range
 from verl_bundle.compile.build import (
     BuildInputs,
     CompiledWheel,
     CompileJob,
     CompileOptions,
-    archs_of,
     compile_sdist,
     sm_list,
 )
+from verl_bundle.compile.cost import CORE_MINUTES_PER_ARCH, server_build_time
 from verl_bundle.compile.stacktoolkit import stack_toolkit
 from verl_bundle.compile.toolkit import Toolkit, ToolkitError, ToolkitRequest, find_toolkit
 from verl_bundle.credentials import Redactor
@@ -28,14 +29,7 @@ from verl_bundle.lock import Lock, LockedPackage
 from verl_bundle.profile import Profile, SourceBuild
 from verl_bundle.progress import Reporter
 
-__all__ = ["CompileOptions", "Outcome", "SourceCompiler"]
-
-# Measured host figures: CPU-core-minutes to compile one GPU architecture. flash-attn: `make
-# compile-real` (docs/benchmarks.md): 2.8.3 with nvcc 13.0 and gcc 12 for sm90, all
-# 73 objects, on an idle 2-core host on 2026-12-01: 100 min at MAX_JOBS=2, and 186 CPU-minutes for
-# the whole target (build venv, compile, bundle and its rehearsal), so about 180 for the compile.
-# (The first figure, 440, extrapolated 12 objects compiled on a loaded host.)
-CORE_MINUTES_PER_ARCH: Mapping[str, float] = {"flash-attn": 180.0}
+__all__ = ["CORE_MINUTES_PER_ARCH", "CompileOptions", "Outcome", "SourceCompiler"]
 
 
 @dataclass(frozen=True)
@@ -119,14 +113,14 @@ class SourceCompiler:
             torch_wheel=_wheel_of("torch", wheels),
         )
         if self.options.mode == "never":
-            return self._left(job, "--compile never")
+            return self._left(pkg, build, "--compile never")
         try:
             toolkit = self.toolkit(wheels)
         except ToolkitError as exc:
             if self.options.mode == "always":
                 raise
-            return self._left(job, str(exc))
-        inputs = BuildInputs(wheels, self._locked(), reporter, self.redact)
+            return self._left(pkg, build, str(exc))
+        inputs = BuildInputs(wheels, self._locked(), reporter, self.redact, self.options.mode)
         wheel = compile_sdist(job, toolkit, self.options, self.cache_root, inputs)
         cu = "cu" + self.profile.cuda.replace(".", "")
         took = wheel.provenance.seconds
@@ -141,25 +135,19 @@ class SourceCompiler:
     def _locked(self) -> dict[str, str]:
         return {canonicalize_name(p.name): p.version for p in self.lock.packages}
 
-    def _left(self, job: CompileJob, why: str) -> Outcome:
+    def _left(self, pkg: LockedPackage, build: SourceBuild, why: str) -> Outcome:
+        """Left to the server: why, what the server will need, and what its build costs there
+        (the manifest's own figure, compile/cost.py: server_build_time)."""
         tc = self.profile.toolchain
         needs = [f"nvcc {tc.nvcc or self.profile.cuda}"]
         needs += [
             f"gcc {tc.gcc}" if tc.gcc else "gcc",
             f"Python {self.lock.target.python_version} headers",
         ]
-        archs = [a for a in archs_of(self.options, job).split(";") if a]
-        per_arch = CORE_MINUTES_PER_ARCH.get(canonicalize_name(job.package))
-        how_long = ""
-        if per_arch is not None:
-            total = per_arch * len(archs)
-            how_long = (
-                f"; about {total:.0f} CPU-core-minutes there ({len(archs)} architectures at "
-                f"~{per_arch:.0f} each: ~{total / 60:.1f} h at MAX_JOBS=1, "
-                f"~{total / 8:.0f} min at 8)"
-            )
+        took = server_build_time(build, pkg.version, tc.nvcc)
+        how_long = f"; its build there takes {build_range(took)}" if took else ""
         summary = (
-            f"{job.package} left to build on the server: {why}. The server will need "
+            f"{pkg.name} left to build on the server: {why}. The server will need "
             f"{', '.join(needs)}{how_long}"
         )
-        return Outcome(job.package, summary)
+        return Outcome(pkg.name, summary)

@@ -16,7 +16,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import tarfile
 import time
@@ -33,20 +32,19 @@ from packaging.version import Version
 from verl_bundle.airgap.contract import manifest as mf
 from verl_bundle.airgap.contract.hashing import sha256_file
 from verl_bundle.compile.buildenv import make_build_env
+from verl_bundle.compile.cost import ARCH_VARIABLES, host_archs, host_estimate
+from verl_bundle.compile.stop import Terminated, shielded, sigterm_unwinds, stop_tree
 from verl_bundle.compile.toolkit import Toolkit
+from verl_bundle.compile.watch import CompileWatch
 from verl_bundle.compile.workdir import ELAPSED, WorkDir, claim
 from verl_bundle.credentials import Redactor
 from verl_bundle.errors import BundleError
-from verl_bundle.progress import Reporter
+from verl_bundle.progress import PERIOD, Reporter
 from verl_bundle.uvcmd import uv_binary, uv_env
 
 Mode = Literal["auto", "always", "never"]
 MODES: tuple[Mode, ...] = ("auto", "always", "never")
-PROGRESS_EVERY = 30.0  # seconds between "still compiling" lines
-# A package's own GPU-architecture variable, besides TORCH_CUDA_ARCH_LIST ("80;90" style).
-ARCH_VARIABLES: Mapping[str, str] = {"flash-attn": "FLASH_ATTN_CUDA_ARCHS"}
-# Default architectures by CUDA major when neither --cuda-archs nor the profile names any.
-DEFAULT_ARCHS: Mapping[int, str] = {11: "8.0;8.6", 12: "8.0;9.0", 13: "8.0;9.0"}
+POLL = 1.0  # seconds between two looks at a running compile's log
 
 
 class CompileError(BundleError):
@@ -95,8 +93,8 @@ class CompiledWheel:
 
 
 def archs_of(options: CompileOptions, job: CompileJob) -> str:
-    given = options.cuda_archs or job.env.get("TORCH_CUDA_ARCH_LIST")
-    return given or DEFAULT_ARCHS.get(int(job.cuda.split(".")[0]), "8.0;9.0")
+    """What this host compiles, "8.0;9.0" (compile/cost.py: host_archs)."""
+    return host_archs(job.package, job.env, job.cuda, options.cuda_archs)
 
 
 def sm_list(archs: str) -> str:
@@ -174,7 +172,9 @@ def jobs_for(job: CompileJob, archs: str, avail: int, cores: int) -> int:
     return min(jobs, job.max_jobs_limit) if job.max_jobs_limit else jobs
 
 
-def build_environ(job: CompileJob, toolkit: Toolkit, archs: str, venv: Path) -> dict[str, str]:
+def build_environ(
+    job: CompileJob, toolkit: Toolkit, archs: str, venv: Path, jobs: int | None = None
+) -> dict[str, str]:
     env = uv_env(venv.parent / ".uv-config")
     env.update(job.env)
     env["PATH"] = os.pathsep.join([str(venv / "bin"), str(toolkit.nvcc.home / "bin"), env["PATH"]])
@@ -184,7 +184,7 @@ def build_environ(job: CompileJob, toolkit: Toolkit, archs: str, venv: Path) -> 
     own = ARCH_VARIABLES.get(canonicalize_name(job.package))
     if own:
         env[own] = ";".join(a.replace(".", "").replace("+PTX", "") for a in archs.split(";"))
-    env["MAX_JOBS"] = str(_max_jobs(job, archs))
+    env["MAX_JOBS"] = str(jobs or _max_jobs(job, archs))
     env.setdefault("NVCC_THREADS", "2")
     # Never the network: flash-attn's setup.py otherwise tries a prebuilt wheel first.
     env.setdefault("FLASH_ATTENTION_FORCE_BUILD", "TRUE")
@@ -218,12 +218,14 @@ def _pins(job: CompileJob, locked: Mapping[str, str]) -> list[str]:
 class BuildInputs:
     """What the compiles of one fetch run share: the fetched wheels (keyed by file name; the
     build venv is made of them), the locked versions (build requirements are pinned to them),
-    and where progress goes and what it must not show."""
+    and where progress goes and what it must not show; `mode`: --compile (the estimate says
+    what `never` would do instead)."""
 
     wheels: Mapping[str, Path]
     locked: Mapping[str, str]
     reporter: Reporter
     redact: Redactor
+    mode: str = "auto"
 
 
 def compile_sdist(
@@ -245,7 +247,8 @@ def compile_sdist(
     held = claim(root, key)
     work = held.path
     try:
-        prov = _compile(job, toolkit, archs, key, held, inputs)
+        with sigterm_unwinds():
+            prov = _compile(job, toolkit, archs, key, held, inputs)
         out = work / "out"
         (out / "compiled.json").write_text(json.dumps(vars(prov), sort_keys=True) + "\n")
         try:
@@ -256,7 +259,7 @@ def compile_sdist(
         shutil.rmtree(work, ignore_errors=True)
         done = _describe(next(final.glob("*.whl")), prov, reused=False)
         return dataclasses.replace(done, resumed=held.resumed)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Terminated):
         if held.prepared:  # hours of objects may be in there: the next build resumes them
             inputs.reporter.note(
                 f"{job.package}: the compile so far is kept in {work}; the next build of this "
@@ -283,6 +286,9 @@ def _compile(
     work = held.path
     log = cache_log(work.parent, job, key)
     reporter = inputs.reporter
+    jobs = _max_jobs(job, archs)
+    estimate = host_estimate(job.package, archs, jobs, inputs.mode)
+    reporter.progress(estimate.line())  # before any of it is spent
     if held.resumed:
         python = work / "venv" / "bin" / "python"
         reporter.note(f"{job.package}: resuming the compile stopped earlier in {work}")
@@ -298,12 +304,14 @@ def _compile(
         held.mark_prepared()
     tops = [p for p in (work / "src").iterdir() if p.is_dir()]
     src = tops[0] if len(tops) == 1 else work / "src"
-    env = build_environ(job, toolkit, archs, python.parent.parent)
+    env = build_environ(job, toolkit, archs, python.parent.parent, jobs)
     args = [uv_binary(), "build", "--wheel", "--no-build-isolation", "--offline", "--no-index"]
     args += ["--python", str(python), "--out-dir", str(work / "out"), str(src)]
-    reporter.status(f"{job.package}: compiling for {sm_list(archs)} (log: {log}) ...")
+    reporter.status(f"{job.package}: compile log: {log}")
     start = time.monotonic() - held.earlier  # a resumed compile counts its earlier time too
-    code = _run_logged(args, env, work, log, job.package, start, reporter, held.resumed)
+    expected = None if estimate.minutes is None else estimate.minutes * 60
+    watch = CompileWatch(job.package, log, 0, time.monotonic(), held.earlier, expected)
+    code = _run_logged(args, env, work, log, watch, reporter, held.resumed)
     seconds = round(time.monotonic() - start, 1)
     built = sorted((work / "out").glob("*.whl")) if (work / "out").is_dir() else []
     if code != 0 or len(built) != 1:
@@ -331,15 +339,18 @@ def _run_logged(
     env: Mapping[str, str],
     cwd: Path,
     log: Path,
-    package: str,
-    start: float,
+    watch: CompileWatch,
     reporter: Reporter,
     resumed: bool = False,
 ) -> int:
+    """Run the compile with its output in `log`; a progress line whenever ninja finishes an
+    object, and at least every PERIOD seconds. Stopped in any way (Ctrl-C, SIGTERM, an error
+    here), the compile goes whole: every process it started (compile/stop.py)."""
     with log.open("a" if resumed else "w") as out:
         if resumed:
             out.write(f"\n=== resumed in {cwd} ===\n")
             out.flush()
+        watch.offset = out.tell()
         proc = subprocess.Popen(
             list(args),
             cwd=cwd,
@@ -348,18 +359,22 @@ def _run_logged(
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+        said = time.monotonic()
         try:
             while True:
                 try:
-                    return proc.wait(timeout=PROGRESS_EVERY)
+                    return proc.wait(timeout=POLL)
                 except subprocess.TimeoutExpired:
-                    elapsed = int(time.monotonic() - start)
-                    (cwd / ELAPSED).write_text(f"{elapsed}\n")  # for a resume after a kill
-                    reporter.status(f"{package}: compiling ... {elapsed // 60}m{elapsed % 60:02d}s")
+                    now = time.monotonic()
+                    if watch.read() or now - said >= PERIOD:
+                        said = now
+                        ran = watch.earlier + now - watch.started
+                        (cwd / ELAPSED).write_text(f"{int(ran)}\n")  # for a resume after a kill
+                        reporter.progress(watch.line(now))
         except BaseException:
-            # Ctrl-C or an error here: the compiler's whole process group goes too.
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            with shielded():
+                stop_tree(proc.pid, proc.poll)
+                proc.wait()
             raise
 
 

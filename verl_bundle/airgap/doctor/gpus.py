@@ -8,6 +8,7 @@ import shutil
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from verl_bundle.airgap.contract.figures import manifest_driver, runtime_cuda
 from verl_bundle.airgap.doctor.commands import Run, last_line, probe, run
 from verl_bundle.airgap.doctor.devices import (
     TORCHRUN_VARS,
@@ -169,16 +170,17 @@ def _driver_version_problems(plan: Plan, driver: str, sev: str) -> list[tuple[st
         short = f"driver {driver} is older than {plan.driver_compat}"
         return [(sev, short, f"{short}, the oldest driver for any CUDA {plan.cuda} runtime")]
     if plan.driver and older(driver, plan.driver):
+        runtime = runtime_cuda(plan.manifest) if plan.manifest else plan.cuda
         short = (
-            f"driver {driver} is older than {plan.driver}: CUDA {plan.cuda} runs in minor-version "
+            f"driver {driver} is older than {plan.driver}: CUDA {runtime} runs in minor-version "
             "compatibility mode"
         )
         return [
             (
                 "warn",
                 short,
-                f"driver {driver} is older than {plan.driver} (CUDA {plan.cuda}'s full toolkit) "
-                f"but not than {plan.driver_compat}: CUDA {plan.cuda} wheels run in minor-version "
+                f"driver {driver} is older than {plan.driver} (the full CUDA {runtime} runtime) "
+                f"but not than {plan.driver_compat}: CUDA {runtime} wheels run in minor-version "
                 "compatibility mode, where PTX newer than the driver cannot be JIT-compiled",
             )
         ]
@@ -197,8 +199,9 @@ def check_driver(plan: Plan, facts: Facts, opts: Options) -> Check:
         driver = listing.gpus[0].driver
         have.insert(0, f"driver {driver}")
         problems += _driver_version_problems(plan, driver, sev)
+    needs = manifest_driver(plan.manifest) if plan.manifest else ""
     wanted = (
-        f"bundle: CUDA {plan.cuda}" + (f", driver >= {plan.driver}" if plan.driver else "")
+        f"bundle: CUDA {plan.cuda}" + (f"; it needs an {needs}" if needs else "")
         if plan.cuda
         else "no bundle given"
     )

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from verl_bundle.airgap.contract.manifest import BuildTime, Manifest
+from verl_bundle.airgap.contract.figures import build_estimate as build_estimate
+from verl_bundle.airgap.contract.manifest import Manifest
 from verl_bundle.airgap.doctor.registry import Check, Options, Plan, check, found, ok
 
 if TYPE_CHECKING:
@@ -196,24 +197,10 @@ def max_jobs(
     return max(1, jobs)
 
 
-def build_estimate(took: BuildTime | None, jobs: int) -> str:
-    """How long a source build will take here at MAX_JOBS=`jobs`, from the host's measured
-    CPU-core-minutes per GPU architecture (the manifest's build_time); "" with no figure."""
-    if took is None:
-        return ""
-    n = len(took.archs)
-    total = took.core_minutes_per_arch * (n or 1)
-    wall = total / max(1, jobs)
-    when = f"{wall:.0f} min" if wall < 90 else f"{wall / 60:.1f} h"
-    archs = ", ".join("sm" + a.replace(".", "") for a in took.archs)
-    per = f"~{took.core_minutes_per_arch:.0f} CPU-core-minutes"
-    what = f"{n} GPU architectures ({archs}) at {per} each" if n else f"{per} per GPU architecture"
-    return f"about {when} at MAX_JOBS={jobs} ({what}, measured on the online host)"
-
-
 def phase_estimates(m: Manifest, phase: str, jobs: int) -> list[str]:
     """ "flash-attn takes about 25 min at MAX_JOBS=8 (...)" for each source build of `phase`
-    with a measured figure (said by the installer before it starts the build)."""
+    with a measured figure (said by the installer before it starts the build; worded by
+    contract/figures.py, as every other surface words it)."""
     found = m.phase(phase)
     builds = found.source_builds if found else ()
     return [
