@@ -4,16 +4,13 @@ server installs it offline with no nvcc on its PATH."""
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tarfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -260,68 +257,6 @@ def test_compiler_error_names_the_log_and_explains_it(tiny: Tiny, tmp_path: Path
     assert "Traceback" not in proc.stderr
     compiled = tmp_path / "cache" / "compiled"
     assert [p.name for p in compiled.iterdir()] == ["logs"]  # nothing under a final name
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
-def test_interrupted_compile_leaves_nothing_under_a_final_name_and_resumes(
-    tiny: Tiny, tmp_path: Path, sig: signal.Signals
-) -> None:
-    """Stopped mid-compile (Ctrl-C or SIGKILL): nothing under a final name, the work directory
-    (build venv, sources, finished objects) is kept, and the next build takes it over."""
-    # An nvcc that starts, says so, and hangs: the build is stopped mid-compile.
-    slow = tmp_path / "slow-cuda"
-    (slow / "bin").mkdir(parents=True)
-    os.symlink(tiny.cuda_home / "include", slow / "include")
-    marker = tmp_path / "compiling"
-    (slow / "bin" / "nvcc").write_text(
-        "#!/bin/sh\n"
-        f'case "$1" in --version) exec {tiny.cuda_home}/bin/nvcc --version;; esac\n'
-        f"echo $$ > {marker}\nexec sleep 300\n"
-    )
-    (slow / "bin" / "nvcc").chmod(0o755)
-    out, cache = tmp_path / "out", tmp_path / "cache"
-    args = ["build", "--profile", str(tiny.profile(tmp_path)), "--python", "3.10"]
-    args += ["--mirror", f"pypi={tiny.server.index_url}", "-o", str(out), "--cache-dir", str(cache)]
-    args += ["--cuda-archs", "9.0", "--cuda-home", str(slow)]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "verl_bundle", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=clean_environ(tmp_path),
-    )
-    deadline = time.monotonic() + 300
-    while not marker.exists() or not marker.read_text().strip():
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "the compile never started"
-        time.sleep(0.2)
-    proc.send_signal(sig)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode != 0
-    with contextlib.suppress(ProcessLookupError):  # the fake nvcc this test started, if alive
-        os.kill(int(marker.read_text()), signal.SIGKILL)
-    compiled = cache / "compiled"
-    finals = [p for p in compiled.iterdir() if p.name != "logs" and not p.name.startswith(".tmp-")]
-    assert finals == []
-    assert not out.exists() or not list(out.glob("*.tar"))
-    kept = [p for p in compiled.iterdir() if p.name.startswith(".tmp-")]
-    assert len(kept) == 1 and (kept[0] / "venv" / "bin" / "python").exists()
-    if sig == signal.SIGINT:
-        assert "interrupted" in err
-        assert f"the compile so far is kept in {kept[0]}" in err
-    # What the stopped compile had made (an object, say) is still there when the build resumes.
-    made = next((kept[0] / "src").iterdir()) / "made-before-the-stop.o"
-    made.write_bytes(b"an object")
-    proc2 = tiny.build(out, cache, "--cuda-home", str(tiny.cuda_home))
-    assert proc2.returncode == 0, proc2.stderr
-    assert "tinycuda compiled here (cu130, sm90, " in proc2.stdout
-    assert ", resumed a stopped compile)" in proc2.stdout
-    assert not made.exists()  # the directory was used, then removed once the wheel was in place
-    assert [p.name for p in compiled.iterdir() if p.name.startswith(".tmp-")] == []
-    (final,) = [p for p in compiled.iterdir() if p.name != "logs"]
-    assert len(list(final.glob("tinycuda-0.1-*.whl"))) == 1
-    assert "=== resumed in" in next((compiled / "logs").iterdir()).read_text()
 
 
 def test_max_jobs_from_the_environment_wins(

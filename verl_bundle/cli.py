@@ -31,10 +31,13 @@ from verl_bundle.cli_options import (
     session_of,
     show,
 )
-from verl_bundle.errors import EXIT_FAILED, EXIT_USAGE, BundleError, UsageError
+from verl_bundle.errors import EXIT_FAILED, EXIT_USAGE, BundleError, Terminated, UsageError
 
 EXIT_INTERRUPTED = 130
 INTERRUPTED = "interrupted; run the same command again to resume: finished downloads are cached"
+TERMINATED = (
+    "terminated (SIGTERM); run the same command again to resume: finished downloads are cached"
+)
 
 HELP = (
     "Build verified offline bundles of the verl CUDA stack on an online host, and install "
@@ -332,6 +335,8 @@ def run(args: list[str], session: Session) -> int:
         return _fail(session, opt.usage_line(exc), code, json_for)
     except KeyboardInterrupt:
         return _fail(session, INTERRUPTED, EXIT_INTERRUPTED, json_for)
+    except Terminated:  # SIGTERM during a host compile (compile/stop.py)
+        return _fail(session, TERMINATED, Terminated.exit_code, json_for)
     except OSError as exc:
         if session.debug:
             raise

@@ -20,6 +20,14 @@ class BundleError(Exception):
         return self.message
 
 
+class Terminated(BaseException):
+    """SIGTERM arrived (from `timeout`, a batch scheduler, systemd) while a host compile ran:
+    the build unwinds as for Ctrl-C (the compile stopped whole, its work directory kept) and
+    exits 143. A BaseException, as KeyboardInterrupt is, so that no `except Exception` takes it."""
+
+    exit_code = 143
+
+
 class UsageError(BundleError):
     """The command line or an input file is wrong; nothing was attempted."""
 

@@ -33,12 +33,12 @@ from verl_bundle.airgap.contract import manifest as mf
 from verl_bundle.airgap.contract.hashing import sha256_file
 from verl_bundle.compile.buildenv import make_build_env
 from verl_bundle.compile.cost import ARCH_VARIABLES, host_archs, host_estimate
-from verl_bundle.compile.stop import Terminated, shielded, sigterm_unwinds, stop_tree
+from verl_bundle.compile.stop import MARK, new_mark, shielded, sigterm_unwinds, stop_tree
 from verl_bundle.compile.toolkit import Toolkit
 from verl_bundle.compile.watch import CompileWatch
 from verl_bundle.compile.workdir import ELAPSED, WorkDir, claim
 from verl_bundle.credentials import Redactor
-from verl_bundle.errors import BundleError
+from verl_bundle.errors import BundleError, Terminated
 from verl_bundle.progress import PERIOD, Reporter
 from verl_bundle.uvcmd import uv_binary, uv_env
 
@@ -351,10 +351,11 @@ def _run_logged(
             out.write(f"\n=== resumed in {cwd} ===\n")
             out.flush()
         watch.offset = out.tell()
+        mark = new_mark()
         proc = subprocess.Popen(
             list(args),
             cwd=cwd,
-            env=dict(env),
+            env={**env, MARK: mark},
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -373,7 +374,7 @@ def _run_logged(
                         reporter.progress(watch.line(now))
         except BaseException:
             with shielded():
-                stop_tree(proc.pid, proc.poll)
+                stop_tree(proc.pid, proc.poll, mark)
                 proc.wait()
             raise
 

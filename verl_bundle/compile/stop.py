@@ -3,12 +3,14 @@ ptxas, cc1plus`, and making SIGTERM unwind the build the way Ctrl-C does.
 
 The compile runs in a session of its own (so a terminal's Ctrl-C reaches only the build, which
 then stops the compile and keeps its work directory). Killing that session's process group is not
-enough: ninja starts every command in a process group of its own (and a command may start a
-session of its own), so a group kill leaves nvcc and its compilers running, orphaned, for hours.
-`stop_tree` therefore walks /proc: every descendant of the compile's first process and every
-process of its session. It first asks them to stop (SIGTERM, which ninja forwards to its commands
-and answers by removing half-written outputs), waits a moment, then freezes whatever is left
-(SIGSTOP, so nothing forks while it is being killed) and kills it.
+enough: ninja starts every command in a process group of its own, and a command may start a
+session of its own and outlive its parent, so a group kill leaves nvcc and its compilers running,
+orphaned, for hours. `tree` therefore walks /proc for every process of the compile: the
+descendants of its first process, every process of its session, and every process whose
+environment carries the compile's mark (MARK=token, inherited by everything it starts, whatever
+group, session or parent it ends up with). `stop_tree` first asks them to stop (SIGTERM, which
+ninja forwards to its commands and answers by removing half-written outputs), waits a moment,
+then freezes whatever is left (SIGSTOP, so nothing forks while it is being killed) and kills it.
 """
 
 from __future__ import annotations
@@ -23,16 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
+from verl_bundle.errors import Terminated
+
 PROC = Path("/proc")
 GRACE = 10.0  # seconds the compile gets to stop on SIGTERM before it is killed
-
-
-class Terminated(BaseException):
-    """SIGTERM arrived (from `timeout`, a batch scheduler, systemd): the build unwinds as for
-    Ctrl-C (the compile stopped, its work directory kept) and exits 143. A BaseException, as
-    KeyboardInterrupt is, so that no `except Exception` swallows it."""
-
-    exit_code = 143
+MARK = "VERL_BUNDLE_COMPILE"  # the environment variable every process of a compile inherits
 
 
 @dataclass(frozen=True)
@@ -63,16 +60,34 @@ def processes() -> list[Proc]:
     return found
 
 
-def tree(root: int) -> dict[int, Proc]:
-    """The live processes of `root`'s compile: `root`, its descendants, and every process of
-    the session `root` leads (whose parent may be gone already). Zombies are dead: left out."""
+def new_mark() -> str:
+    """A token for one compile's MARK variable, unique on this machine."""
+    return f"{os.getpid()}-{time.monotonic_ns()}"
+
+
+def _marked(pid: int, mark: bytes) -> bool:
+    try:
+        return mark in (PROC / str(pid) / "environ").read_bytes().split(b"\0")
+    except OSError:  # gone, or another user's
+        return False
+
+
+def tree(root: int, mark: str | None = None) -> dict[int, Proc]:
+    """The live processes of `root`'s compile: `root`, its descendants, every process of the
+    session `root` leads (whose parent may be gone already) and, given the compile's `mark`,
+    every process whose environment carries it. Zombies are dead: left out."""
     table = processes()
     children: dict[int, list[Proc]] = {}
     for p in table:
         children.setdefault(p.ppid, []).append(p)
     found = {p.pid: p for p in table if p.session == root}
+    if mark is not None:
+        marked = f"{MARK}={mark}".encode()
+        me = os.getpid()
+        found |= {p.pid: p for p in table if p.pid != me and _marked(p.pid, marked)}
+    todo = list(found.values())
     start = read_proc(root)
-    todo = [start] if start is not None else []
+    todo += [start] if start is not None else []
     while todo:
         p = todo.pop()
         found[p.pid] = p
@@ -88,26 +103,29 @@ def _signal(pids: dict[int, Proc], sig: int) -> None:
                 os.kill(pid, sig)
 
 
-def stop_tree(root: int, reap: Callable[[], object], grace: float = GRACE) -> None:
-    """Stop `root` (a child of this process, started in a session of its own) and everything it
-    started. `reap` collects `root`'s exit status without blocking (Popen.poll)."""
-    left = tree(root)
+def stop_tree(
+    root: int, reap: Callable[[], object], mark: str | None = None, grace: float = GRACE
+) -> None:
+    """Stop `root` (a child of this process, started in a session of its own with `mark` in its
+    environment) and everything it started. `reap` collects `root`'s exit status without
+    blocking (Popen.poll)."""
+    left = tree(root, mark)
     _signal(left, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while left and time.monotonic() < deadline:
         time.sleep(0.1)
         reap()
-        left = tree(root)
+        left = tree(root, mark)
     for _ in range(100):  # freeze what is left until no new process appears, then kill it all
         if not left:
             break
         _signal(left, signal.SIGSTOP)
-        frozen = tree(root)
+        frozen = tree(root, mark)
         if set(frozen) <= set(left):
             _signal(frozen, signal.SIGKILL)
             time.sleep(0.05)
         reap()
-        left = tree(root)
+        left = tree(root, mark)
 
 
 @contextlib.contextmanager
