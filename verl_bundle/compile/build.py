@@ -16,11 +16,10 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import tarfile
 import time
 import zipfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -33,18 +32,18 @@ from verl_bundle.airgap.contract import manifest as mf
 from verl_bundle.airgap.contract.hashing import sha256_file
 from verl_bundle.compile.buildenv import make_build_env
 from verl_bundle.compile.cost import ARCH_VARIABLES, host_archs, host_estimate
-from verl_bundle.compile.stop import MARK, new_mark, shielded, sigterm_unwinds, stop_tree
+from verl_bundle.compile.run import run_logged
+from verl_bundle.compile.stop import sigterm_unwinds
 from verl_bundle.compile.toolkit import Toolkit
 from verl_bundle.compile.watch import CompileWatch
-from verl_bundle.compile.workdir import ELAPSED, WorkDir, claim
+from verl_bundle.compile.workdir import WorkDir, claim
 from verl_bundle.credentials import Redactor
 from verl_bundle.errors import BundleError, Terminated
-from verl_bundle.progress import PERIOD, Reporter
+from verl_bundle.progress import Reporter
 from verl_bundle.uvcmd import uv_binary, uv_env
 
 Mode = Literal["auto", "always", "never"]
 MODES: tuple[Mode, ...] = ("auto", "always", "never")
-POLL = 1.0  # seconds between two looks at a running compile's log
 
 
 class CompileError(BundleError):
@@ -311,7 +310,7 @@ def _compile(
     start = time.monotonic() - held.earlier  # a resumed compile counts its earlier time too
     expected = None if estimate.minutes is None else estimate.minutes * 60
     watch = CompileWatch(job.package, log, 0, time.monotonic(), held.earlier, expected)
-    code = _run_logged(args, env, work, log, watch, reporter, held.resumed)
+    code = run_logged(args, env, work, log, watch, reporter, held.resumed)
     seconds = round(time.monotonic() - start, 1)
     built = sorted((work / "out").glob("*.whl")) if (work / "out").is_dir() else []
     if code != 0 or len(built) != 1:
@@ -332,51 +331,6 @@ def cache_log(root: Path, job: CompileJob, key: str) -> Path:
     logs = root / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     return logs / f"{canonicalize_name(job.package)}-{key}.log"
-
-
-def _run_logged(
-    args: Sequence[str],
-    env: Mapping[str, str],
-    cwd: Path,
-    log: Path,
-    watch: CompileWatch,
-    reporter: Reporter,
-    resumed: bool = False,
-) -> int:
-    """Run the compile with its output in `log`; a progress line whenever ninja finishes an
-    object, and at least every PERIOD seconds. Stopped in any way (Ctrl-C, SIGTERM, an error
-    here), the compile goes whole: every process it started (compile/stop.py)."""
-    with log.open("a" if resumed else "w") as out:
-        if resumed:
-            out.write(f"\n=== resumed in {cwd} ===\n")
-            out.flush()
-        watch.offset = out.tell()
-        mark = new_mark()
-        proc = subprocess.Popen(
-            list(args),
-            cwd=cwd,
-            env={**env, MARK: mark},
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        said = time.monotonic()
-        try:
-            while True:
-                try:
-                    return proc.wait(timeout=POLL)
-                except subprocess.TimeoutExpired:
-                    now = time.monotonic()
-                    if watch.read() or now - said >= PERIOD:
-                        said = now
-                        ran = watch.earlier + now - watch.started
-                        (cwd / ELAPSED).write_text(f"{int(ran)}\n")  # for a resume after a kill
-                        reporter.progress(watch.line(now))
-        except BaseException:
-            with shielded():
-                stop_tree(proc.pid, proc.poll, mark)
-                proc.wait()
-            raise
 
 
 def _failure(job: CompileJob, code: int, log: Path) -> str:
