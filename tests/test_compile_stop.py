@@ -226,6 +226,55 @@ def test_stop_tree_ends_every_group_and_the_sessions_own(tmp_path: Path) -> None
             proc.stdout.close()
 
 
+class Said:
+    """A reporter that keeps its progress lines."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def start(self, label: str, total: int | None) -> object:
+        return label
+
+    def advance(self, handle: object, amount: int) -> None:
+        pass
+
+    def done(self, handle: object) -> None:
+        pass
+
+    def note(self, message: str) -> None:
+        pass
+
+    def status(self, message: str) -> None:
+        pass
+
+    def progress(self, message: str) -> None:
+        self.lines.append(message)
+
+
+def test_a_silent_compile_still_gets_a_line_every_period(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A compile that writes nothing for a long time (one huge object) is still reported, at
+    least every PERIOD seconds (30 s; shortened here), and each object ninja finishes at once."""
+    import verl_bundle.compile.run as compile_run
+
+    monkeypatch.setattr(compile_run, "PERIOD", 0.4)
+    monkeypatch.setattr(compile_run, "POLL", 0.05)
+    script = "sleep 1.5; echo '[1/2] nvcc -c a.cu'; sleep 0.3; echo '[2/2] nvcc -c b.cu'"
+    log = tmp_path / "c.log"
+    said = Said()
+    watch = CompileWatch("x", log, 0, time.monotonic())
+    code = compile_run.run_logged(
+        ["sh", "-c", script], dict(os.environ), tmp_path, log, watch, said
+    )
+    assert code == 0
+    quiet = [line for line in said.lines if "objects" not in line]
+    assert len(quiet) >= 3, said.lines  # 1.5 s with nothing written: a line each 0.4 s
+    assert all(line.startswith("x: compiling: ") and "so far" in line for line in quiet)
+    assert any(line.startswith("x: compiling: 1 of 2 objects, ") for line in said.lines)
+    assert (tmp_path / ".elapsed").read_text().strip().isdigit()  # kept for a resume
+
+
 def test_the_watch_reads_ninjas_steps_as_they_are_written(tmp_path: Path) -> None:
     log = tmp_path / "x.log"
     log.write_text("running build_ext\n")
