@@ -199,6 +199,16 @@ def test_hostile_values_travel_as_data_and_a_taken_work_directory_stops_the_host
     assert not list(tmp_path.rglob("PWNED")) and not (Path.cwd() / "PWNED").exists()
     assert (prefix / ".verl-bundle" / "fingerprint").read_text() == "v1\n"
     assert json.loads((gather / "node-a.json").read_text())["result"]["install"]["rc"] == 0
+    assert "fleet: 1 node(s) agree" in done.stdout  # the play's own report, on the controller
+    # A result the play did not write (another run's host): the report fails the play.
+    doc = json.loads((gather / "node-a.json").read_text())
+    doc["result"].update(node="node-z", run="1-old")
+    (gather / "node-z.json").write_text(json.dumps(doc))
+    failed = ansible(tmp_path, "-i", str(hosts), str(out))
+    assert failed.returncode != 0 and recap(failed)["localhost"]["failed"] == 1
+    assert "FAIL node-z: not one of the expected nodes (a result of run 1-old)" in failed.stdout
+    assert recap(failed)["node-a"]["changed"] == 0  # installed already: only checked
+    (gather / "node-z.json").unlink()
     # Another user's directory where the copy would go: the host stops, nothing runs from it.
     theirs = tmp_path / "theirs"
     theirs.mkdir(mode=0o700)

@@ -269,7 +269,10 @@ def test_the_newest_result_names_the_run_when_no_record_does(
     r = run(["fleet", "report", str(results), "--expect", "n1,n2"], capsys)
     assert r.code == 1 and "FAIL n1: stale: a result of run 1-old, not of this run 2-new" in r.out
     ok = run(["fleet", "report", str(results), "--expect", "n2"], capsys)
-    assert ok.code == 1 and "FAIL n1: stale" in ok.out  # a stale file is never silently agreed
+    # A file of a node this run does not have is never silently agreed either.
+    assert (
+        ok.code == 1 and "FAIL n1: not one of the expected nodes (a result of run 1-old)" in ok.out
+    )
 
 
 def test_a_node_result_with_no_doctor_or_another_bundle_fails(

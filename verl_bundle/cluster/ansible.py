@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,6 +69,7 @@ def write_playbook(req: AnsibleInstall) -> Written:
             "from_url": req.from_url.rstrip("/"),
             "gather": values.path_value(req.gather.absolute(), "--gather"),
             "prefix": values.path_value(req.prefix, "--prefix"),
+            "reporter": values.path_value(sys.executable, "this Python"),
         },
     )
     req.gather.mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,6 +113,7 @@ def write_install(req: SlurmInstall) -> Written:
             "python": values.path_value(req.python, "--python") if req.python else "",
             "no_network": "1" if req.no_network else "",
             "from_url": req.from_url.rstrip("/"),
+            "reporter": values.path_value(sys.executable, "this Python"),
         },
     )
     # Slurm opens the job's output file there before the script runs: it must exist.

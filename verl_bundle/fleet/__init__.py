@@ -319,21 +319,23 @@ def compare(
     problems: list[Problem] = []
     live: list[NodeResult] = []
     for n in nodes:
-        if current is not None and n.run != current:
+        other = current is not None and n.run != current
+        if expected is not None and n.name not in expected:
+            of = f" (a result of run {n.run or '(none)'})" if other else ""
+            problems.append(
+                Problem(
+                    n.name,
+                    f"not one of the expected nodes{of}",
+                    "remove its file, or gather each run into its own directory",
+                )
+            )
+        elif other:
             problems.append(
                 Problem(
                     n.name,
                     f"stale: a result of run {n.run or '(none)'}, not of this run {current}",
                     "its install did not report in this run: read the job's (or the play's) "
                     "output for this node, and run the install again",
-                )
-            )
-        elif expected is not None and n.name not in expected:
-            problems.append(
-                Problem(
-                    n.name,
-                    "not one of the expected nodes",
-                    "remove its file, or gather each run into its own directory",
                 )
             )
         else:
