@@ -298,6 +298,9 @@ def test_two_hosts_install_from_one_served_copy_with_no_other_network(
         (work,) = (tmp_path / f"work-{host}").iterdir()
         assert (work / "bundle" / "SHA256SUMS").is_file() and len(work.name) == 64
         record = json.loads((tmp_path / "results" / f"{host}.json").read_text())["result"]
-        assert record["install"]["rc"] == 0 and record["doctor"]["result"]["host"]["fingerprint"]
+        assert (
+            record["install"]["rc"] == 0
+            and json.loads(record["doctor_output"])["result"]["host"]["fingerprint"]
+        )
     report = run(["fleet", "report", str(tmp_path / "results")], capsys)
     assert report.code == 0 and report.last_line == "fleet: 2 node(s) agree", report.out

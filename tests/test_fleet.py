@@ -215,7 +215,8 @@ def record(
         "install": {"rc": rc, "log": f"{name}.install.log"},
         "doctor_rc": 0 if doctor else 127,
         "env": env or {},
-        "doctor": json.loads(doctor.read_text()) if doctor else None,
+        # As the scripts write it: the doctor's output as text (a document works too).
+        "doctor_output": doctor.read_text() if doctor else None,
     }
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{name}.json"
@@ -323,8 +324,12 @@ def test_the_variables_that_change_a_run_are_compared(
         ({"env": ["HF_HUB_OFFLINE=1"]}, "result.env: expected a map, got a list"),
         ({"env": {"HF_HOME": 3}}, "result.env.HF_HOME: expected text, got a number"),
         ({"node": "../etc/passwd"}, "result.node '../etc/passwd' is not a node name"),
-        ({"doctor": {"command": "verify"}}, "result.doctor is not a doctor result"),
-        ({"doctor": "x"}, "result.doctor: expected a map, got text"),
+        (
+            {"doctor_output": None, "doctor": {"command": "verify"}},
+            "result.doctor is not a doctor result",
+        ),
+        ({"doctor_output": None, "doctor": "x"}, "result.doctor: expected a map, got text"),
+        ({"doctor_output": ["x"]}, "result.doctor_output: expected text, got a list"),
     ],
 )
 def test_a_field_of_the_wrong_type_is_one_line(
@@ -483,3 +488,33 @@ def test_expect_reads_a_file_of_names(
     names.write_text("n1\nn2\n")
     ok = run(["fleet", "report", str(results), "--expect", str(names)], capsys)
     assert ok.code == 0 and ok.last_line == "fleet: 2 node(s) agree", ok.out
+
+
+@pytest.mark.parametrize(
+    ("output", "says"),
+    [
+        ('{"schema": 1, "command": "doctor", "result": {"ok": tr', "not readable JSON"),
+        ("[" * 50_000, "nested deeper than 16 levels"),
+        ('{"command": "verify"}', "the document is not a doctor result"),
+        ('{"command": "doctor", "result": {"checks": 5}}', "expected a list of at most 1000"),
+    ],
+)
+def test_a_damaged_doctor_output_fails_its_node_not_the_report(
+    output: str,
+    says: str,
+    tmp_path: Path,
+    doctor_json: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    results = tmp_path / "results"
+    record(results, "n1", doctor_json)
+    path = record(results, "n2", doctor_json)
+    doc = json.loads(path.read_text())
+    doc["result"]["doctor_output"] = output
+    path.write_text(json.dumps(doc))
+    doc["result"].update(node="n3", doctor_output=None, doctor=json.loads(doctor_json.read_text()))
+    (results / "n3.json").write_text(json.dumps(doc))  # the document itself is read too
+    r = run(["fleet", "report", str(results)], capsys)
+    fails = [ln for ln in r.out.splitlines() if ln.startswith("FAIL ")]
+    assert r.code == 1 and len(fails) == 1, r.out + r.err
+    assert fails[0].startswith("FAIL n2: its doctor output: ") and says in fails[0]

@@ -42,6 +42,16 @@ def submit(slurm: Slurm, script: Path, tmp: Path) -> subprocess.CompletedProcess
 
 
 def lint(script: Path) -> None:
+    """shellcheck, and each script a node runs (NODE_STEP='...') whole: a quote inside one
+    would end it early and still pass bash -n."""
+    text = script.read_text()
+    for name in ("NODE_STEP", "WAIT_PY"):
+        if f"\n{name}='" in text:
+            block = text.split(f"\n{name}='", 1)[1].split("\n'\n", 1)[0]
+            assert "'" not in block, f"{name} holds a single quote"
+            if name == "NODE_STEP":
+                syntax = subprocess.run(["bash", "-n", "-c", block], capture_output=True, text=True)
+                assert syntax.returncode == 0, syntax.stderr
     if shutil.which("shellcheck") is None:
         return  # `make lint` needs it anyway; the syntax was checked with bash -n
     check = subprocess.run(
@@ -245,7 +255,7 @@ def test_two_nodes_install_offline_and_gather_their_results(
         assert (tmp_path / f"prefix-{node}" / "bin" / "python").exists()
         record = json.loads((gather / f"{node}.json").read_text())["result"]
         assert record["install"]["rc"] == 0 and record["doctor_rc"] == 0
-        assert record["doctor"]["result"]["host"]["fingerprint"]
+        assert json.loads(record["doctor_output"])["result"]["host"]["fingerprint"]
     assert not list((tmp_path / "node-tmp").iterdir())  # each node's copy removed
     job_log = next(gather.glob("slurm-*.out")).read_text()
     assert job_log.splitlines()[-1] == "fleet: 2 node(s) agree", job_log  # the job's own report
@@ -304,7 +314,10 @@ def test_two_nodes_install_from_one_served_copy(
     for node in NODES:
         assert "install.sh: fetched " in (gather / f"{node}.install.log").read_text()
         record = json.loads((gather / f"{node}.json").read_text())["result"]
-        assert record["install"]["rc"] == 0 and record["doctor"]["result"]["host"]["fingerprint"]
+        assert (
+            record["install"]["rc"] == 0
+            and json.loads(record["doctor_output"])["result"]["host"]["fingerprint"]
+        )
     report = run(["fleet", "report", str(gather)], capsys)
     assert report.code == 0 and report.last_line == "fleet: 2 node(s) agree", report.out
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from cli import run
 from slurm import Slurm, started
+from test_slurm import lint
 
 # The tiny job: a Ray task pinned to each node reports that node's Python and environment.
 CHECK = """
@@ -71,6 +72,7 @@ def test_the_ray_script_follows_verls_recipe_and_states_its_resources(
     assert "#SBATCH --cpus-per-task=64\n#SBATCH --mem=200G\n#SBATCH --gpus-per-node=8\n" in text
     assert "#SBATCH --exclusive" not in text and "IFNAME=ib0  #" in text and "GPUS=8  #" in text
     assert subprocess.run(["bash", "-n", str(out)], check=False).returncode == 0
+    lint(out)
     for args, says in [
         (["--gpus-per-node", "some"], "give a count (8), 0 for none, or all"),
         (["--mem", "lots"], "give sbatch's size"),

@@ -281,6 +281,14 @@ def _failed(node: NodeResult, run: Run | None) -> list[Problem]:
                 "run ./doctor --prefix PREFIX on the node: each failure is shown with its fix",
             )
         )
+    elif node.doctor_error is not None:
+        out.append(
+            Problem(
+                node.name,
+                f"{node.doctor_error.split(';')[0]}",
+                f"read {node.name}.doctor.err, or run ./doctor --json --prefix PREFIX on the node",
+            )
+        )
     elif node.ok is None:
         code = f" (doctor exit {node.doctor_rc})" if node.doctor_rc is not None else ""
         out.append(

@@ -9,7 +9,8 @@ A node's result, as the cluster scripts write it (schema 1):
      "node": NAME, "run": RUN, "engine": "slurm"|"ansible", "bundle": SHA256 of the installed
      bundle's SHA256SUMS or null, "prefix": PATH,
      "install": {"rc": INT, "skipped": BOOL, "log": TEXT}, "doctor_rc": INT,
-     "env": {VAR: VALUE}, "doctor": the doctor's --json document or null}}
+     "env": {VAR: VALUE}, "doctor_output": the doctor's --json output as text, or null}}
+(or "doctor": that document itself). Output that is not a doctor's JSON is the node's failure.
 The run's record: {"schema": 1, "command": "run", "result": {"run": RUN, "engine": ...,
   "expect": Slurm's hostlist or [NAME, ...], "bundle": SHA256 or null}}"""
 
@@ -57,6 +58,7 @@ class NodeResult:
     doctor_rc: int | None = None
     env: dict[str, str] | None = None  # None: not recorded
     mtime: float = 0.0
+    doctor_error: str | None = None  # why its doctor output is not a doctor's result
 
 
 @dataclass(frozen=True)
@@ -216,6 +218,22 @@ def _too_deep(value: Any, limit: int) -> bool:
     return False
 
 
+def parse(text: str, name: str) -> Any:
+    """JSON text, refused quickly when it is not, or is nested too deep, as one FleetError."""
+    try:
+        doc = json.loads(text)
+    except RecursionError:
+        deep = True
+    except ValueError as exc:
+        why = str(exc)[:120]
+        raise FleetError(f"{name}: not readable JSON ({why}); gather `doctor --json`") from None
+    else:
+        deep = _too_deep(doc, MAX_DEPTH)
+    if deep:
+        raise FleetError(f"{name}: nested deeper than {MAX_DEPTH} levels: not a node's result")
+    return doc
+
+
 def read_json(path: Path) -> Any:
     """A small regular file's JSON, refused quickly when it is not one."""
     name = path.name
@@ -231,20 +249,7 @@ def read_json(path: Path) -> Any:
         raise FleetError(f"{name}: cannot read it ({exc.strerror})") from None
     if len(data) > MAX_BYTES:
         raise FleetError(f"{name}: over 4 MiB: not a node's result")
-    try:
-        doc = json.loads(data.decode("utf-8", errors="replace"))
-    except RecursionError:
-        doc = None
-        deep = True
-    except ValueError as exc:
-        raise FleetError(
-            f"{name}: not readable JSON ({str(exc)[:120]}); gather `doctor --json`"
-        ) from None
-    else:
-        deep = _too_deep(doc, MAX_DEPTH)
-    if deep:
-        raise FleetError(f"{name}: nested deeper than {MAX_DEPTH} levels: not a node's result")
-    return doc
+    return parse(data.decode("utf-8", errors="replace"), name)
 
 
 def read_node(path: Path) -> NodeResult:
@@ -265,7 +270,16 @@ def read_node(path: Path) -> NodeResult:
         )
     r = f.mapping(envelope.get("result"), "result")
     install = f.mapping(r.get("install") or {}, "result.install")
-    ok, checks, host = _doctor(f, r.get("doctor"), "result.doctor")
+    output = f.text(r.get("doctor_output"), "result.doctor_output", limit=MAX_BYTES)
+    doctor_error = None
+    if output is None:
+        ok, checks, host = _doctor(f, r.get("doctor"), "result.doctor")
+    else:
+        try:
+            where = "its doctor output"
+            ok, checks, host = _doctor(Fields(where), parse(output, where), "the document")
+        except FleetError as exc:
+            ok, checks, host, doctor_error = None, (), {}, str(exc)
     env = f.text_map(r.get("env"), "result.env", limit=4096)
     if env is None and isinstance(host.get("env"), dict):
         env = host["env"]
@@ -282,6 +296,7 @@ def read_node(path: Path) -> NodeResult:
         doctor_rc=f.integer(r.get("doctor_rc"), "result.doctor_rc"),
         env=env,
         mtime=mtime,
+        doctor_error=doctor_error,
     )
 
 
