@@ -34,11 +34,18 @@ def _dist(name: str) -> str:
     return re.sub(r"[-_.]+", "_", name)
 
 
-def _metadata(name: str, version: str, requires: list[str], requires_python: str | None) -> str:
+def _metadata(
+    name: str,
+    version: str,
+    requires: list[str],
+    requires_python: str | None,
+    more: tuple[str, ...] = (),
+) -> str:
     lines = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
     if requires_python:
         lines.append(f"Requires-Python: {requires_python}")
     lines += [f"Requires-Dist: {r}" for r in requires]
+    lines += more  # further fields, e.g. a licence: "License-Expression: MIT"
     return "\n".join(lines) + "\n"
 
 
@@ -52,8 +59,10 @@ def build_wheel(
     requires_python: str | None = None,
     modules: dict[str, str] | None = None,
     payload_bytes: int = 0,
+    metadata: tuple[str, ...] = (),
 ) -> Path:
-    """Write a minimal valid wheel; `modules` maps a top-level module name to its source."""
+    """Write a minimal valid wheel; `modules` maps a top-level module name to its source;
+    `metadata`: more METADATA lines ("License-Expression: MIT")."""
     dist = _dist(name)
     filename = f"{dist}-{version}-{tag}.whl"
     path = directory / filename
@@ -71,7 +80,9 @@ def build_wheel(
             for i in range(payload_bytes // 32 + 1)
         ]
         files[f"{dist.lower()}_payload.bin"] = b"".join(blocks)[:payload_bytes]
-    files[f"{info}/METADATA"] = _metadata(name, version, requires or [], requires_python).encode()
+    files[f"{info}/METADATA"] = _metadata(
+        name, version, requires or [], requires_python, metadata
+    ).encode()
     root_is_purelib = "true" if tag.endswith("none-any") else "false"
     wheel_tags = "".join(f"Tag: {t}\n" for t in _expand_tag(tag))
     files[f"{info}/WHEEL"] = (

@@ -106,6 +106,7 @@ def build_stack(root: Path) -> StackDirs:
         "2.1.2+cu118",
         tag=f"{CP}-{CP}-linux_x86_64",
         requires=["triton==2.1.0", "filelock", "typing-extensions"],
+        metadata=("License-Expression: BSD-3-Clause",),
         modules={
             "torch": TORCH_INIT,
             "torch/version": TORCH_VERSION,
@@ -113,7 +114,14 @@ def build_stack(root: Path) -> StackDirs:
             "torch/_C": TORCH_C,
         },
     )
-    build_wheel(pt, "triton", "2.1.0", tag=f"{CP}-{CP}-{MANY}", requires=["filelock"])
+    build_wheel(
+        pt,
+        "triton",
+        "2.1.0",
+        tag=f"{CP}-{CP}-{MANY}",
+        requires=["filelock"],
+        metadata=("License: MIT License",),
+    )
     build_wheel(
         pt, "xformers", "0.0.23.post1+cu118", tag=f"{CP}-{CP}-{MANY}", requires=["torch==2.1.2"]
     )
@@ -135,9 +143,25 @@ def build_stack(root: Path) -> StackDirs:
     build_wheel(pypi, "packaging", "24.0")
     build_wheel(pypi, "einops", "1.1.0")  # a second version, for "one pin changed" rebuilds
     build_wheel(pypi, "pydantic", "2.5.0")
-    build_wheel(pypi, "ray", "2.10.0", tag=f"{CP}-{CP}-{MANY}")
+    build_wheel(
+        pypi,
+        "ray",
+        "2.10.0",
+        tag=f"{CP}-{CP}-{MANY}",
+        metadata=("Classifier: License :: OSI Approved :: Apache Software License",),
+    )
     build_wheel(pypi, "pynvml", "11.5.0")
-    build_wheel(pypi, "cupy-cuda11x", "12.1.0", tag=f"{CP}-{CP}-{MANY}")
+    # Licensed as NVIDIA's CUDA wheels are: an approver must read it.
+    build_wheel(
+        pypi,
+        "cupy-cuda11x",
+        "12.1.0",
+        tag=f"{CP}-{CP}-{MANY}",
+        metadata=(
+            "License: NVIDIA Proprietary Software",
+            "Classifier: License :: Other/Proprietary License",
+        ),
+    )
     build_wheel(pypi, "cupy-cuda12x", "12.1.0", tag=f"{CP}-{CP}-{MANY}")
     build_wheel(pypi, "tensordict", "0.5.0", tag=f"{CP}-{CP}-{MANY}")
     build_wheel(pypi, "tensordict", "0.6.0", tag=f"{CP}-{CP}-{MANY}")

@@ -118,6 +118,37 @@ def test_a_source_build_without_a_build_time_reads_as_none() -> None:
     assert build.build_time is None and build.max_jobs.gib_per_job == 12.0
 
 
+def test_a_delta_and_the_licences_round_trip_and_older_bundles_read_without_them() -> None:
+    """A delta bundle's base and each file's licence are optional fields of schema 2: written
+    only when set, read back as written, absent in older bundles."""
+    import dataclasses
+
+    base = full()
+    files = (dataclasses.replace(base.files[0], license="BSD-3-Clause"), *base.files[1:])
+    delta = mf.Delta("verl-bundle-cu121-old", "9" * 64, (files[0].path,))
+    m = dataclasses.replace(base, files=files, delta=delta)
+    assert mf.loads(mf.dumps(m)) == m
+    assert m.omitted_files() == (files[0],) and base.omitted_files() == ()
+    written = doc()
+    assert "delta" not in written and all("license" not in f for f in written["files"])
+    assert mf.from_dict(written).delta is None and mf.from_dict(written).files[0].license == ""
+
+
+@pytest.mark.parametrize(
+    ("omitted", "says"),
+    [
+        ("wheels/nowhere-1.0-py3-none-any.whl", r"delta\.omitted\[0\]: .* is not a file of"),
+        ("../outside.whl", r"manifest\.delta\.omitted\[0\]"),
+        (7, r"delta\.omitted\[0\] must be a string"),
+    ],
+)
+def test_a_bad_delta_is_named(omitted: object, says: str) -> None:
+    data = doc()
+    data["delta"] = {"base": "old", "base_manifest": "9" * 64, "omitted": [omitted]}
+    with pytest.raises(mf.ManifestError, match=says):
+        mf.from_dict(data)
+
+
 def test_public_names_stay_importable_from_manifest() -> None:
     """Importers use `manifest.NAME`; the split into reader and writer modules keeps them."""
     for name in mf.__all__:

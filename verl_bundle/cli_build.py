@@ -99,13 +99,45 @@ def build_cmd(
     cxx: opt.Cxx = None,
     host_python: opt.HostPython = None,
     with_python: opt.WithPython = None,
+    base: Annotated[
+        Path | None,
+        typer.Option(
+            "--base",
+            help="Write a delta: leave out every file this earlier bundle already has (OLD: its "
+            "tarball, volumes, extracted directory or manifest.json). The server installs it "
+            "with install.sh --base OLD_DIR, the old bundle's extracted directory.",
+            metavar="OLD",
+        ),
+    ] = None,
+    split_size: Annotated[
+        str | None,
+        typer.Option(
+            "--split-size",
+            help="Write volumes NAME.tar.000, .001, ... of at most SIZE each (2G, 4.7G for a "
+            "DVD, 700M; decimal units, GiB for binary) and one NAME.tar.sha256 for them: "
+            "`cat NAME.tar.[0-9]* | sha256sum -c NAME.tar.sha256` checks each and the whole.",
+            metavar="SIZE",
+        ),
+    ] = None,
+    sign: Annotated[
+        str | None,
+        typer.Option(
+            "--sign",
+            help="Sign manifest.json (inside) and NAME.tar.sha256 (beside: .sig) with this SSH "
+            "key (ssh-keygen -Y sign -n verl-bundle), or gpg:KEYID to sign with GnuPG (.asc). "
+            "The server checks it with install.sh --allowed-signers FILE.",
+            metavar="KEY|gpg:KEYID",
+        ),
+    ] = None,
     json_out: Json = False,
 ) -> None:
     """Resolve (or take --lock), fetch every file once with its hash, and write one tarball.
 
-    The tarball holds wheels, sources, bootstrap pip, manifest.json, SHA256SUMS and install.sh.
-    The last line printed is the tarball's path; <tarball>.sha256 is written beside it."""
+    The tarball holds wheels, sources, bootstrap pip, manifest.json, SHA256SUMS, install.sh,
+    sbom.cdx.json (CycloneDX) and LICENSES.txt. The last line printed is the tarball's path
+    (with --split-size: its .sha256 list); <tarball>.sha256 is written beside it."""
     from verl_bundle import render
+    from verl_bundle.bundle.volumes import parse_size
     from verl_bundle.compile import CompileOptions
     from verl_bundle.mirrors import naming_the_rest
     from verl_bundle.pipeline import BuildRequest, build
@@ -114,7 +146,10 @@ def build_cmd(
     options = StackOptions(cuda, profile, python, platform, mirror, cache_dir, jobs)
     compiling = CompileOptions(compile_mode.value, cuda_archs, cuda_home, cc, cxx, host_python)
     stack = options.request(session_of(ctx))
-    req = BuildRequest(stack, output, lock_file, compress.value, compiling, with_python)
+    split = parse_size(split_size) if split_size is not None else None
+    req = BuildRequest(
+        stack, output, lock_file, compress.value, compiling, with_python, base, split, sign
+    )
     with reporter(quiet=json_out) as rep, naming_the_rest(stack.profile, stack.mirrors):
         shown = render.build(build(req, rep))
     show(ctx, shown, json_out)

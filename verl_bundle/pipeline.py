@@ -10,7 +10,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from verl_bundle.bundle import Bundle, Compression, Damaged, DigestMemo, assemble, bundle_name
+from verl_bundle.bundle import (
+    Base,
+    Bundle,
+    Compression,
+    Crossing,
+    Damaged,
+    DeltaFigures,
+    DigestMemo,
+    assemble,
+    bundle_name,
+)
 from verl_bundle.bundle.plan import check_phases, driver_line
 from verl_bundle.compile import CompileOptions
 from verl_bundle.errors import LockError
@@ -49,6 +59,9 @@ class BuildRequest:
     compress: Compression = "none"
     compile: CompileOptions | None = None  # None: --compile auto, the profile's archs
     with_python: bool | None = None  # carry a CPython for the target; None: as the profile asks
+    base: Path | None = None  # build a delta against this bundle (tarball, directory, manifest)
+    split: int | None = None  # write volumes of at most this many bytes
+    sign: str | None = None  # an SSH key, or gpg:KEYID
 
 
 @dataclass(frozen=True)
@@ -65,6 +78,7 @@ class BuildResult:
     lock_source: str  # "resolved" or the lock file used
     wheelhouse: Wheelhouse
     notes: tuple[str, ...]
+    delta: DeltaFigures | None = None
 
 
 def _downloader(req: Request, reporter: Reporter) -> Downloader:
@@ -130,10 +144,30 @@ def load_matching_lock(req: Request, path: Path) -> tuple[Lock, list[str]]:
     return lock, notes
 
 
+def _crossing(request: BuildRequest, notes: list[str]) -> Crossing:
+    """--base, --split-size and --sign, checked before anything is fetched."""
+    from verl_bundle.bundle.read import open_bundle
+    from verl_bundle.bundle.sign import Signer
+
+    signer = Signer.parse(request.sign) if request.sign else None
+    base = None
+    if request.base is not None:
+        opened = open_bundle(request.base)
+        base = Base(opened.manifest, opened.manifest_sha256, opened.where)
+        old, new = opened.manifest, request.stack
+        if old.profile.name != new.profile.name:
+            notes.append(
+                f"note: the base {request.base} is a bundle of profile {old.profile.name}, not "
+                f"{new.profile.name}: the delta leaves out only the files both have"
+            )
+    return Crossing(base=base, split=request.split, signer=signer)
+
+
 def build(request: BuildRequest, reporter: Reporter) -> BuildResult:
     req, lock_path = request.stack, request.lock
     downloader = _downloader(req, reporter)
     notes = [*driver_line(req.profile), *req.profile.notes]
+    crossing = _crossing(request, notes)
     if lock_path is None and req.profile.lock is not None and req.profile.lock.is_file():
         candidate = read_lock(req.profile.lock)
         if candidate.target == req.target:
@@ -177,7 +211,15 @@ def build(request: BuildRequest, reporter: Reporter) -> BuildResult:
         return fetch_all()
 
     memo = DigestMemo(downloader.cache.root / "tarballs")  # digests of tarballs written before
-    bundle = assemble(
-        req.profile, lock, wheelhouse, request.output, request.compress, reporter, refetch, memo
+    bundle, delta = assemble(
+        req.profile,
+        lock,
+        wheelhouse,
+        request.output,
+        request.compress,
+        reporter,
+        refetch,
+        memo,
+        crossing,
     )
-    return BuildResult(bundle, lock, source, wheelhouse, tuple(notes))
+    return BuildResult(bundle, lock, source, wheelhouse, tuple(notes), delta)

@@ -7,9 +7,11 @@ A cached file found damaged while it is copied is evicted and fetched again (thr
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from verl_bundle.bundle.plan import BundlePlan, Entry, bundle_name, plan
+from verl_bundle.bundle.plan import Base, BundlePlan, Entry, bundle_name, plan
 from verl_bundle.bundle.tarball import (
     Bundle,
     Compression,
@@ -23,12 +25,18 @@ from verl_bundle.lock import Lock
 from verl_bundle.profile import Profile
 from verl_bundle.progress import Reporter
 
+if TYPE_CHECKING:
+    from verl_bundle.bundle.sign import Signer
+
 __all__ = [
+    "Base",
     "Bundle",
     "BundlePlan",
     "Compression",
+    "Crossing",
     "Damaged",
     "DamagedCacheError",
+    "DeltaFigures",
     "DigestMemo",
     "Entry",
     "Refetch",
@@ -41,6 +49,39 @@ __all__ = [
 Refetch = Callable[[Sequence[Damaged]], Wheelhouse]
 
 
+@dataclass(frozen=True)
+class Crossing:
+    """How the bundle crosses the air gap: a delta against `base`, volumes of at most `split`
+    bytes, signed by `signer`. The default: one whole, unsigned tarball."""
+
+    base: Base | None = None
+    split: int | None = None
+    signer: Signer | None = None
+
+
+@dataclass(frozen=True)
+class DeltaFigures:
+    """What a delta carries against its full bundle (`delta: 2 of 268 files, ...`)."""
+
+    base: str
+    carried_files: int
+    payload_files: int
+    full_size: int  # the full bundle's tarball, uncompressed
+
+
+def _figures(planned: BundlePlan, base: Base) -> DeltaFigures:
+    from verl_bundle.bundle.tarstream import layout
+
+    payload = [e for e in planned.entries if e.source is not None]
+    full = layout(planned.manifest.name, [*planned.entries, *planned.omitted])
+    return DeltaFigures(
+        base=base.manifest.name,
+        carried_files=len(payload),
+        payload_files=len(payload) + len(planned.omitted),
+        full_size=sum(len(p) if isinstance(p, bytes) else p.size for p in full),
+    )
+
+
 def assemble(
     profile: Profile,
     lock: Lock,
@@ -50,14 +91,25 @@ def assemble(
     reporter: Reporter,
     refetch: Refetch | None = None,
     memo: DigestMemo | None = None,
-) -> Bundle:
-    planned = plan(profile, lock, wheelhouse)
+    crossing: Crossing = Crossing(),
+) -> tuple[Bundle, DeltaFigures | None]:
+    """The bundle written, and what a delta carries (None for a full bundle)."""
+    c = crossing
+
+    def write(planned: BundlePlan) -> Bundle:
+        return write_bundle(
+            planned.name, planned.entries, output, compress, reporter, memo, c.split, c.signer
+        )
+
+    planned = plan(profile, lock, wheelhouse, c.base, c.signer)
     try:
-        return write_bundle(planned.name, planned.entries, output, compress, reporter, memo)
+        bundle = write(planned)
     except DamagedCacheError as exc:
         if refetch is None:
             raise
         for d in exc.damaged:
             reporter.note(f"{d.line()}: removed it from the cache and fetching it again")
-        planned = plan(profile, lock, refetch(exc.damaged))
-    return write_bundle(planned.name, planned.entries, output, compress, reporter, memo)
+        planned = plan(profile, lock, refetch(exc.damaged), c.base, c.signer)
+        bundle = write(planned)
+    figures = _figures(planned, c.base) if c.base is not None else None
+    return bundle, figures

@@ -3,12 +3,14 @@ out before a byte of the tarball is written (the tarball module only copies what
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import shlex
 import tarfile
 import zipfile
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import jinja2
 from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
@@ -20,12 +22,16 @@ from verl_bundle.bundle import simple
 from verl_bundle.compile.cost import pinned_version, server_build_time
 from verl_bundle.errors import LockError
 from verl_bundle.fetch import Artifact, Wheelhouse
+from verl_bundle.licenses import declared, metadata_of_wheel, of_file
 from verl_bundle.lock import Lock, dumps, group_by_phase
 from verl_bundle.profile import Profile
 from verl_bundle.profile import SourceBuild as ProfileSourceBuild
 from verl_bundle.resources import airgap_dir, data_dir
 from verl_bundle.standalone import BundledPython
 from verl_bundle.target import Target
+
+if TYPE_CHECKING:
+    from verl_bundle.bundle.sign import Signer
 
 
 @dataclass(frozen=True)
@@ -45,11 +51,23 @@ class Entry:
 @dataclass(frozen=True)
 class BundlePlan:
     """What `plan` decided: the bundle's name (its top directory), its files in tar order
-    (SHA256SUMS first, then manifest.json), and the manifest written into it."""
+    (SHA256SUMS first, then manifest.json), and the manifest written into it. A delta bundle
+    (`base` given) leaves `omitted` out of the tarball: files its base already has."""
 
     name: str
     entries: tuple[Entry, ...]
     manifest: mf.Manifest
+    omitted: tuple[Entry, ...] = ()
+
+
+@dataclass(frozen=True)
+class Base:
+    """The bundle a delta is built against (build --base OLD): its manifest, and the sha256 of
+    its manifest.json (recorded in the delta, so an approver sees which bundle it extends)."""
+
+    manifest: mf.Manifest
+    manifest_sha256: str
+    where: str  # what the user gave: a tarball, a directory or a manifest.json
 
 
 SERVED = "verl_bundle/airgap/verify/served.py"
@@ -89,17 +107,23 @@ def _folder(a: Artifact) -> str:
     return mf.WHEELS
 
 
-def _installed_size(a: Artifact) -> int:
-    """What the file takes once installed: a wheel's unpacked size; for an sdist built on the
-    server, its unpacked size plus room for the build (an estimate)."""
+def _unpacked(a: Artifact) -> tuple[int, str]:
+    """What the file takes once installed (a wheel's unpacked size; for an sdist built on the
+    server, its unpacked size plus room for the build, an estimate), and the licence its
+    metadata declares; both from one opening of the file."""
     try:
         if a.filename.endswith(".whl"):
             with zipfile.ZipFile(a.path) as zf:
-                return sum(i.file_size for i in zf.infolist())
+                try:
+                    license = declared(metadata_of_wheel(zf))
+                except (KeyError, UnicodeDecodeError):
+                    license = ""
+                return sum(i.file_size for i in zf.infolist()), license
         with tarfile.open(a.path) as tf:
-            return sum(m.size for m in tf.getmembers()) * 4 + (2 << 30)
+            size = sum(m.size for m in tf.getmembers()) * 4 + (2 << 30)
+        return size, of_file(Path(a.path))
     except (OSError, zipfile.BadZipFile, tarfile.TarError):
-        return a.size * 3
+        return a.size * 3, ""
 
 
 def _requirement_line(a: Artifact) -> str:
@@ -169,7 +193,7 @@ def _phases(
     return phases, files
 
 
-def _manifest_file(e: Entry, a: Artifact) -> mf.File:
+def _manifest_file(e: Entry, a: Artifact, license: str) -> mf.File:
     return mf.File(
         path=e.arcname,
         name=a.package.name,
@@ -184,11 +208,20 @@ def _manifest_file(e: Entry, a: Artifact) -> mf.File:
         if a.built_from
         else None,
         compiled=a.compiled,
+        license=license,
     )
 
 
-def plan(profile: Profile, lock: Lock, wheelhouse: Wheelhouse) -> BundlePlan:
-    """Everything the bundle will hold, with hashes, before a byte of the tar is written."""
+def plan(
+    profile: Profile,
+    lock: Lock,
+    wheelhouse: Wheelhouse,
+    base: Base | None = None,
+    signer: Signer | None = None,
+) -> BundlePlan:
+    """Everything the bundle will hold, with hashes, before a byte of the tar is written; with
+    `base`, a delta that leaves out the files the base has; with `signer`, manifest.json's
+    signature beside it."""
     check_phases(lock, profile)
     name = bundle_name(lock)
     by_name = {a.package.name: a for a in wheelhouse.artifacts}
@@ -232,7 +265,11 @@ def plan(profile: Profile, lock: Lock, wheelhouse: Wheelhouse) -> BundlePlan:
     generated.insert(0, _entry(mf.INSTALL, render_install(context).encode()))
     generated.insert(1, _entry(mf.README, render_install(context, "README.txt.j2").encode()))
     generated.append(_entry(mf.DOCTOR, _doctor_script().encode()))
-    files = tuple(_manifest_file(e, a) for e, a in zip(payload, ordered, strict=True))
+    unpacked = [_unpacked(a) for a in ordered]
+    files = tuple(
+        _manifest_file(e, a, license)
+        for e, a, (_, license) in zip(payload, ordered, unpacked, strict=True)
+    )
     generated += [_entry(path, data) for path, data in simple.pages(files)]  # pip/uv index
     manifest = mf.Manifest(
         name=name,
@@ -250,17 +287,50 @@ def plan(profile: Profile, lock: Lock, wheelhouse: Wheelhouse) -> BundlePlan:
         phases=tuple(phases),
         files=files,
         generated=tuple(mf.Generated(e.arcname, e.sha256, e.size) for e in generated),
-        installed_size=sum(_installed_size(a) for a in wheelhouse.artifacts)
-        + (python.unpacked if python else 0),
+        installed_size=sum(size for size, _ in unpacked) + (python.unpacked if python else 0),
         readiness=mf.Readiness(**vars(profile.readiness)),
         interpreter=python.entry if python else None,
     )
+    manifest, approval = _with_sbom(manifest, generated)
+    generated += approval
+    omitted: list[Entry] = []
+    if base is not None:
+        manifest, name, omitted = _delta(manifest, base, payload)
     manifest_entry = _entry(mf.MANIFEST, mf.dumps(manifest).encode())
-    everything = [manifest_entry, *generated, *payload, *carried]
+    signed = [] if signer is None else [signer.sign_manifest(manifest_entry.data or b"")]
+    everything = [manifest_entry, *signed, *generated, *payload, *carried]
+    # SHA256SUMS lists every file of the full bundle: a delta completed from its base is that.
     sums = "".join(
         f"{e.sha256}  {e.arcname}\n" for e in sorted(everything, key=lambda e: e.arcname)
     )
-    return BundlePlan(name, (_entry(mf.SUMS, sums.encode()), *everything), manifest)
+    left_out = {e.arcname for e in omitted}
+    written = [e for e in everything if e.arcname not in left_out]
+    return BundlePlan(name, (_entry(mf.SUMS, sums.encode()), *written), manifest, tuple(omitted))
+
+
+def _with_sbom(manifest: mf.Manifest, generated: list[Entry]) -> tuple[mf.Manifest, list[Entry]]:
+    """sbom.cdx.json and LICENSES.txt, made from the manifest's values, and the manifest that
+    lists them among its generated files."""
+    from verl_bundle.bundle import sbom
+
+    lock_sha256 = next(e.sha256 for e in generated if e.arcname == mf.LOCK)
+    made = [
+        _entry(mf.SBOM, sbom.document(manifest, lock_sha256)),
+        _entry(mf.LICENSES, sbom.report(manifest).encode()),
+    ]
+    listed = (*manifest.generated, *(mf.Generated(e.arcname, e.sha256, e.size) for e in made))
+    return dataclasses.replace(manifest, generated=listed), made
+
+
+def _delta(
+    manifest: mf.Manifest, base: Base, payload: list[Entry]
+) -> tuple[mf.Manifest, str, list[Entry]]:
+    """The delta's manifest, its name (its own top directory, so that it never unpacks over
+    the base's) and the payload files its base already has, by sha256."""
+    have = {f.sha256 for f in base.manifest.files}
+    omitted = [e for e in payload if e.sha256 in have]
+    delta = mf.Delta(base.manifest.name, base.manifest_sha256, tuple(e.arcname for e in omitted))
+    return dataclasses.replace(manifest, delta=delta), f"{manifest.name}-delta", omitted
 
 
 def _interpreter_entry(python: BundledPython) -> Entry:

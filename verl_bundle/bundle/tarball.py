@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Literal
+from typing import IO, TYPE_CHECKING, Literal
 
 from verl_bundle.bundle.plan import Entry
 from verl_bundle.bundle.tarstream import (
@@ -33,9 +33,13 @@ from verl_bundle.bundle.tarstream import (
     recipe,
     stream,
 )
+from verl_bundle.bundle.volumes import Volume, VolumeWriter, listing, stale
 from verl_bundle.errors import AssembleError
 from verl_bundle.leftovers import alive
 from verl_bundle.progress import Reporter
+
+if TYPE_CHECKING:
+    from verl_bundle.bundle.sign import Signer
 
 __all__ = ["EXECUTABLE", "Bundle", "Damaged", "DamagedCacheError", "DigestMemo", "write_bundle"]
 
@@ -47,12 +51,21 @@ _PARTIAL = re.compile(r"^\..+\.partial-(\d+)$")
 
 @dataclass(frozen=True)
 class Bundle:
+    """A written bundle. Split (build --split-size): `path` is the joined tarball's name (not
+    on disk) and `volumes` are the files. `signature`: the .sha256 list's (build --sign)."""
+
     name: str
     path: Path
     sha256: str
     size: int
     files: int
     payload_bytes: int
+    volumes: tuple[Volume, ...] = ()
+    signature: Path | None = None
+
+    @property
+    def sidecar(self) -> Path:
+        return self.path.with_name(self.path.name + ".sha256")
 
 
 @dataclass(frozen=True)
@@ -201,16 +214,53 @@ def write_bundle(
     compress: Compression,
     reporter: Reporter,
     memo: DigestMemo | None = None,
+    split: int | None = None,
+    signer: Signer | None = None,
 ) -> Bundle:
-    """Write the tarball and its .sha256 beside it; both appear under their final names only
-    when everything was written and every cached file matched its hash."""
+    """Write the tarball (or its volumes, `split` bytes at most each) and its .sha256 beside
+    it, then the list's signature (`signer`); each appears under its final name only when
+    everything was written and every cached file matched its hash."""
     output.mkdir(parents=True, exist_ok=True)
     remove_stale_partials(output, reporter)
     final = output / f"{name}{SUFFIX[compress]}"
     sidecar = output / f"{final.name}.sha256"
-    tmp = output / f".{final.name}.partial-{os.getpid()}"
     side_tmp = output / f".{sidecar.name}.partial-{os.getpid()}"
     pieces = layout(name, entries)
+    try:
+        if split is None:
+            digest, size = _write_whole(final, pieces, compress, reporter, memo)
+            volumes: list[Volume] = []
+            side_tmp.write_text(f"{digest}  {final.name}\n")
+        else:
+            digest, size, volumes = _write_volumes(final, pieces, compress, reporter, split)
+            side_tmp.write_text(listing(digest, volumes))
+        os.replace(side_tmp, sidecar)
+    finally:
+        side_tmp.unlink(missing_ok=True)
+    for old in (sidecar.with_name(sidecar.name + s) for s in (".sig", ".asc")):
+        old.unlink(missing_ok=True)  # an earlier build's signature of another list
+    return Bundle(
+        name=name,
+        path=final,
+        sha256=digest,
+        size=size,
+        files=len(entries),
+        payload_bytes=sum(e.size for e in entries),
+        volumes=tuple(volumes),
+        signature=signer.sign_file(sidecar) if signer is not None else None,
+    )
+
+
+def _write_whole(
+    final: Path,
+    pieces: list[bytes | Entry],
+    compress: Compression,
+    reporter: Reporter,
+    memo: DigestMemo | None,
+) -> tuple[str, int]:
+    """The tarball under a hidden name, renamed to `final` once complete and checked; an
+    earlier build's volumes of the same name are removed then. (sha256, size)."""
+    tmp = final.with_name(f".{final.name}.partial-{os.getpid()}")
     key = recipe(pieces) if compress == "none" and memo is not None else None
     known = memo.get(key) if memo is not None and key is not None else None
     writer: HashingWriter | None = None
@@ -227,22 +277,46 @@ def write_bundle(
         _damaged(copied)
         # Not fsync'ed: the rename below already keeps a partial tarball from ever having the
         # final name, and the .sha256 beside it catches a file torn by a power loss.
-        side_tmp.write_text(f"{digest}  {final.name}\n")
         os.replace(tmp, final)
-        os.replace(side_tmp, sidecar)
     except BaseException:
         if writer is not None:
             writer.finish()
         tmp.unlink(missing_ok=True)
-        side_tmp.unlink(missing_ok=True)
         raise
+    for old in stale(final.parent, final.name):
+        old.unlink()
     if memo is not None and key is not None and known is None:
         memo.put(key, digest)
-    return Bundle(
-        name=name,
-        path=final,
-        sha256=digest,
-        size=size,
-        files=len(entries),
-        payload_bytes=sum(e.size for e in entries),
-    )
+    return digest, size
+
+
+def _write_volumes(
+    final: Path,
+    pieces: list[bytes | Entry],
+    compress: Compression,
+    reporter: Reporter,
+    split: int,
+) -> tuple[str, int, list[Volume]]:
+    """The tarball as volumes of at most `split` bytes, written in one pass (each volume and
+    the whole hashed on the way), renamed when complete; an earlier build's volumes and an
+    unsplit tarball of the same name are removed. (whole sha256, size, volumes)."""
+    volumes = VolumeWriter(final.parent, final.name, split)
+    writer = HashingWriter(volumes)  # type: ignore[arg-type]  # a RawIOBase: it writes
+    try:
+        with _compressed(writer, compress) as out:  # type: ignore[arg-type]
+            copied = stream(pieces, out, reporter)
+        digest, size = writer.finish(), writer.size
+        _damaged(copied)
+        written = volumes.finish()
+    except BaseException:
+        writer.finish()
+        volumes.discard()
+        raise
+    for old in [*stale(final.parent, final.name), final]:
+        old.unlink(missing_ok=True)
+    done = []
+    for hidden, sha256, vsize in written:
+        path = final.with_name(hidden.name[1:].rsplit(".partial-", 1)[0])
+        os.replace(hidden, path)
+        done.append(Volume(path, sha256, vsize))
+    return digest, size, done

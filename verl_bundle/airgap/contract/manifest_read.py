@@ -22,6 +22,7 @@ from verl_bundle.airgap.contract.manifest_values import (
     BuiltFrom,
     Checks,
     Compiled,
+    Delta,
     File,
     Generated,
     Interpreter,
@@ -177,6 +178,7 @@ def _file(r: _Reader) -> File:
         kind=kind,
         built_from=BuiltFrom(built.text("file"), built.sha256("sha256")) if built.data else None,
         compiled=_compiled(compiled) if compiled.data else None,
+        license=r.text("license", ""),
     )
 
 
@@ -207,6 +209,26 @@ def _interpreter(r: _Reader) -> Interpreter | None:
         location=r.text("location", ""),
         url=r.text("url", ""),
     )
+
+
+def _delta(r: _Reader, files: tuple[File, ...]) -> Delta | None:
+    """A delta bundle's base; every omitted path must be a payload file the manifest lists."""
+    if not r.data:
+        return None
+    paths = {f.path for f in files}
+    omitted = []
+    for i, value in enumerate(r.items("omitted")):
+        where = f"{r.where}.omitted[{i}]"
+        if not isinstance(value, str):
+            raise ManifestError(f"{where} must be a string, not {_show(value)}")
+        try:
+            path = bundle_path(value, where)
+        except UnsafeNameError as exc:
+            raise ManifestError(str(exc)) from None
+        if path not in paths:
+            raise ManifestError(f"{where}: {path} is not a file of this bundle")
+        omitted.append(path)
+    return Delta(r.text("base"), r.sha256("base_manifest"), tuple(omitted))
 
 
 def read_generated(r: _Reader) -> tuple[Generated, ...]:
@@ -318,6 +340,7 @@ def from_dict(data: Any) -> Manifest:
             limit=ready.text("limit", ""),
         ),
         interpreter=_interpreter(r.table("interpreter", required=False)),
+        delta=_delta(r.table("delta", required=False), files),
     )
 
 

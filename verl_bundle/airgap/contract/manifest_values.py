@@ -25,6 +25,13 @@ BOOTSTRAP = "bootstrap"
 INTERPRETER = "python"  # the folder of the bundled CPython archive
 REQUIREMENTS = "requirements"
 LIB = "lib"
+SBOM = "sbom.cdx.json"  # the CycloneDX bill of materials of the bundle's payload
+LICENSES = "LICENSES.txt"  # the same components grouped by licence, for an approver
+# The signature of manifest.json (build --sign): an SSH signature (ssh-keygen -Y sign, namespace
+# SIGNING_NAMESPACE) or an armored GPG one. Listed in SHA256SUMS; the manifest cannot list it.
+SIGNATURE = "manifest.json.sig"
+SIGNATURE_GPG = "manifest.json.asc"
+SIGNING_NAMESPACE = "verl-bundle"
 BOOTSTRAP_PHASE = "bootstrap"
 # What a file of the bundle is for: a wheel of the stack, a build requirement of a server-side
 # source build, an sdist built on the server, or the bundled pip/uv.
@@ -139,10 +146,25 @@ class File:
     kind: str  # one of KINDS
     built_from: BuiltFrom | None = None
     compiled: Compiled | None = None  # set for a source build compiled on the online host
+    # The licence its metadata declares (License-Expression, else License, else the licence
+    # classifiers); "" when it declares none (and in bundles written before the field).
+    license: str = ""
 
     @property
     def filename(self) -> str:
         return self.path.rsplit("/", 1)[-1]
+
+
+@dataclass(frozen=True)
+class Delta:
+    """A delta bundle (build --base OLD): the payload files whose hashes the base bundle already
+    has are left out of the tarball. The manifest and SHA256SUMS still list every file of the
+    full bundle; the server takes the omitted ones from the old bundle's directory, each checked
+    against this manifest's sha256 (install.sh --base OLD_DIR)."""
+
+    base: str  # the base bundle's name
+    base_manifest: str  # sha256 of the base's manifest.json
+    omitted: tuple[str, ...]  # bundle paths not in this tarball
 
 
 @dataclass(frozen=True)
@@ -226,6 +248,7 @@ class Manifest:
     schema: int = SCHEMA
     readiness: Readiness = Readiness()
     interpreter: Interpreter | None = None
+    delta: Delta | None = None  # set for a delta bundle; None for a full one (and older ones)
 
     # -- questions every server tool asks ------------------------------------------------------
 
@@ -263,6 +286,11 @@ class Manifest:
             out[self.interpreter.path] = self.interpreter.sha256
         out.update({g.path: g.sha256 for g in self.generated})
         return out
+
+    def omitted_files(self) -> tuple[File, ...]:
+        """The payload files a delta bundle leaves to its base (none for a full bundle)."""
+        gone = set(self.delta.omitted) if self.delta else set()
+        return tuple(f for f in self.files if f.path in gone)
 
     def has(self, name: str) -> bool:
         return any(f.name == canonical(name) for f in self.installed)

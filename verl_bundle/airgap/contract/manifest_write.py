@@ -90,10 +90,16 @@ def to_dict(m: Manifest) -> dict[str, Any]:
 
 
 def _with_interpreter(m: Manifest, doc: dict[str, Any]) -> dict[str, Any]:
-    """The bundled CPython's entry, written only when the bundle carries one (so a bundle
-    without it has the same manifest.json as before the field existed)."""
+    """The bundled CPython's entry and a delta's base, written only when the bundle has them
+    (so a bundle without them has the same manifest.json as before the fields existed)."""
     if m.interpreter is not None:
         doc["interpreter"] = dataclasses.asdict(m.interpreter)
+    if m.delta is not None:
+        doc["delta"] = {
+            "base": m.delta.base,
+            "base_manifest": m.delta.base_manifest,
+            "omitted": list(m.delta.omitted),
+        }
     return doc
 
 
@@ -120,6 +126,8 @@ def _file_dict(f: File) -> dict[str, Any]:
             "seconds": c.seconds,
             "key": c.key,
         }
+    if f.license:
+        doc["license"] = f.license
     return doc
 
 

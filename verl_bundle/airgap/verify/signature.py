@@ -1,0 +1,193 @@
+"""Checking a bundle's signature offline, with what every server has.
+
+`build --sign` signs manifest.json (the signature travels inside the bundle, listed in
+SHA256SUMS) and the tarball's hash list NAME.tar.sha256 (the signature lies beside it). An SSH
+signature is checked with `ssh-keygen -Y` (OpenSSH 8.2+) against an allowed-signers file
+(`PRINCIPAL KEYTYPE KEY` lines, as `ssh-keygen -Y verify` reads them); a GPG one with `gpgv`
+against a keyring (`gpg --export KEYID > FILE`). Refused, in one line each: an unsigned
+bundle, a signature by a key the file does not hold, a file altered after signing.
+
+Because manifest.json lists every file's sha256 and the installer checks every file against
+it, a good signature of manifest.json vouches for the whole bundle. Standard library only,
+Python 3.8+.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import shutil
+import struct
+import subprocess
+import sys
+from dataclasses import dataclass
+
+from verl_bundle.airgap.contract import manifest as mf
+
+NAMESPACE = mf.SIGNING_NAMESPACE
+SSH_SUFFIX, GPG_SUFFIX = ".sig", ".asc"
+_KEY_NAMES = {
+    "ssh-ed25519": "ED25519",
+    "ssh-rsa": "RSA",
+    "ecdsa-sha2-nistp256": "ECDSA",
+    "ecdsa-sha2-nistp384": "ECDSA",
+    "ecdsa-sha2-nistp521": "ECDSA",
+    "sk-ssh-ed25519@openssh.com": "ED25519-SK",
+    "sk-ecdsa-sha2-nistp256@openssh.com": "ECDSA-SK",
+}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """`ok`: signed by an allowed signer and unaltered. `line`: one line saying so, or why it
+    is refused and what to do. `signer`: the principal (SSH) or key (GPG) that signed."""
+
+    ok: bool
+    line: str
+    signer: str = ""
+
+
+def ssh_key_of(armored: bytes) -> str | None:
+    """The key an SSH signature was made with, as ssh-keygen names it ("ED25519 key
+    SHA256:..."); None when it is not an SSH signature."""
+    lines = armored.decode("ascii", errors="replace").strip().splitlines()
+    if len(lines) < 3 or lines[0] != "-----BEGIN SSH SIGNATURE-----":
+        return None
+    try:
+        blob = base64.b64decode("".join(lines[1:-1]))
+        if blob[:6] != b"SSHSIG":
+            return None
+        (length,) = struct.unpack(">I", blob[10:14])
+        key = blob[14 : 14 + length]
+        (kind_len,) = struct.unpack(">I", key[:4])
+        kind = key[4 : 4 + kind_len].decode("ascii")
+    except (ValueError, struct.error, UnicodeDecodeError):
+        return None
+    digest = base64.b64encode(hashlib.sha256(key).digest()).decode().rstrip("=")
+    return f"{_KEY_NAMES.get(kind, kind)} key SHA256:{digest}"
+
+
+def signature_of(signed: str) -> str | None:
+    """The signature file of `signed` (an SSH .sig, else a GPG .asc), or None."""
+    for suffix in (SSH_SUFFIX, GPG_SUFFIX):
+        if os.path.isfile(signed + suffix):
+            return signed + suffix
+    return None
+
+
+def _run(argv: list[str], stdin: str | None = None) -> subprocess.CompletedProcess:  # type: ignore[type-arg]
+    if stdin is None:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    with open(stdin, "rb") as fh:
+        return subprocess.run(argv, stdin=fh, capture_output=True, timeout=120)
+
+
+def _said(proc: subprocess.CompletedProcess) -> str:  # type: ignore[type-arg]
+    err = proc.stderr if isinstance(proc.stderr, str) else proc.stderr.decode(errors="replace")
+    return " ".join(err.split())[-200:]
+
+
+def _check_ssh(signed: str, sig: str, allowed: str) -> Verdict:
+    name = os.path.basename(signed)
+    if shutil.which("ssh-keygen") is None:
+        return Verdict(False, "cannot check the signature: ssh-keygen is not installed here")
+    with open(sig, "rb") as fh:
+        key = ssh_key_of(fh.read()) or "an unreadable key"
+    found = _run(["ssh-keygen", "-Y", "find-principals", "-s", sig, "-f", allowed])
+    if found.returncode != 0:
+        said = _said(found)
+        if "illegal option" in said or "unknown option" in said or "usage" in said.lower():
+            return Verdict(
+                False,
+                "cannot check the signature: this ssh-keygen has no -Y find-principals "
+                "(OpenSSH 8.2 or newer is needed); check it on a newer machine",
+            )
+        return Verdict(
+            False,
+            f"{name} is signed by {key}, which {allowed} does not allow; nothing was installed. Get the "
+            "bundle from an allowed signer, or add the key to the file if it is trusted",
+        )
+    principal = (found.stdout.split() or ["?"])[0]
+    verified = _run(
+        ["ssh-keygen", "-Y", "verify", "-f", allowed, "-I", principal, "-n", NAMESPACE, "-s", sig],
+        stdin=signed,
+    )
+    if verified.returncode != 0:
+        return Verdict(
+            False,
+            f"{name} was altered after {principal} ({key}) signed it; nothing was installed. Copy the bundle "
+            "again from the approved copy",
+        )
+    return Verdict(True, f"{name} signed by {principal} ({key})", principal)
+
+
+def _check_gpg(signed: str, sig: str, allowed: str) -> Verdict:
+    name = os.path.basename(signed)
+    if shutil.which("gpgv") is None:
+        return Verdict(False, "cannot check the signature: gpgv is not installed here")
+    proc = _run(["gpgv", "--status-fd", "1", "--keyring", os.path.abspath(allowed), sig, signed])
+    status = proc.stdout.split("\n")
+    good = [s for s in status if s.startswith("[GNUPG:] GOODSIG ")]
+    if proc.returncode == 0 and good:
+        who = good[0].split(" ", 3)[-1]
+        return Verdict(True, f"{name} signed by {who} (GPG)", who)
+    if any(" BADSIG " in s + " " for s in status):
+        return Verdict(
+            False,
+            f"{name} was altered after it was signed (GPG); nothing was installed. Copy the bundle "
+            "again from the approved copy",
+        )
+    missing = [s.split()[-1] for s in status if s.startswith("[GNUPG:] NO_PUBKEY ")]
+    return Verdict(
+        False,
+        "{} is signed by GPG key {}, which {} does not hold; nothing was installed. Get the "
+        "bundle from an allowed signer".format(name, missing[0] if missing else "?", allowed),
+    )
+
+
+def check(signed: str, allowed: str) -> Verdict:
+    """Whether `signed` (manifest.json, or a NAME.tar.sha256 list) carries a good signature by
+    a signer `allowed` (an SSH allowed-signers file or a GPG keyring) holds."""
+    name = os.path.basename(signed)
+    if not os.path.isfile(allowed):
+        return Verdict(False, f"--allowed-signers {allowed}: no such file")
+    if not os.path.isfile(signed):
+        return Verdict(False, f"{name} is missing, so there is nothing to check a signature of")
+    sig = signature_of(signed)
+    if sig is None:
+        return Verdict(
+            False,
+            f"{name} is not signed (no {name}{SSH_SUFFIX}); nothing was installed. Ask for a bundle built with "
+            "`verl-bundle build --sign KEY`",
+        )
+    if sig.endswith(SSH_SUFFIX):
+        return _check_ssh(signed, sig, allowed)
+    return _check_gpg(signed, sig, allowed)
+
+
+def check_bundle(root: str, allowed: str) -> Verdict:
+    """An extracted bundle's manifest.json (install.sh --allowed-signers, before anything)."""
+    return check(os.path.join(mf.find_root(root), mf.MANIFEST), allowed)
+
+
+def check_tarball(path: str, allowed: str) -> Verdict:
+    """A tarball's (or a volume set's) NAME.tar.sha256 list, before it is extracted."""
+    side = path if path.endswith(".sha256") else path + ".sha256"
+    return check(side, allowed)
+
+
+def main(argv: list[str]) -> int:
+    """`signature --allowed-signers FILE BUNDLE_DIR|TARBALL`: 0 when signed by an allowed
+    signer, 3 when refused, 2 on bad usage."""
+    if len(argv) != 3 or argv[0] != "--allowed-signers":
+        print("usage: signature --allowed-signers FILE BUNDLE_DIR|TARBALL", file=sys.stderr)
+        return 2
+    allowed, path = argv[1], argv[2]
+    verdict = check_bundle(path, allowed) if os.path.isdir(path) else check_tarball(path, allowed)
+    print(("OK: " if verdict.ok else "REFUSED: ") + verdict.line)
+    return 0 if verdict.ok else 3
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

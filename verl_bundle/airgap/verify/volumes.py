@@ -1,0 +1,186 @@
+"""Checking a split bundle (build --split-size) before it is joined: every volume NAME.tar.000,
+.001, ... against NAME.tar.sha256, and the joined stream against the list's first line (`-`,
+the whole tarball's sha256, as `cat NAME.tar.[0-9]* | sha256sum -c NAME.tar.sha256` checks
+it). A missing, damaged or stray volume is named, with what to copy again.
+
+Each volume is read once: one thread hashes it, another the joined stream. Standard library
+only, Python 3.8+.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import queue
+import re
+import sys
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+READ = 4 << 20
+WHOLE = "-"
+_LINE = re.compile(r"^([0-9a-fA-F]{64}) [ *](.+)$")
+_VOLUME = re.compile(r"^(.+)\.(\d{3})$")
+
+
+@dataclass
+class VolumeReport:
+    """`problems`: (file, what) pairs, one line each; `checked`: volumes that matched."""
+
+    listing: str
+    checked: int = 0
+    problems: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def lines(self) -> list[str]:
+        return ["{}: {}".format(*p) for p in self.problems]
+
+
+def listing_of(path: str) -> str | None:
+    """The NAME.tar.sha256 of a volume set named by its list, a volume or the joined name."""
+    if path.endswith(".sha256"):
+        return path
+    m = _VOLUME.match(path)
+    return (m.group(1) if m else path) + ".sha256"
+
+
+def parse(text: str) -> tuple[str | None, list[tuple[str, str]]]:
+    """(the whole stream's sha256, [(volume name, sha256)]) from a volume list."""
+    whole: str | None = None
+    volumes = []
+    for line in text.split("\n"):
+        m = _LINE.match(line)
+        if not m:
+            continue
+        digest, name = m.group(1).lower(), m.group(2)
+        if name == WHOLE:
+            whole = digest
+        else:
+            volumes.append((name, digest))
+    return whole, volumes
+
+
+class _Hashes:
+    """Two sha256 streams fed on their own threads: the current volume's and the whole's."""
+
+    def __init__(self) -> None:
+        self.whole = hashlib.sha256()
+        self.volume = hashlib.sha256()
+        self.queues: list[queue.Queue[Any]] = [queue.Queue(maxsize=4), queue.Queue(maxsize=4)]
+        self.digests: list[str] = []
+        self.threads = [
+            threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(2)
+        ]
+        for t in self.threads:
+            t.start()
+
+    def _run(self, i: int) -> None:
+        while True:
+            item = self.queues[i].get()
+            if item is None:
+                return
+            if i == 0:
+                self.whole.update(item)
+            elif item == b"":
+                self.digests.append(self.volume.hexdigest())
+                self.volume = hashlib.sha256()
+            else:
+                self.volume.update(item)
+
+    def give(self, data: bytes) -> None:
+        self.queues[0].put(data)
+        self.queues[1].put(data)
+
+    def cut(self) -> None:
+        self.queues[1].put(b"")
+
+    def finish(self) -> tuple[str, list[str]]:
+        for q in self.queues:
+            q.put(None)
+        for t in self.threads:
+            t.join()
+        return self.whole.hexdigest(), self.digests
+
+
+def verify_volumes(path: str) -> VolumeReport:
+    """Check a volume set (`path`: its list, one of its volumes, or the joined name)."""
+    side = listing_of(path) or path
+    report = VolumeReport(side)
+    base = os.path.basename(side)
+    try:
+        with open(side, encoding="utf-8", errors="replace") as fh:
+            whole, listed = parse(fh.read())
+    except OSError as exc:
+        report.problems.append((base, "cannot read it (%s)" % (exc.strerror or exc)))
+        return report
+    if not listed:
+        report.problems.append((base, "lists no volume: is this a split bundle's list?"))
+        return report
+    folder = os.path.dirname(os.path.abspath(side))
+    tarball = base[: -len(".sha256")]
+    names = {n for n, _ in listed}
+    for extra in sorted(os.listdir(folder)):
+        m = _VOLUME.match(extra)
+        if m and m.group(1) == tarball and extra not in names:
+            report.problems.append((extra, f"not in {base}: remove it (the join would take it in)"))
+    hashes = _Hashes()
+    complete = True
+    try:
+        for name, _ in listed:
+            full = os.path.join(folder, name)
+            try:
+                with open(full, "rb", buffering=0) as fh:
+                    while True:
+                        data = fh.read(READ)
+                        if not data:
+                            break
+                        hashes.give(data)
+            except OSError:
+                complete = False
+            hashes.cut()
+    finally:
+        whole_got, got = hashes.finish()
+    for (name, want), have in zip(listed, got):
+        if not os.path.isfile(os.path.join(folder, name)):
+            report.problems.append((name, "missing: copy this volume again"))
+        elif have != want:
+            report.problems.append(
+                (name, f"damaged: sha256 {have}, expected {want}; copy this volume again")
+            )
+        else:
+            report.checked += 1
+    if complete and report.ok and whole is not None and whole_got != whole:
+        report.problems.append((base, "the joined volumes do not match its first line (-)"))
+    return report
+
+
+def main(argv: list[str]) -> int:
+    """`volumes NAME.tar.sha256`: 0 when every volume and the whole match, 3 otherwise."""
+    if len(argv) != 1 or argv[0].startswith("-"):
+        print("usage: volumes NAME.tar.sha256|NAME.tar.000", file=sys.stderr)
+        return 2
+    report = verify_volumes(argv[0])
+    for line in report.lines():
+        print("FAILED: " + line)
+    if report.ok:
+        print(f"OK: {report.checked} volumes and the joined tarball match {report.listing}")
+        return 0
+    return 3
+
+
+def summary(report: VolumeReport) -> dict[str, Any]:
+    """The report as JSON values (for a --json rendering)."""
+    return {
+        "ok": report.ok,
+        "listing": report.listing,
+        "checked": report.checked,
+        "problems": [{"path": p, "problem": w} for p, w in report.problems],
+    }
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
