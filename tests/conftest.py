@@ -206,3 +206,12 @@ def server(files: Path) -> Iterator[Server]:
 # The bundled-interpreter fixtures (an install_only archive, its release host, a bundle with it).
 # Imported last: cpython imports airgap, which imports clean_environ from here.
 from cpython import cpython_archive, python_bundle, release_host  # noqa: E402, F401
+
+
+@pytest.fixture(scope="session")
+def pinned_pair(stack_servers: Stack, tmp_path_factory: pytest.TempPathFactory) -> object:
+    """Two bundles differing in one pin (tests/crossing.py's Pair). Read-only."""
+    from crossing import build_pair
+
+    stack_servers.reset()
+    return build_pair(stack_servers, tmp_path_factory.mktemp("pair"))

@@ -66,7 +66,8 @@ class DeltaFigures:
     base: str
     carried_files: int
     payload_files: int
-    full_size: int  # the full bundle's tarball, uncompressed
+    # The full bundle's tarball, uncompressed (to a few KB: its manifest lists no omitted files).
+    full_size: int
 
 
 def _figures(planned: BundlePlan, base: Base) -> DeltaFigures:

@@ -1,0 +1,169 @@
+"""Delta bundles: `build --base OLD` leaves out what OLD has; the server completes the delta from
+the old bundle's directory (airgap/install/base.py), each file checked by hash, and it installs
+the same state as the full bundle. Two real bundles of the toy stack differ in one pin."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tarfile
+from pathlib import Path
+
+import pytest
+from airgap import extract, install_into
+from crossing import NAME, Pair, python_lib, result, verl_bundle
+from conftest import Stack
+
+from verl_bundle.airgap.contract import manifest as mf
+from verl_bundle.airgap.verify.bundle import verify_dir
+
+EINOPS = "wheels/einops-1.1.0-py3-none-any.whl"
+
+
+def build_delta(stack: Stack, pair: Pair, out: Path, base: Path, *extra: str) -> dict[str, object]:
+    proc = verl_bundle(
+        *stack.args("build", out, pair.cache, "--profile", str(pair.new_profile)),
+        "--base",
+        str(base),
+        "--json",
+        *extra,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return result(proc)
+
+
+@pytest.fixture(scope="module")
+def delta(
+    stack_servers: Stack, pinned_pair: Pair, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, dict[str, object]]:
+    stack_servers.reset()
+    out = tmp_path_factory.mktemp("delta")
+    doc = build_delta(stack_servers, pinned_pair, out, pinned_pair.old)
+    return Path(str(doc["bundle"])), doc
+
+
+def payload(tarball: Path) -> list[str]:
+    with tarfile.open(tarball) as tf:
+        names = [m.name.split("/", 1)[1] for m in tf.getmembers() if m.isfile()]
+    return [n for n in names if n.startswith((mf.WHEELS, mf.SOURCES, mf.BOOTSTRAP))]
+
+
+def test_the_delta_holds_the_one_changed_file_and_lists_the_rest(
+    pinned_pair: Pair, delta: tuple[Path, dict[str, object]]
+) -> None:
+    tarball, doc = delta
+    assert tarball.name == f"{NAME}-delta.tar"
+    assert payload(tarball) == [EINOPS]
+    full = payload(pinned_pair.new)
+    figures = doc["delta"]
+    assert isinstance(figures, dict)
+    assert figures["carried_files"] == 1 and figures["payload_files"] == len(full)
+    assert figures["size"] == tarball.stat().st_size < pinned_pair.new.stat().st_size
+    # the full figure is the full bundle's tarball (whose manifest has no list of omitted files)
+    assert 0 <= int(str(figures["full_size"])) - pinned_pair.new.stat().st_size < 16384
+    root = extract(tarball, tarball.parent / "x")
+    m = mf.load(str(root))
+    assert m.delta is not None and m.delta.base == NAME
+    assert sorted(m.delta.omitted) == sorted(p for p in full if p != EINOPS)
+    old_manifest = extract(pinned_pair.old, tarball.parent / "old") / mf.MANIFEST
+    assert m.delta.base_manifest == hashlib.sha256(old_manifest.read_bytes()).hexdigest()
+    # SHA256SUMS lists the full bundle: every file the full one lists (the lock was made again
+    # for the delta, so its time, and what lists it, differ), the payload by the same hashes
+    full_root = extract(pinned_pair.new, tarball.parent / "full")
+    ours = dict(reversed(x.split()) for x in (root / mf.SUMS).read_text().splitlines())
+    theirs = dict(reversed(x.split()) for x in (full_root / mf.SUMS).read_text().splitlines())
+    assert set(ours) == set(theirs)
+    assert {p: ours[p] for p in full} == {p: theirs[p] for p in full}
+
+
+def test_build_says_what_the_delta_carries(stack: Stack, pinned_pair: Pair, tmp_path: Path) -> None:
+    proc = verl_bundle(
+        *stack.args(
+            "build", tmp_path / "out", pinned_pair.cache, "--profile", str(pinned_pair.new_profile)
+        ),
+        "--base",
+        str(extract(pinned_pair.old, tmp_path / "old")),  # an extracted directory works too
+    )
+    assert proc.returncode == 0, proc.stderr
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("delta:"))
+    files = len(payload(pinned_pair.new))
+    assert line.startswith(f"delta: 1 of {files} files, ")
+    assert "(full bundle " in line and NAME in line
+    assert proc.stdout.strip().splitlines()[-1].endswith(f"{NAME}-delta.tar")
+
+
+def test_host_verify_takes_the_delta_as_intact(delta: tuple[Path, dict[str, object]]) -> None:
+    proc = verl_bundle("verify", str(delta[0]))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "left to the base" in proc.stderr
+
+
+def test_delta_and_old_directory_install_what_the_full_bundle_installs(
+    pinned_pair: Pair, delta: tuple[Path, dict[str, object]], tmp_path: Path, home: Path
+) -> None:
+    old = extract(pinned_pair.old, tmp_path / "old")
+    root = extract(delta[0], tmp_path / "new")
+    done = python_lib(root, "verl_bundle.airgap.install.base", str(root), str(old))
+    assert done.returncode == 0, done.stderr
+    assert "took" in done.stdout
+    report = verify_dir(str(root))
+    assert report.ok, [p.line() for p in report.problems]
+    full = extract(pinned_pair.new, tmp_path / "full")
+    a = install_into(root, home, tmp_path / "venv-delta")
+    assert a.returncode == 0, a.stderr[-3000:]
+    b = install_into(full, home, tmp_path / "venv-full")
+    assert b.returncode == 0, b.stderr[-3000:]
+    assert installed(tmp_path / "venv-delta") == installed(tmp_path / "venv-full")
+    assert "einops-1.1.0.dist-info" in installed(tmp_path / "venv-delta")
+
+
+def installed(prefix: Path) -> list[str]:
+    site = next(prefix.glob("lib/python3*/site-packages"))
+    return sorted(p.name for p in site.glob("*.dist-info"))
+
+
+def test_a_damaged_base_file_is_named_and_nothing_is_placed(
+    pinned_pair: Pair, delta: tuple[Path, dict[str, object]], tmp_path: Path
+) -> None:
+    old = extract(pinned_pair.old, tmp_path / "old")
+    victim = next((old / "wheels").glob("torch-*.whl"))
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    root = extract(delta[0], tmp_path / "new")
+    before = sorted(p.relative_to(root) for p in root.rglob("*"))
+    done = python_lib(root, "verl_bundle.airgap.install.base", str(root), str(old))
+    assert done.returncode == 3
+    (line,) = done.stderr.strip().splitlines()
+    assert f"wheels/{victim.name} (damaged in the base: {victim} has sha256" in line
+    assert "nothing was installed" in line
+    assert sorted(p.relative_to(root) for p in root.rglob("*")) == before
+
+
+def test_a_file_in_neither_place_is_named_and_a_flat_wheel_directory_serves(
+    pinned_pair: Pair, delta: tuple[Path, dict[str, object]], tmp_path: Path
+) -> None:
+    old = extract(pinned_pair.old, tmp_path / "old")
+    flat = tmp_path / "wheels-kept"
+    flat.mkdir()
+    for folder in (mf.WHEELS, mf.SOURCES, mf.BOOTSTRAP):
+        for f in (old / folder).glob("*"):
+            shutil.copy(f, flat)
+    gone = next(flat.glob("verl-*.whl"))
+    gone.unlink()
+    root = extract(delta[0], tmp_path / "new")
+    done = python_lib(root, "verl_bundle.airgap.install.base", str(root), str(flat))
+    assert done.returncode == 3
+    assert (
+        f"1 file(s) of this delta are in neither the delta nor {flat}: wheels/{gone.name};"
+        in done.stderr
+    )
+    shutil.copy(old / mf.WHEELS / gone.name, flat)
+    done = python_lib(root, "verl_bundle.airgap.install.base", str(root), str(flat))
+    assert done.returncode == 0, done.stderr
+    assert verify_dir(str(root)).ok
+    # a second run finds everything in place and takes nothing
+    again = python_lib(root, "verl_bundle.airgap.install.base", str(root), str(flat))
+    assert again.returncode == 0 and again.stdout.startswith("took 0 file(s)")
+    assert json.loads((root / mf.MANIFEST).read_text())["delta"]["base"] == NAME
