@@ -1,0 +1,208 @@
+"""Split volumes (build --split-size): at most SIZE each, one NAME.tar.sha256 that the real
+sha256sum -c checks volume by volume and as a joined stream, a join that `tar x` reads, and the
+server's check (airgap/verify/volumes.py) naming a damaged, missing or stray volume."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+from conftest import Stack
+from crossing import NAME, Pair, result, verl_bundle
+
+from verl_bundle.airgap.verify.volumes import verify_volumes
+from verl_bundle.bundle.volumes import parse_size
+from verl_bundle.errors import UsageError
+
+SIZE = 4_000_000
+
+
+@pytest.fixture(scope="module")
+def split(
+    stack_servers: Stack, pinned_pair: Pair, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, dict[str, object]]:
+    """Bundle B as volumes of at most 4 MB, and as a delta over A split the same way."""
+    stack_servers.reset()
+    out = tmp_path_factory.mktemp("split")
+    proc = verl_bundle(
+        *stack_servers.args(
+            "build",
+            out,
+            pinned_pair.cache,
+            "--profile",
+            str(pinned_pair.new_profile),
+            "--lock",
+            str(lock_of(pinned_pair, out)),
+        ),
+        "--split-size",
+        "4M",
+        "--json",
+    )
+    assert proc.returncode == 0, proc.stderr
+    return out, result(proc)
+
+
+def lock_of(pair: Pair, out: Path) -> Path:
+    """B's own lock, taken out of B: the split bundle is then byte for byte B."""
+    with tarfile.open(pair.new) as tf:
+        member = next(m for m in tf.getmembers() if m.name.endswith("/pylock.toml"))
+        data = tf.extractfile(member).read()  # type: ignore[union-attr]
+    path = out / "pylock.toml"
+    path.write_bytes(data)
+    return path
+
+
+def sha256sum(folder: Path, listing: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        f"cat {NAME}.tar.[0-9]* | sha256sum -c {listing}",
+        shell=True,  # noqa: S602 - the documented command, as an operator types it
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_volumes_are_at_most_the_size_and_join_to_the_same_tarball(
+    split: tuple[Path, dict[str, object]], pinned_pair: Pair, tmp_path: Path
+) -> None:
+    out, doc = split
+    volumes = sorted(out.glob(f"{NAME}.tar.[0-9][0-9][0-9]"))
+    assert [v.name for v in volumes] == [f"{NAME}.tar.{i:03d}" for i in range(len(volumes))]
+    assert len(volumes) >= 3 and all(v.stat().st_size <= SIZE for v in volumes)
+    assert all(v.stat().st_size == SIZE for v in volumes[:-1])
+    assert not (out / f"{NAME}.tar").exists()
+    joined = b"".join(v.read_bytes() for v in volumes)
+    assert joined == pinned_pair.new.read_bytes()  # the same lock: the same bytes
+    assert [v["path"] for v in doc["volumes"]] == [str(v) for v in volumes]  # type: ignore[union-attr]
+    listing = (out / f"{NAME}.tar.sha256").read_text().splitlines()
+    assert (
+        listing[0]
+        == pinned_pair.new.with_name(pinned_pair.new.name + ".sha256").read_text().split()[0]
+        + "  -"
+    )
+    check = sha256sum(out, f"{NAME}.tar.sha256")
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert check.stdout.splitlines() == ["-: OK"] + [f"{v.name}: OK" for v in volumes]
+    # the join as the docs show it
+    (tmp_path / "x").mkdir()
+    untar = subprocess.run(
+        f"cat {out}/{NAME}.tar.[0-9]* | tar x -C {tmp_path / 'x'}",
+        shell=True,
+        timeout=120,  # noqa: S602
+    )
+    assert untar.returncode == 0 and (tmp_path / "x" / NAME / "install.sh").is_file()
+
+
+def test_the_text_ends_with_the_list_and_says_how_to_check(
+    stack: Stack, pinned_pair: Pair, tmp_path: Path
+) -> None:
+    proc = verl_bundle(
+        *stack.args(
+            "build",
+            tmp_path,
+            pinned_pair.cache,
+            "--profile",
+            str(pinned_pair.new_profile),
+            "--lock",
+            str(lock_of(pinned_pair, tmp_path)),
+        ),
+        "--split-size",
+        "8M",
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert lines[-1] == str(tmp_path / f"{NAME}.tar.sha256")
+    assert f"`cat {NAME}.tar.[0-9]* | sha256sum -c {NAME}.tar.sha256`" in proc.stdout
+
+
+def copy_set(out: Path, dest: Path) -> Path:
+    dest.mkdir()
+    for f in out.glob(f"{NAME}.tar*"):
+        shutil.copy(f, dest)
+    return dest
+
+
+def test_a_damaged_or_missing_volume_is_named(
+    split: tuple[Path, dict[str, object]], tmp_path: Path
+) -> None:
+    folder = copy_set(split[0], tmp_path / "copy")
+    assert verify_volumes(str(folder / f"{NAME}.tar.sha256")).ok
+    second = folder / f"{NAME}.tar.001"
+    data = bytearray(second.read_bytes())
+    data[100] ^= 1
+    second.write_bytes(bytes(data))
+    (folder / f"{NAME}.tar.002").unlink()
+    report = verify_volumes(str(folder / f"{NAME}.tar.000"))
+    assert [p for p, _ in report.problems] == [f"{NAME}.tar.001", f"{NAME}.tar.002"]
+    assert report.problems[0][1].startswith("damaged: sha256 ")
+    assert report.problems[1][1] == "missing: copy this volume again"
+    # sha256sum names them too
+    check = sha256sum(folder, f"{NAME}.tar.sha256")
+    assert check.returncode == 1
+    assert (
+        f"{NAME}.tar.001: FAILED" in check.stdout
+        and f"{NAME}.tar.002: FAILED open or read" in check.stdout
+    )
+
+
+def test_a_stray_volume_is_named_and_the_host_verify_takes_a_volume_set(
+    split: tuple[Path, dict[str, object]], tmp_path: Path
+) -> None:
+    folder = copy_set(split[0], tmp_path / "copy")
+    proc = verl_bundle("verify", str(folder / f"{NAME}.tar.sha256"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (folder / f"{NAME}.tar.999").write_bytes(b"left from another build")
+    listing = str(folder / f"{NAME}.tar.sha256")
+    proc = subprocess.run(
+        [sys.executable, "-I", "-m", "verl_bundle.airgap.verify.volumes", listing],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 3
+    assert f"FAILED: {NAME}.tar.999: not in {NAME}.tar.sha256: remove it" in proc.stdout
+
+
+def test_a_delta_splits_too(stack: Stack, pinned_pair: Pair, tmp_path: Path) -> None:
+    proc = verl_bundle(
+        *stack.args(
+            "build", tmp_path, pinned_pair.cache, "--profile", str(pinned_pair.new_profile)
+        ),
+        "--base",
+        str(pinned_pair.old),
+        "--split-size",
+        "1M",
+        "--json",
+    )
+    assert proc.returncode == 0, proc.stderr
+    doc = result(proc)
+    volumes = doc["volumes"]
+    assert isinstance(volumes, list) and volumes
+    assert all(v["path"].startswith(str(tmp_path / f"{NAME}-delta.tar.")) for v in volumes)
+    assert doc["delta"]["carried_files"] == 1  # type: ignore[index]
+    assert verify_volumes(str(tmp_path / f"{NAME}-delta.tar.sha256")).ok
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [
+        ("2G", 2_000_000_000),
+        ("4.7G", 4_700_000_000),
+        ("700M", 700_000_000),
+        ("1.5GiB", 1_610_612_736),
+        ("2000000", 2_000_000),
+    ],
+)
+def test_sizes_are_decimal_unless_binary_is_asked(text: str, size: int) -> None:
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["two gigs", "1K", "-3G", ""])
+def test_a_bad_size_is_one_line(text: str) -> None:
+    with pytest.raises(UsageError, match=r"--split-size"):
+        parse_size(text)
