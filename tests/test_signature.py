@@ -1,0 +1,213 @@
+"""Signed bundles (build --sign KEY), checked offline with the real ssh-keygen (and gpgv):
+good, wrong signer, altered after signing, missing signature; each refusal one line."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from airgap import extract
+from conftest import Stack
+from crossing import (
+    NAME,
+    Pair,
+    allowed_signers,
+    gnupg_home,
+    python_lib,
+    result,
+    ssh_key,
+    stop_gnupg,
+    verl_bundle,
+)
+
+from verl_bundle.airgap.contract import manifest as mf
+from verl_bundle.airgap.verify.signature import check_bundle, check_tarball, ssh_key_of
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("keys")
+    return {who: ssh_key(folder, who) for who in ("alice", "mallory")}
+
+
+@pytest.fixture(scope="module")
+def signed(
+    stack_servers: Stack,
+    pinned_pair: Pair,
+    keys: dict[str, Path],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Path, dict[str, object]]:
+    """Bundle B signed by alice, as a delta over A (signing and deltas combine)."""
+    stack_servers.reset()
+    out = tmp_path_factory.mktemp("signed")
+    args = stack_servers.args(
+        "build", out, pinned_pair.cache, "--profile", str(pinned_pair.new_profile)
+    )
+    proc = verl_bundle(*args, "--sign", str(keys["alice"]), "--json")
+    assert proc.returncode == 0, proc.stderr
+    return out, result(proc)
+
+
+def test_build_signs_the_manifest_inside_and_the_list_beside(
+    signed: tuple[Path, dict[str, object]], keys: dict[str, Path], tmp_path: Path
+) -> None:
+    out, doc = signed
+    tarball = out / f"{NAME}.tar"
+    assert doc["signature"] == str(out / f"{NAME}.tar.sha256.sig")
+    root = extract(tarball, tmp_path / "x")
+    assert (root / mf.SIGNATURE).read_text().startswith("-----BEGIN SSH SIGNATURE-----")
+    assert mf.SIGNATURE in (root / mf.SUMS).read_text()
+    # the key named from the signature is the one ssh-keygen names
+    fingerprint = subprocess.run(
+        ["ssh-keygen", "-l", "-f", str(keys["alice"]) + ".pub"], capture_output=True, text=True
+    ).stdout.split()[1]
+    assert ssh_key_of((root / mf.SIGNATURE).read_bytes()) == f"ED25519 key {fingerprint}"
+    # the real ssh-keygen checks both signatures
+    allowed = allowed_signers(tmp_path, ("alice", keys["alice"]))
+    for data, sig in (
+        (root / mf.MANIFEST, root / mf.SIGNATURE),
+        (out / f"{NAME}.tar.sha256", out / f"{NAME}.tar.sha256.sig"),
+    ):
+        with data.open("rb") as fh:
+            proc = subprocess.run(
+                [
+                    "ssh-keygen",
+                    "-Y",
+                    "verify",
+                    "-f",
+                    str(allowed),
+                    "-I",
+                    "alice",
+                    "-n",
+                    "verl-bundle",
+                    "-s",
+                    str(sig),
+                ],
+                stdin=fh,
+                capture_output=True,
+                text=True,
+            )
+        assert proc.returncode == 0, proc.stderr
+
+
+def test_good_signer_passes_on_the_tarball_and_the_extracted_bundle(
+    signed: tuple[Path, dict[str, object]], keys: dict[str, Path], tmp_path: Path
+) -> None:
+    out, _ = signed
+    allowed = allowed_signers(tmp_path, ("alice", keys["alice"]))
+    verdict = check_tarball(str(out / f"{NAME}.tar"), str(allowed))
+    assert verdict.ok and verdict.signer == "alice", verdict.line
+    root = extract(out / f"{NAME}.tar", tmp_path / "x")
+    proc = python_lib(
+        root, "verl_bundle.airgap.verify.signature", "--allowed-signers", str(allowed), str(root)
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.startswith("OK: manifest.json signed by alice (ED25519 key SHA256:")
+    host = verl_bundle("verify", "--allowed-signers", str(allowed), str(out / f"{NAME}.tar"))
+    assert host.returncode == 0, host.stdout + host.stderr
+    assert "signed by alice" in host.stderr
+
+
+def test_a_wrong_signer_is_refused_in_one_line(
+    signed: tuple[Path, dict[str, object]], keys: dict[str, Path], tmp_path: Path
+) -> None:
+    out, _ = signed
+    allowed = allowed_signers(tmp_path, ("mallory", keys["mallory"]))
+    root = extract(out / f"{NAME}.tar", tmp_path / "x")
+    proc = python_lib(
+        root, "verl_bundle.airgap.verify.signature", "--allowed-signers", str(allowed), str(root)
+    )
+    assert proc.returncode == 3
+    (line,) = proc.stdout.splitlines()
+    assert line.startswith("REFUSED: manifest.json is signed by ED25519 key SHA256:")
+    assert f"which {allowed} does not allow" in line
+    host = verl_bundle("verify", "--allowed-signers", str(allowed), str(out / f"{NAME}.tar"))
+    assert host.returncode == 1 and "does not allow" in host.stdout
+
+
+def test_a_file_altered_after_signing_is_refused(
+    signed: tuple[Path, dict[str, object]], keys: dict[str, Path], tmp_path: Path
+) -> None:
+    out, _ = signed
+    allowed = allowed_signers(tmp_path, ("alice", keys["alice"]))
+    root = extract(out / f"{NAME}.tar", tmp_path / "x")
+    manifest = root / mf.MANIFEST
+    manifest.write_text(manifest.read_text().replace('"purpose": "', '"purpose": "x'))
+    verdict = check_bundle(str(root), str(allowed))
+    assert not verdict.ok
+    assert verdict.line.startswith("manifest.json was altered after alice (ED25519 key SHA256:")
+    # and the list beside the tarball
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for f in out.glob(f"{NAME}.tar*"):
+        shutil.copy(f, copy)
+    side = copy / f"{NAME}.tar.sha256"
+    side.write_text("0" * 64 + side.read_text()[64:])
+    assert "was altered after alice" in check_tarball(str(copy / f"{NAME}.tar"), str(allowed)).line
+
+
+def test_an_unsigned_bundle_is_refused(
+    pinned_pair: Pair, keys: dict[str, Path], tmp_path: Path
+) -> None:
+    allowed = allowed_signers(tmp_path, ("alice", keys["alice"]))
+    root = extract(pinned_pair.old, tmp_path / "x")
+    verdict = check_bundle(str(root), str(allowed))
+    assert not verdict.ok
+    assert verdict.line == (
+        "manifest.json is not signed (no manifest.json.sig); nothing was installed. Ask for a "
+        "bundle built with `verl-bundle build --sign KEY`"
+    )
+    assert "is not signed" in check_tarball(str(pinned_pair.old), str(allowed)).line
+
+
+def test_a_missing_key_stops_the_build_before_any_fetch(
+    stack: Stack, pinned_pair: Pair, tmp_path: Path
+) -> None:
+    args = stack.args(
+        "build", tmp_path / "out", tmp_path / "cache", "--profile", str(pinned_pair.new_profile)
+    )
+    proc = verl_bundle(*args, "--sign", str(tmp_path / "no-such-key"))
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert "no readable SSH key there" in line
+    assert not (tmp_path / "cache").exists() and stack.pypi.file_requests() == []
+
+
+@pytest.fixture
+def gnupg(tmp_path: Path) -> Iterator[dict[str, str]]:
+    env = gnupg_home(tmp_path)
+    yield env
+    stop_gnupg(env)
+
+
+def test_gpg_signs_where_a_site_uses_it(
+    stack: Stack, pinned_pair: Pair, gnupg: dict[str, str], tmp_path: Path
+) -> None:
+    args = stack.args(
+        "build", tmp_path / "out", pinned_pair.cache, "--profile", str(pinned_pair.new_profile)
+    )
+    proc = verl_bundle(
+        *args, "--sign", "gpg:signer@example.invalid", env={"GNUPGHOME": gnupg["GNUPGHOME"]}
+    )
+    assert proc.returncode == 0, proc.stderr
+    keyring = tmp_path / "allowed.gpg"
+    keyring.write_bytes(
+        subprocess.run(
+            ["gpg", "--export", "signer@example.invalid"],
+            capture_output=True,
+            env=gnupg,
+            check=True,
+        ).stdout
+    )
+    root = extract(tmp_path / "out" / f"{NAME}.tar", tmp_path / "x")
+    assert (root / mf.SIGNATURE_GPG).read_text().startswith("-----BEGIN PGP SIGNATURE-----")
+    good = check_bundle(str(root), str(keyring))
+    assert good.ok and "Bundle Signer" in good.line, good.line
+    other = tmp_path / "other.gpg"
+    other.write_bytes(b"")
+    assert "does not hold" in check_bundle(str(root), str(other)).line
+    (root / mf.MANIFEST).write_text((root / mf.MANIFEST).read_text() + " ")
+    assert "was altered after it was signed" in check_bundle(str(root), str(keyring)).line
