@@ -40,7 +40,7 @@ def signed(
     keys: dict[str, Path],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> tuple[Path, dict[str, object]]:
-    """Bundle B signed by alice, as a delta over A (signing and deltas combine)."""
+    """Bundle B signed by alice."""
     stack_servers.reset()
     out = tmp_path_factory.mktemp("signed")
     args = stack_servers.args(
