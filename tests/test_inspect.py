@@ -1,0 +1,101 @@
+"""`verl-bundle inspect`: what an approver asks, read from a real bundle without extracting it
+(a tarball, a volume set, a directory), and what changed since the bundle approved before."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tarfile
+from pathlib import Path
+
+import pytest
+from conftest import Stack
+from crossing import NAME, Pair, allowed_signers, ssh_key, verl_bundle
+
+from verl_bundle.airgap.contract import manifest as mf
+
+
+def inspect(*args: str) -> tuple[int, str, dict[str, object]]:
+    text = verl_bundle("inspect", *args)
+    doc = verl_bundle("inspect", *args, "--json")
+    assert text.returncode == doc.returncode, text.stderr + doc.stderr
+    envelope = json.loads(doc.stdout)
+    assert envelope["command"] == "inspect" and envelope["schema"] == 1
+    return text.returncode, text.stdout, envelope["result"]
+
+
+def test_inspect_says_what_an_approver_asks_and_what_changed(pinned_pair: Pair) -> None:
+    code, text, doc = inspect(str(pinned_pair.new), "--base", str(pinned_pair.old))
+    assert code == 0
+    with tarfile.open(pinned_pair.new) as tf:
+        member = next(m for m in tf.getmembers() if m.name.endswith("/" + mf.MANIFEST))
+        m = mf.loads(tf.extractfile(member).read().decode())  # type: ignore[union-attr]
+    lock = next(g.sha256 for g in m.generated if g.path == mf.LOCK)
+    assert doc["name"] == NAME and doc["profile"] == "pinned"
+    assert doc["lock_sha256"] == lock and f"pylock.toml sha256 {lock}" in text
+    assert doc["files"] == len(m.files) and doc["size"] == pinned_pair.new.stat().st_size
+    assert doc["changes"] == [{"name": "einops", "old": "1.0.0", "new": "1.1.0"}]
+    assert "changes against " + NAME + ": 1 changed, 0 added, 0 removed" in text
+    assert "  ~ einops 1.0.0 -> 1.1.0" in text
+    assert "target:    Python 3.10 (cp310), manylinux_2_17_x86_64, CUDA 11.8" in text
+    assert "signer:    not signed" in text
+    review = [g for g in doc["licences"] if not g["open"]]  # type: ignore[union-attr]
+    assert review[0]["licence"] in ("unknown", "NVIDIA Proprietary Software")
+    assert any(g["licence"] == "NVIDIA Proprietary Software" for g in review)
+    assert (
+        "NVIDIA Proprietary Software (1; NVIDIA's own licence: read its terms): cupy-cuda11x 12.1.0"
+        in text
+    )
+    assert text.strip().splitlines()[-1] == str(pinned_pair.new)
+
+
+def test_inspect_reads_a_volume_set_a_directory_and_a_delta(
+    stack: Stack, pinned_pair: Pair, tmp_path: Path
+) -> None:
+    args = stack.args(
+        "build", tmp_path, pinned_pair.cache, "--profile", str(pinned_pair.new_profile)
+    )
+    proc = verl_bundle(*args, "--base", str(pinned_pair.old), "--split-size", "1M")
+    assert proc.returncode == 0, proc.stderr
+    code, text, doc = inspect(str(tmp_path / f"{NAME}-delta.tar.sha256"))
+    assert code == 0, text
+    assert doc["delta"] == {"base": NAME, "omitted": int(str(doc["files"])) - 1}
+    assert doc["volumes"] and f"(a delta of {NAME})" in text.splitlines()[0]
+    with tarfile.open(pinned_pair.old) as tf:
+        tf.extractall(tmp_path / "x", filter="data")
+    code, _, doc = inspect(str(tmp_path / "x" / NAME))
+    assert code == 0 and doc["size"] == 0 and doc["name"] == NAME
+
+
+def test_inspect_names_the_signer_and_checks_it_when_asked(
+    stack: Stack, pinned_pair: Pair, tmp_path: Path
+) -> None:
+    key = ssh_key(tmp_path, "alice")
+    args = stack.args(
+        "build", tmp_path / "out", pinned_pair.cache, "--profile", str(pinned_pair.new_profile)
+    )
+    assert verl_bundle(*args, "--sign", str(key)).returncode == 0
+    tarball = tmp_path / "out" / f"{NAME}.tar"
+    code, text, doc = inspect(str(tarball))
+    assert code == 0 and doc["signer"]["state"] == "unchecked"  # type: ignore[index]
+    assert "signer:    signed with ED25519 key SHA256:" in text
+    good = allowed_signers(tmp_path, ("alice", key))
+    code, text, doc = inspect(str(tarball), "--allowed-signers", str(good))
+    assert code == 0 and "signer:    manifest.json signed by alice" in text
+    other = tmp_path / "other"
+    other.mkdir()
+    bad = allowed_signers(other, ("mallory", ssh_key(other, "mallory")))
+    code, text, doc = inspect(str(tarball), "--allowed-signers", str(bad))
+    assert code == 1 and doc["signer"]["state"] == "refused"  # type: ignore[index]
+
+
+@pytest.mark.parametrize("what", ["missing", "not-a-bundle"])
+def test_a_path_that_is_no_bundle_is_one_line(tmp_path: Path, what: str) -> None:
+    path = tmp_path / "thing.tar"
+    if what == "not-a-bundle":
+        with tarfile.open(path, "w") as tf:
+            tf.add(shutil.which("sh") or "/bin/sh", arcname="top/sh")
+    proc = verl_bundle("inspect", str(path))
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert str(path) in line
