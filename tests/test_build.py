@@ -304,9 +304,16 @@ def test_build_json_shape(built: tuple[Path, Path, dict[str, object]]) -> None:
             "host_built",
             "compiled",
             "interpreter",
+            "volumes",
+            "sidecar",
+            "signature",
+            "delta",
             "notes",
         ]
     )
+    # a whole, unsigned, full bundle
+    assert doc["volumes"] == [] and doc["signature"] is None and doc["delta"] is None
+    assert doc["sidecar"] == str(doc["bundle"]) + ".sha256"
     assert doc["profile"] == "cu118-legacy" and doc["lock"] == "resolved" and doc["host_built"] == 2
     assert doc["interpreter"] is None  # the profile does not ask for a bundled CPython
     assert doc["compiled"] == []  # flash-attn comes as the prebuilt wheel: nothing to compile

@@ -371,6 +371,7 @@ def test_every_json_output_is_the_versioned_envelope(
         "bundle",
         "cached_files",
         "compiled",
+        "delta",
         "downloaded",
         "files",
         "host_built",
@@ -380,8 +381,11 @@ def test_every_json_output_is_the_versioned_envelope(
         "packages",
         "profile",
         "sha256",
+        "sidecar",
+        "signature",
         "size",
         "target",
+        "volumes",
     ]
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 from airgap import extract, install_into
-from crossing import NAME, Pair, python_lib, result, verl_bundle
 from conftest import Stack
+from crossing import NAME, Pair, python_lib, result, verl_bundle
 
 from verl_bundle.airgap.contract import manifest as mf
 from verl_bundle.airgap.verify.bundle import verify_dir
@@ -41,6 +41,10 @@ def delta(
     out = tmp_path_factory.mktemp("delta")
     doc = build_delta(stack_servers, pinned_pair, out, pinned_pair.old)
     return Path(str(doc["bundle"])), doc
+
+
+def sums(path: Path) -> dict[str, str]:
+    return {line.split()[1]: line.split()[0] for line in path.read_text().splitlines()}
 
 
 def payload(tarball: Path) -> list[str]:
@@ -71,8 +75,8 @@ def test_the_delta_holds_the_one_changed_file_and_lists_the_rest(
     # SHA256SUMS lists the full bundle: every file the full one lists (the lock was made again
     # for the delta, so its time, and what lists it, differ), the payload by the same hashes
     full_root = extract(pinned_pair.new, tarball.parent / "full")
-    ours = dict(reversed(x.split()) for x in (root / mf.SUMS).read_text().splitlines())
-    theirs = dict(reversed(x.split()) for x in (full_root / mf.SUMS).read_text().splitlines())
+    ours = sums(root / mf.SUMS)
+    theirs = sums(full_root / mf.SUMS)
     assert set(ours) == set(theirs)
     assert {p: ours[p] for p in full} == {p: theirs[p] for p in full}
 

@@ -39,7 +39,9 @@ def test_inspect_says_what_an_approver_asks_and_what_changed(pinned_pair: Pair) 
     assert "  ~ einops 1.0.0 -> 1.1.0" in text
     assert "target:    Python 3.10 (cp310), manylinux_2_17_x86_64, CUDA 11.8" in text
     assert "signer:    not signed" in text
-    review = [g for g in doc["licences"] if not g["open"]]  # type: ignore[union-attr]
+    groups = doc["licences"]
+    assert isinstance(groups, list)
+    review = [g for g in groups if not g["open"]]
     assert review[0]["licence"] in ("unknown", "NVIDIA Proprietary Software")
     assert any(g["licence"] == "NVIDIA Proprietary Software" for g in review)
     assert (

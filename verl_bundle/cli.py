@@ -117,7 +117,7 @@ def verify_cmd(
     import dataclasses
 
     from verl_bundle import render
-    from verl_bundle.bundle.check import check
+    from verl_bundle.checking import check
 
     if not path.exists() and not path.with_name(path.name + ".000").exists():
         raise UsageError(f"{path}: no such file or directory")

@@ -22,6 +22,7 @@ Commands:
   lock       Resolve a stack for the server and write its lock.
   build      Resolve, fetch and write the bundle tarball.
   verify     Recheck a bundle against its manifest and sums.
+  inspect    What an approver asks of a bundle, without extracting it.
   rehearse   Install a bundle here with the network cut.
   doctor     Check a machine before installing, with fixes.
   explain    Match a failed install's log to causes and fixes.

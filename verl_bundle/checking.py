@@ -1,11 +1,15 @@
 """`verl-bundle verify` for everything `build` writes: a tarball or an extracted directory (the
 server's own check, airgap/verify/bundle.py), a volume set (airgap/verify/volumes.py), a delta
 (the files it leaves to its base are not missing), and with --allowed-signers its signature
-(airgap/verify/signature.py) before anything else.
+(airgap/verify/signature.py) before anything else. It imports no part of the build (the
+check loads only the server's standard-library code).
 """
 
 from __future__ import annotations
 
+import glob
+import re
+import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,7 +17,6 @@ from verl_bundle.airgap.contract import manifest as mf
 from verl_bundle.airgap.verify.bundle import Problem, Report, verify
 from verl_bundle.airgap.verify.signature import check_bundle, check_tarball
 from verl_bundle.airgap.verify.volumes import verify_volumes
-from verl_bundle.bundle.read import volumes_of
 
 
 @dataclass(frozen=True)
@@ -23,6 +26,29 @@ class Checked:
 
     report: Report
     notes: tuple[str, ...] = ()
+
+
+def volume_set(path: Path) -> tuple[Path, list[Path]] | None:
+    """(the joined tarball's name, its volumes) when `path` names a volume set: its .sha256
+    list, one of its volumes, or the joined name with volumes beside it."""
+    name = path.name.removesuffix(".sha256")
+    if re.search(r"\.\d{3}$", name):
+        name = name[:-4]
+    tarball = path.with_name(name)
+    if tarball.is_file():
+        return None
+    found = sorted(p for p in path.parent.glob(f"{glob.escape(name)}.[0-9][0-9][0-9]"))
+    return (tarball, found) if found else None
+
+
+def _manifest_in(tarball: Path) -> mf.Manifest:
+    """manifest.json of a tarball (its second member: read without reading the payload)."""
+    with tarfile.open(tarball) as tf:
+        member = next(m for m in tf if m.name.endswith("/" + mf.MANIFEST))
+        fh = tf.extractfile(member)
+        if fh is None:
+            raise mf.ManifestError("manifest.json is not a file")
+        return mf.loads(fh.read().decode("utf-8", errors="replace"))
 
 
 def _delta(report: Report, path: Path) -> list[str]:
@@ -51,7 +77,7 @@ def _delta(report: Report, path: Path) -> list[str]:
 def check(path: Path, allowed_signers: Path | None = None) -> Checked:
     """Check what `build` wrote at `path`; the signature first when `allowed_signers` is given
     (a refusal is the only problem then)."""
-    split = volumes_of(path) if not path.is_dir() else None
+    split = volume_set(path) if not path.is_dir() else None
     notes: list[str] = []
     if allowed_signers is not None:
         if path.is_dir():
