@@ -10,6 +10,7 @@ install-assets.sh, and the standard-library server code under lib/.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from dataclasses import dataclass, field
@@ -19,8 +20,9 @@ from typing import TYPE_CHECKING
 
 from verl_bundle import __version__
 from verl_bundle.airgap.contract import assets as am
-from verl_bundle.airgap.contract.manifest import MANIFEST, SUMS, Generated
+from verl_bundle.airgap.contract.manifest import LICENSES, MANIFEST, SBOM, SUMS, Generated
 from verl_bundle.airgap.contract.names import UnsafeNameError, bundle_path
+from verl_bundle.assets import sbom as assets_sbom
 from verl_bundle.assets.convert import convert
 from verl_bundle.assets.fetch import AssetSpec, Fetched, Hub, fetch
 from verl_bundle.bundle.plan import Entry, _airgap_entries
@@ -75,7 +77,15 @@ def _model(f: Fetched) -> tuple[am.Asset, list[Entry]]:
             raise FetchError(str(exc)) from None
         entries.append(Entry(arc, x.sha256, x.size, source=str(x.path)))
         files.append(am.AssetFile(arc, x.sha256, x.size, x.name))
-    asset = am.Asset("model", f.spec.repo_id, f.spec.revision, f.commit, base, tuple(files))
+    asset = am.Asset(
+        "model",
+        f.spec.repo_id,
+        f.spec.revision,
+        f.commit,
+        base,
+        tuple(files),
+        license=card_license(f),
+    )
     return asset, entries
 
 
@@ -98,8 +108,38 @@ def _dataset(f: Fetched, work: Path) -> tuple[am.Asset, list[Entry]]:
         splits=done.splits,
         converted_from=tuple(am.SourceFile(s.name, s.sha256, s.size) for s in done.sources),
         conversion=done.conversion,
+        license=card_license(f),
     )
     return asset, entries
+
+
+def card_license(f: Fetched) -> str:
+    """The licence the repository's card states in its metadata (README.md's YAML front
+    matter, `license: apache-2.0` or a list of them), "" when it states none or was not
+    fetched."""
+    card = next((x for x in f.files if x.name == "README.md"), None)
+    if card is None:
+        return ""
+    try:
+        text = Path(card.path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    if not text.startswith("---"):
+        return ""
+    front = text[3:].split("\n---", 1)[0]
+    found: list[str] = []
+    lines = front.splitlines()
+    for i, line in enumerate(lines):
+        key, _, value = line.partition(":")
+        if key.strip() != "license" or line[:1].isspace():
+            continue
+        if value.strip():
+            found.append(value.strip().strip("'\""))
+        for item in lines[i + 1 :]:  # a YAML list under the key
+            if not item.lstrip().startswith("- "):
+                break
+            found.append(item.lstrip()[2:].strip().strip("'\""))
+    return " OR ".join(found)
 
 
 def plan(fetched: list[Fetched], work: Path) -> tuple[str, list[Entry], am.AssetsManifest]:
@@ -117,7 +157,13 @@ def plan(fetched: list[Fetched], work: Path) -> tuple[str, list[Entry], am.Asset
         created_by=f"verl-bundle {__version__}",
         created=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         assets=tuple(assets),
-        generated=tuple(Generated(e.arcname, e.sha256, e.size) for e in generated),
+    )
+    generated += [
+        _entry(SBOM, assets_sbom.document(manifest)),
+        _entry(LICENSES, assets_sbom.report(manifest).encode()),
+    ]
+    manifest = dataclasses.replace(
+        manifest, generated=tuple(Generated(e.arcname, e.sha256, e.size) for e in generated)
     )
     everything = [_entry(MANIFEST, am.dumps(manifest).encode()), *generated, *payload]
     sums = "".join(

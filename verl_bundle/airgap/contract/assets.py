@@ -60,6 +60,9 @@ class Asset:
     splits: tuple[tuple[str, str], ...] = ()  # dataset: ("train", "train.parquet"), ("val", ...)
     converted_from: tuple[SourceFile, ...] = ()  # dataset: the repository files read
     conversion: str = ""  # dataset: "gsm8k" (converted) or "verl" (passed through)
+    # The licence its card's metadata states (README.md's `license:`); "" when it states none
+    # (and in bundles written before the field).
+    license: str = ""
 
     @property
     def dirname(self) -> str:
@@ -115,6 +118,7 @@ def to_dict(m: AssetsManifest) -> dict[str, Any]:
                     {"name": s.name, "sha256": s.sha256, "size": s.size} for s in a.converted_from
                 ],
                 "conversion": a.conversion,
+                **({"license": a.license} if a.license else {}),
             }
             for a in m.assets
         ],
@@ -168,6 +172,7 @@ def _asset(r: _Reader) -> Asset:
         splits=tuple(pairs),
         converted_from=sources,
         conversion=r.text("conversion", ""),
+        license=r.text("license", ""),
     )
 
 
