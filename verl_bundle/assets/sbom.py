@@ -67,6 +67,7 @@ def document(m: am.AssetsManifest) -> bytes:
     bom.metadata.tools.components.add(
         Component(type=ComponentType.APPLICATION, name="verl-bundle", version=__version__)
     )
+    bom.register_dependency(bundle, components)
     return (JsonV1Dot6(bom).output_as_string(indent=2) + "\n").encode()
 
 
