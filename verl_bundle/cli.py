@@ -19,6 +19,7 @@ from verl_bundle import __version__
 from verl_bundle import cli_options as opt
 from verl_bundle.cli_assets import assets_cmd
 from verl_bundle.cli_build import register as register_build
+from verl_bundle.cli_check import register as register_check
 from verl_bundle.cli_cluster import register as register_cluster
 from verl_bundle.cli_options import (
     Cuda,
@@ -86,83 +87,7 @@ def _main(
 
 
 register_build(app)  # lock, build: cli_build.py
-
-
-@app.command("verify", short_help="Recheck a bundle against its manifest and sums.")
-def verify_cmd(
-    ctx: typer.Context,
-    path: Annotated[
-        Path,
-        typer.Argument(
-            help="A bundle tarball, its volumes (NAME.tar.sha256 or NAME.tar.000), or an "
-            "extracted bundle directory."
-        ),
-    ],
-    allowed_signers: Annotated[
-        Path | None,
-        typer.Option(
-            "--allowed-signers",
-            help="Refuse the bundle unless it is signed by a key in FILE (ssh-keygen's "
-            "allowed-signers lines `PRINCIPAL KEYTYPE KEY`, or a GPG keyring from gpg --export).",
-            metavar="FILE",
-        ),
-    ] = None,
-    json_out: Json = False,
-) -> None:
-    """Recheck every file of a bundle against its manifest and SHA256SUMS.
-
-    A tarball is also checked against its .sha256 file; a volume set volume by volume and as
-    a whole; a delta without the files it leaves to its base. Exit 0 when intact, 1 naming
-    each missing or altered file (or volume), or the signature's refusal."""
-    import dataclasses
-
-    from verl_bundle import render
-    from verl_bundle.checking import check
-
-    if not path.exists() and not path.with_name(path.name + ".000").exists():
-        raise UsageError(f"{path}: no such file or directory")
-    checked = check(path, allowed_signers)
-    shown = render.verify(checked.report)
-    show(ctx, dataclasses.replace(shown, notes=checked.notes), json_out)
-
-
-@app.command("inspect", short_help="What an approver asks of a bundle, without extracting it.")
-def inspect_cmd(
-    ctx: typer.Context,
-    tarball: Annotated[
-        Path,
-        typer.Argument(
-            help="A bundle tarball, its volumes (NAME.tar.sha256), an extracted bundle, or a "
-            "manifest.json."
-        ),
-    ],
-    base: Annotated[
-        Path | None,
-        typer.Option(
-            "--base",
-            help="The bundle approved before (tarball, directory or manifest.json): list the "
-            "packages added, removed and changed since.",
-            metavar="OLD",
-        ),
-    ] = None,
-    allowed_signers: Annotated[
-        Path | None,
-        typer.Option(
-            "--allowed-signers",
-            help="Check the signature against this allowed-signers file (or GPG keyring); "
-            "exit 1 when it is refused.",
-            metavar="FILE",
-        ),
-    ] = None,
-    json_out: Json = False,
-) -> None:
-    """Print what an approver asks: profile, target, counts and sizes, licences (the ones to
-    review first: NVIDIA's, proprietary, unknown), the signer, the lock's sha256, and with
-    --base what changed since the bundle approved before. Nothing is extracted."""
-    from verl_bundle import render_inspect
-    from verl_bundle.inspection import inspect
-
-    show(ctx, render_inspect.inspect(inspect(tarball, base, allowed_signers)), json_out)
+register_check(app)  # verify, inspect: cli_check.py
 
 
 @app.command("rehearse", short_help="Install a bundle here with the network cut.")

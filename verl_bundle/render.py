@@ -107,6 +107,8 @@ def lock_text(result: LockResult) -> str:
 
 
 def build_json(result: BuildResult) -> dict[str, Any]:
+    from verl_bundle import render_crossing as crossing
+
     b, w = result.bundle, result.wheelhouse
     return {
         "bundle": str(b.path.resolve()),
@@ -122,46 +124,14 @@ def build_json(result: BuildResult) -> dict[str, Any]:
         "host_built": w.host_built,
         "compiled": list(w.compiled),
         "interpreter": _interpreter(w),
-        "volumes": [{"path": str(v.path), "sha256": v.sha256, "size": v.size} for v in b.volumes],
-        "sidecar": str(b.sidecar),
-        "signature": str(b.signature) if b.signature else None,
-        "delta": _delta_json(result),
+        "volumes": [
+            {"path": str(v.path.resolve()), "sha256": v.sha256, "size": v.size} for v in b.volumes
+        ],
+        "sidecar": str(b.sidecar.resolve()),
+        "signature": str(b.signature.resolve()) if b.signature else None,
+        "delta": crossing.delta_json(result),
         "notes": list(result.notes),
     }
-
-
-def _delta_json(result: BuildResult) -> dict[str, Any] | None:
-    d = result.delta
-    if d is None:
-        return None
-    return {
-        "base": d.base,
-        "carried_files": d.carried_files,
-        "payload_files": d.payload_files,
-        "size": result.bundle.size,
-        "full_size": d.full_size,
-    }
-
-
-def _crossing_lines(result: BuildResult) -> list[str]:
-    """The delta's figures, the volumes and the signature, one line each."""
-    b, d = result.bundle, result.delta
-    lines = []
-    if d is not None:
-        lines.append(
-            f"delta: {d.carried_files} of {d.payload_files} files, {human_size(b.size)} "
-            f"(full bundle {human_size(d.full_size)}); install with install.sh --base OLD_DIR "
-            f"(the extracted {d.base})"
-        )
-    if b.volumes:
-        lines.append(
-            f"{len(b.volumes)} volumes of at most {human_size(max(v.size for v in b.volumes))}: "
-            f"{b.volumes[0].path.name} .. {b.volumes[-1].path.name}; check them with "
-            f"`cat {b.path.name}.[0-9]* | sha256sum -c {b.sidecar.name}`"
-        )
-    if b.signature is not None:
-        lines.append(f"signed: {b.signature.name} (and manifest.json inside)")
-    return lines
 
 
 def _interpreter(w: Wheelhouse) -> dict[str, Any] | None:
@@ -173,6 +143,8 @@ def _interpreter(w: Wheelhouse) -> dict[str, Any] | None:
 
 
 def build_text(result: BuildResult) -> str:
+    from verl_bundle import render_crossing as crossing
+
     b, w = result.bundle, result.wheelhouse
     python = w.interpreter.entry if w.interpreter else None
     return "\n".join(
@@ -188,7 +160,7 @@ def build_text(result: BuildResult) -> str:
                 else []
             ),
             f"bundle: {human_size(b.size)}, sha256 {b.sha256}",
-            *_crossing_lines(result),
+            *crossing.build_lines(result),
             str((b.sidecar if b.volumes else b.path).resolve()),
         ]
     )

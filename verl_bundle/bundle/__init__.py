@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from verl_bundle.bundle.plan import Base, BundlePlan, Entry, bundle_name, plan
+from verl_bundle.bundle.crossing import Base
+from verl_bundle.bundle.plan import BundlePlan, Entry, bundle_name, plan
 from verl_bundle.bundle.tarball import (
     Bundle,
     Compression,

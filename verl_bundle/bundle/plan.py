@@ -3,7 +3,6 @@ out before a byte of the tarball is written (the tarball module only copies what
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import shlex
 import tarfile
@@ -31,6 +30,7 @@ from verl_bundle.standalone import BundledPython
 from verl_bundle.target import Target
 
 if TYPE_CHECKING:
+    from verl_bundle.bundle.crossing import Base
     from verl_bundle.bundle.sign import Signer
 
 
@@ -58,16 +58,6 @@ class BundlePlan:
     entries: tuple[Entry, ...]
     manifest: mf.Manifest
     omitted: tuple[Entry, ...] = ()
-
-
-@dataclass(frozen=True)
-class Base:
-    """The bundle a delta is built against (build --base OLD): its manifest, and the sha256 of
-    its manifest.json (recorded in the delta, so an approver sees which bundle it extends)."""
-
-    manifest: mf.Manifest
-    manifest_sha256: str
-    where: str  # what the user gave: a tarball, a directory or a manifest.json
 
 
 SERVED = "verl_bundle/airgap/verify/served.py"
@@ -291,46 +281,9 @@ def plan(
         readiness=mf.Readiness(**vars(profile.readiness)),
         interpreter=python.entry if python else None,
     )
-    manifest, approval = _with_sbom(manifest, generated)
-    generated += approval
-    omitted: list[Entry] = []
-    if base is not None:
-        manifest, name, omitted = _delta(manifest, base, payload)
-    manifest_entry = _entry(mf.MANIFEST, mf.dumps(manifest).encode())
-    signed = [] if signer is None else [signer.sign_manifest(manifest_entry.data or b"")]
-    everything = [manifest_entry, *signed, *generated, *payload, *carried]
-    # SHA256SUMS lists every file of the full bundle: a delta completed from its base is that.
-    sums = "".join(
-        f"{e.sha256}  {e.arcname}\n" for e in sorted(everything, key=lambda e: e.arcname)
-    )
-    left_out = {e.arcname for e in omitted}
-    written = [e for e in everything if e.arcname not in left_out]
-    return BundlePlan(name, (_entry(mf.SUMS, sums.encode()), *written), manifest, tuple(omitted))
+    from verl_bundle.bundle.crossing import finish
 
-
-def _with_sbom(manifest: mf.Manifest, generated: list[Entry]) -> tuple[mf.Manifest, list[Entry]]:
-    """sbom.cdx.json and LICENSES.txt, made from the manifest's values, and the manifest that
-    lists them among its generated files."""
-    from verl_bundle.bundle import sbom
-
-    lock_sha256 = next(e.sha256 for e in generated if e.arcname == mf.LOCK)
-    made = [
-        _entry(mf.SBOM, sbom.document(manifest, lock_sha256)),
-        _entry(mf.LICENSES, sbom.report(manifest).encode()),
-    ]
-    listed = (*manifest.generated, *(mf.Generated(e.arcname, e.sha256, e.size) for e in made))
-    return dataclasses.replace(manifest, generated=listed), made
-
-
-def _delta(
-    manifest: mf.Manifest, base: Base, payload: list[Entry]
-) -> tuple[mf.Manifest, str, list[Entry]]:
-    """The delta's manifest, its name (its own top directory, so that it never unpacks over
-    the base's) and the payload files its base already has, by sha256."""
-    have = {f.sha256 for f in base.manifest.files}
-    omitted = [e for e in payload if e.sha256 in have]
-    delta = mf.Delta(base.manifest.name, base.manifest_sha256, tuple(e.arcname for e in omitted))
-    return dataclasses.replace(manifest, delta=delta), f"{manifest.name}-delta", omitted
+    return finish(name, manifest, generated, payload, carried, base, signer)
 
 
 def _interpreter_entry(python: BundledPython) -> Entry:

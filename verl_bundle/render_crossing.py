@@ -1,11 +1,49 @@
-"""`verl-bundle inspect` as text for an approver and as JSON (pinned by tests/test_inspect.py)."""
+"""How the crossing is shown: build's lines and JSON for a delta, volumes and a signature, and
+`verl-bundle inspect` as text for an approver and as JSON (pinned by tests/test_inspect.py)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from verl_bundle.inspection import Inspection
 from verl_bundle.render import Shown, human_size
+
+if TYPE_CHECKING:
+    from verl_bundle.inspection import Inspection
+    from verl_bundle.pipeline import BuildResult
+
+
+def delta_json(result: BuildResult) -> dict[str, Any] | None:
+    d = result.delta
+    if d is None:
+        return None
+    return {
+        "base": d.base,
+        "carried_files": d.carried_files,
+        "payload_files": d.payload_files,
+        "size": result.bundle.size,
+        "full_size": d.full_size,
+    }
+
+
+def build_lines(result: BuildResult) -> list[str]:
+    """The delta's figures, the volumes and the signature, one line each."""
+    b, d = result.bundle, result.delta
+    lines = []
+    if d is not None:
+        lines.append(
+            f"delta: {d.carried_files} of {d.payload_files} files, {human_size(b.size)} "
+            f"(full bundle {human_size(d.full_size)}); install with install.sh --base OLD_DIR "
+            f"(the extracted {d.base})"
+        )
+    if b.volumes:
+        lines.append(
+            f"{len(b.volumes)} volumes of at most {human_size(max(v.size for v in b.volumes))}: "
+            f"{b.volumes[0].path.name} .. {b.volumes[-1].path.name}; check them with "
+            f"`cat {b.path.name}.[0-9]* | sha256sum -c {b.sidecar.name}`"
+        )
+    if b.signature is not None:
+        lines.append(f"signed: {b.signature.name} (and manifest.json inside)")
+    return lines
 
 
 def inspect_json(i: Inspection) -> dict[str, Any]:
