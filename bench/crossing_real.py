@@ -36,15 +36,23 @@ def run(cmd: list[str], **kw: Any) -> tuple[float, subprocess.CompletedProcess[s
     return took, proc
 
 
+def default_index() -> str:
+    """The default index the resolver uses (uv says it with --emit-index-url)."""
+    _, proc = run(
+        [sys.executable, "-m", "uv", "pip", "compile", "-", "--emit-index-url", "--no-header"],
+        input=f"{PACKAGE}=={TO}\n",
+    )
+    return next(x.split()[1] for x in proc.stdout.splitlines() if x.startswith("--index-url"))
+
+
 def changed_lock(out: Path) -> Path:
     """The committed lock with PACKAGE at version TO: its file, URL, size and sha256 read from
-    the profile's own index (PEP 691 JSON)."""
+    the profile's own index (the default one: PEP 691 JSON)."""
     from verl_bundle.catalog import select_profile
     from verl_bundle.net.http import Http
     from verl_bundle.net.index import read_project
 
-    index = select_profile(None, "cu130").locations["pypi"].url
-    assert index is not None
+    index = select_profile(None, "cu130").locations["pypi"].url or default_index()
     page = read_project(Http.for_urls([index]), index, PACKAGE, "crossing-real")
     assert page is not None
     wheel = next(f for f in page.files if f.filename == f"{PACKAGE}-{TO}-py3-none-any.whl")
