@@ -18,11 +18,14 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# On every core (pytest-xdist); tests that share a resource (the Slurm daemons) are kept on one
+# worker by their xdist_group. CI (.ci/run) runs exactly this.
+PYTEST_ARGS ?= -n auto --dist loadgroup
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS) -m "not slow"
 
 lint: $(STAMP)
 	$(BIN)/ruff check verl_bundle tests bench

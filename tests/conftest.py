@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import tarfile
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,9 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 ROOT = Path(__file__).resolve().parents[1]
+# The machine's own temporary directory, before the suite points TMPDIR into pytest's (below):
+# for a directory another user must reach (pytest's base directory is private to its owner).
+SYSTEM_TMP = tempfile.gettempdir()
 NAME = "verl-bundle-cu118-legacy-cp310-manylinux_2_17_x86_64"
 
 
@@ -39,6 +43,19 @@ def clean_environ(scratch: Path) -> dict[str, str]:
     env.setdefault("UV_CACHE_DIR", str(scratch / "uv-cache"))
     env["XDG_CACHE_HOME"] = str(scratch / "xdg-cache")
     return env
+
+
+@pytest.fixture(scope="session", autouse=True)
+def scratch_tmpdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """TMPDIR, for the tests and every process they start (installers, uv, Slurm jobs), is a
+    directory under pytest's base directory: what they leave in it goes with that directory
+    (removed whole after a green run) instead of piling up in the machine's /tmp."""
+    where = tmp_path_factory.getbasetemp() / "tmp"
+    where.mkdir(exist_ok=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TMPDIR", str(where))
+        patch.setattr(tempfile, "tempdir", str(where))
+        yield where
 
 
 @pytest.fixture(autouse=True)

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import clean_environ
+from conftest import SYSTEM_TMP, clean_environ
 from test_doctor import PY, ROOT, needs
 
 PYENV = Path.home() / ".pyenv" / "versions"
@@ -188,7 +188,7 @@ def test_a_prefix_on_a_read_only_filesystem_fails_the_disk_check(tmp_path: Path)
 @pytest.fixture
 def shared_dir() -> Iterator[Path]:
     """A directory every user can enter (pytest's tmp_path is private to its owner)."""
-    path = Path(tempfile.mkdtemp(prefix="verl-doctor-test-"))
+    path = Path(tempfile.mkdtemp(prefix="verl-doctor-test-", dir=SYSTEM_TMP))
     path.chmod(0o755)
     try:
         yield path

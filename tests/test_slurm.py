@@ -21,6 +21,10 @@ from slurm import NODES, Slurm, started
 
 HOSTILE = ("a\nb", "$(touch PWNED)", "{{ lookup('pipe', 'touch PWNED') }}", "`touch PWNED`")
 
+# One Slurm (munged, slurmctld, two slurmd) for the module, on one xdist worker (make test runs
+# with --dist loadgroup): two workers would start two clusters side by side.
+pytestmark = pytest.mark.xdist_group("slurm")
+
 
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Slurm]:

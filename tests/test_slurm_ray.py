@@ -22,6 +22,10 @@ from cli import run
 from slurm import Slurm, started
 from test_slurm import lint
 
+# One Slurm for the module and a Ray cluster on fixed ports: with every other test that starts
+# Slurm, on one xdist worker (make test runs with --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("slurm")
+
 # The tiny job: a Ray task pinned to each node reports that node's Python and environment.
 CHECK = """
 import json, os, sys
