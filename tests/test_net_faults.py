@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,13 +18,15 @@ import pytest
 from cli import run
 from conftest import ROOT, Stack, clean_environ
 from pkgindex import Server, build_sdist, build_wheel
+from stack import UPLOADED
 
 from verl_bundle.airgap.contract.hashing import sha256_file
 from verl_bundle.credentials import Redactor
 from verl_bundle.errors import FetchError
+from verl_bundle.fetch import fetch_order
 from verl_bundle.hostbuild import build_pure_wheel
 from verl_bundle.integrity import wheel_problem
-from verl_bundle.lock import read_lock
+from verl_bundle.lock import Kind, LockedFile, LockedPackage, read_lock
 from verl_bundle.net.cache import Cache
 from verl_bundle.net.download import Downloader, Want
 from verl_bundle.net.http import Http
@@ -299,6 +302,92 @@ def test_a_damaged_host_built_wheel_in_the_cache_is_refused_and_rebuilt(
     assert wheel_problem(built) is None
 
 
+@pytest.mark.slow
+def test_each_wheel_is_checked_at_the_depth_its_hash_calls_for(
+    stack: Stack, stack_lock: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Index wheels (a published sha256) get the structure check; the release assets the
+    profile pins no hash for, and the wheels built here, are checked whole."""
+    cache = tmp_path / "c"
+    code, err = _build(stack, tmp_path, capsys, stack_lock, cache)
+    assert code == 0, err
+    markers = {p.name for p in (cache / "checked").iterdir()}
+    lock = read_lock(stack_lock)
+    for pkg in lock.packages:
+        if pkg.kind != "wheel":
+            continue
+        whole = pkg.location in ("flash-attn-releases", "vllm-releases")
+        assert (pkg.file.sha256 in markers) == whole, pkg.name
+        assert (f"{pkg.file.sha256}.structure" in markers) != whole, pkg.name
+    built = [sha256_file(p) for p in (cache / "built").rglob("*.whl")]
+    assert len(built) == 2 and all(h in markers for h in built)
+    assert fetch_order(lock.packages)[0].kind != "wheel"  # the sources start first
+
+
+def _locked(name: str, kind: Kind, size: int | None) -> LockedPackage:
+    file = LockedFile(f"{name}-1.0.whl", f"http://x/{name}", "0" * 64, size)
+    return LockedPackage(name, "1.0", file, "pypi", kind, "requirement", "x")
+
+
+def test_downloads_start_with_the_sources_then_the_largest_files() -> None:
+    packages = [
+        _locked("a", "wheel", 10),
+        _locked("big", "wheel", 900),
+        _locked("mid", "wheel", 500),
+        _locked("sdist", "sdist", 5),
+        _locked("built", "host-build", 3),
+        _locked("b", "wheel", 20),
+    ]
+    assert [p.name for p in fetch_order(packages)] == ["sdist", "built", "big", "mid", "b", "a"]
+    odd = _locked("odd", "wheel", None)  # a size nobody gave: at once too
+    assert [p.name for p in fetch_order([*packages, odd])][2] == "odd"
+
+
+@pytest.fixture
+def hashless_index(stack: Stack, tmp_path: Path) -> Iterator[Server]:
+    """The default index over a copy of its files, publishing no sha256 (as some mirrors do),
+    with einops's module replaced inside a sound zip (its CRC right, its RECORD hash not)."""
+    root = tmp_path / "hashless"
+    shutil.copytree(stack.dirs.pypi, root)
+    einops = root / "einops-1.1.0-py3-none-any.whl"
+    _rewrite_member(stack.dirs.pypi / einops.name, einops, "einops/__init__.py", b"X = 1\n")
+    s = Server(root, json_api=True, upload_time=UPLOADED, publish_hashes=False)
+    s.upload_times.update(stack.pypi.upload_times)
+    s.start()
+    yield s
+    s.stop()
+
+
+@pytest.mark.slow
+def test_wheels_from_an_index_that_publishes_no_hashes_are_checked_whole(
+    stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str], hashless_index: Server
+) -> None:
+    """The lock's hashes of such files were computed from a download (uv's), so no published
+    hash vouches for them: the build asks the index once, finds no sha256 on its page, and
+    checks its wheels whole. The damaged one is refused and evicted."""
+    lock = tmp_path / "l.toml"
+    args = stack.args("lock", lock, tmp_path / "c", pypi=hashless_index.index_url)
+    assert run(args, capsys).code == 0  # a sound zip: the resolver does not notice
+    build = stack.args(
+        "build",
+        tmp_path / "out",
+        tmp_path / "c",
+        "--lock",
+        str(lock),
+        pypi=hashless_index.index_url,
+    )
+    result = run(build, capsys)
+    assert result.code == 1, result.err
+    last = result.err.strip().splitlines()[-1]
+    assert "einops-1.1.0-py3-none-any.whl" in last and "is a damaged wheel" in last, last
+    assert "einops/__init__.py does not match the hash in its RECORD" in last
+    assert "Traceback" not in result.err
+    out = tmp_path / "out"
+    assert not out.exists() or not list(out.iterdir())  # no tarball, no partial one
+    einops = next(p for p in read_lock(lock).packages if p.name == "einops")
+    assert not (tmp_path / "c" / "sha256" / einops.file.sha256[:2] / einops.file.sha256).exists()
+
+
 # -- names that are paths ------------------------------------------------------------------------
 
 
@@ -436,6 +525,54 @@ def test_ctrl_c_stops_downloads_at_once_and_a_rerun_resumes(
     assert rerun.returncode == 0, rerun.stderr
     ranges = [r.range for r in stack.pytorch.file_requests() if r.path.endswith(TORCH)]
     assert ranges == [f"bytes={kept}-"]
+
+
+def _ours(marker: str) -> list[int]:
+    """Processes whose environment holds `marker` (a test's own scratch path)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if marker.encode() in (proc / "environ").read_bytes():
+                    found.append(int(proc.name))
+            except OSError:
+                continue
+    return found
+
+
+@pytest.mark.slow
+def test_a_build_killed_mid_download_leaves_no_worker_behind(
+    stack: Stack, stack_lock: Path, tmp_path: Path
+) -> None:
+    """kill -9 while torch trickles in and the wheel checks' workers run: whoever reads the
+    build's output sees its end at once, and the workers exit on their own."""
+    stack.pytorch.faults.slow[TORCH] = (64, 1.0)
+    cache = tmp_path / "c"
+    args = stack.args("build", tmp_path / "out", cache, "--lock", str(stack_lock))
+    env = clean_environ(tmp_path)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "verl_bundle", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd=tmp_path,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not any((cache / "checked").glob("*")):  # the checks' workers are running
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no wheel was checked"
+            time.sleep(0.1)
+        proc.kill()
+        proc.communicate(timeout=30)  # no worker holds the output open
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    deadline = time.monotonic() + 10
+    while _ours(env["XDG_CACHE_HOME"]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _ours(env["XDG_CACHE_HOME"]) == []
 
 
 # -- host-built wheels are reproducible -----------------------------------------------------------

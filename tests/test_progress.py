@@ -65,3 +65,23 @@ def test_quiet_says_nothing_and_a_closed_reporter_stops(
     loud.close()
     time.sleep(0.3)
     assert capsys.readouterr().err == ""
+
+
+def test_a_step_in_flight_is_told_apart_from_the_files() -> None:
+    """The tarball written while files download is a step of its own, not one more file."""
+    silent = Silent(quiet=True)
+    silent.status("fetching 3 files ...")
+    tar = silent.start("writing bundle", 3_000_000_000)
+    silent.advance(tar, 1_200_000_000)
+    wheel = silent.start("torch-2.11.0-cp310-cp310-manylinux_2_28_x86_64.whl", 500_000_000)
+    silent.advance(wheel, 200_000_000)
+    done = silent.start("einops-0.8.1-py3-none-any.whl", 64_000)
+    silent.advance(done, 64_000)
+    silent.done(done)
+    line = silent.line().split("] ", 1)[1]
+    assert line == (
+        "fetching 3 files: 1 done (0.1 MB), 1 in flight (0.20 GB of 0.50 GB); "
+        "writing bundle 1.20 GB of 3.00 GB"
+    )
+    silent.done(tar)
+    assert silent.line().endswith("1 done (0.1 MB), 1 in flight (0.20 GB of 0.50 GB)")

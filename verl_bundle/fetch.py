@@ -1,5 +1,6 @@
 """The fetch stage: every locked file into the cache, hash checked; pure sdists built into
-wheels; every wheel checked whole (CRCs, RECORD) before it may enter a bundle.
+wheels; every wheel checked (integrity.py: its structure, or whole where no published hash
+vouches for it) before it may enter a bundle.
 
 A lock may have been made against other locations than the ones used now (a lock committed
 upstream, built inside the intranet with --mirror): each file is then looked up by name on the
@@ -8,6 +9,9 @@ mirror, and its hash must still match the lock.
 
 from __future__ import annotations
 
+import math
+import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -17,8 +21,8 @@ from verl_bundle.airgap.contract.names import UnsafeNameError, plain_filename
 from verl_bundle.compile import CompileOptions, SourceCompiler
 from verl_bundle.credentials import split_credentials
 from verl_bundle.errors import FetchError, LockError
-from verl_bundle.hostbuild import build_pure_wheel
-from verl_bundle.integrity import ensure_whole
+from verl_bundle.hostbuild import BuiltWheel, build_pure_wheel
+from verl_bundle.integrity import WheelFacts, ensure_whole, passed, recorded
 from verl_bundle.lock import Lock, LockedFile, LockedPackage
 from verl_bundle.net.cache import disk_error
 from verl_bundle.net.download import Cached, Downloader, Want
@@ -27,6 +31,7 @@ from verl_bundle.net.index import read_project
 from verl_bundle.profile import DEFAULT_INDEX, Profile
 from verl_bundle.progress import Reporter
 from verl_bundle.standalone import BundledPython
+from verl_bundle.wheelchecks import WheelCheck, WheelChecks
 
 
 @dataclass(frozen=True)
@@ -43,6 +48,7 @@ class Artifact:
     # Fetched and hashed against the lock in this run (as it streamed in): the tar writer does
     # not hash it again. False for a cache hit, which the tar writer hashes while copying it.
     verified: bool = False
+    facts: WheelFacts | None = None  # a wheel's unpacked size and licence, as its check saw them
 
 
 @dataclass(frozen=True)
@@ -65,33 +71,63 @@ def fetch(
     reporter: Reporter,
     compile_options: CompileOptions | None = None,
 ) -> Wheelhouse:
-    """Fetch (or find cached) every file of `lock`; raises FetchError/LockError/HostBuildError."""
+    """Fetch (or find cached) every file of `lock`; raises FetchError/LockError/HostBuildError.
+
+    The largest files start first (sdists built here before them: their builds run while the
+    rest download); each wheel is checked (wheelchecks.py) as soon as it is in the cache; a
+    pure sdist is built into a wheel as soon as it is."""
     for pkg in lock.packages:
         check_locked_name(pkg)
     wants = [_want(p, lock, profile, downloader.http) for p in lock.packages]
     locked = {p.name: p for p in lock.packages}
+    index = profile.location(DEFAULT_INDEX).url
+    checks = WheelChecks(downloader.cache)
+    sources = HashSources(lock, profile, downloader.http)
+    built: dict[str, BuiltWheel] = {}
+    # One host build at a time: uv build takes the cores it finds, and finding uv reads
+    # sysconfig, whose first use is not safe from two threads at once (Python 3.11).
+    one_build = threading.Lock()
 
-    def fetch_and_check(want: Want) -> Cached:
-        """A wheel is checked whole as soon as it is in the cache, while the other downloads
-        go on (a check passed is remembered, so the pass over every wheel below skips it)."""
+    def fetch_one(want: Want) -> Cached:
         got = downloader.fetch(want)
         pkg = locked[want.package]
         if pkg.kind == "wheel" and want.filename.endswith(".whl"):
-            ensure_whole(
-                downloader.cache,
-                got.path,
-                got.sha256,
-                package=pkg.name,
-                filename=want.filename,
-                url=pkg.file.url,
+            structure = passed(downloader.cache, got.sha256, whole=False)
+            whole = not (structure or sources.published(pkg))
+            checks.submit(
+                WheelCheck(
+                    got.path, got.sha256, got.size, whole, pkg.name, want.filename, pkg.file.url
+                )
+            )
+        elif pkg.kind == "host-build":
+            with one_build:
+                wheel = _host_build(pkg, got, downloader, index, reporter)
+            built[pkg.name] = wheel
+            checks.submit(
+                WheelCheck(
+                    wheel.path,
+                    wheel.sha256,
+                    wheel.size,
+                    True,
+                    pkg.name,
+                    wheel.filename,
+                    pkg.file.url,
+                    built=True,
+                )
             )
         return got
 
-    results: list[Cached] = downloader.parallel(fetch_and_check, wants)
+    try:
+        want_of = {w.package: w for w in wants}
+        order = [want_of[p.name] for p in fetch_order(lock.packages)]
+        results = downloader.parallel(fetch_one, order)
+        if checks.checked:
+            reporter.status(f"checking {checks.checked} wheels ...")
+        checks.wait()  # before any compile: a damaged wheel stops the build at once
+    finally:
+        checks.close()
     by_name = {r.want.package: r for r in results}
     artifacts: list[Artifact] = []
-    built = 0
-    index = profile.location(DEFAULT_INDEX).url
     compiler = SourceCompiler(
         profile,
         lock,
@@ -104,37 +140,49 @@ def fetch(
     for pkg in lock.packages:
         got = by_name[pkg.name]
         if pkg.kind == "host-build":
-            reporter.status(f"building {pkg.file.filename} into a wheel on this host")
-            try:
-                wheel = build_pure_wheel(
-                    pkg.name,
-                    got.path,
-                    pkg.file.filename,
-                    got.sha256,
-                    downloader.cache,
-                    index,
-                    downloader.http.redact,
-                )
-            except OSError as exc:
-                written = Path(exc.filename or downloader.cache.root)
-                full = disk_error(exc, written, f"{pkg.name}: building a wheel on this host")
-                if full is None:
-                    raise
-                raise full from None
-            built += 1
+            w = built[pkg.name]
             artifacts.append(
-                Artifact(pkg, str(wheel.path), wheel.filename, wheel.sha256, wheel.size, pkg.file)
+                Artifact(
+                    pkg,
+                    str(w.path),
+                    w.filename,
+                    w.sha256,
+                    w.size,
+                    pkg.file,
+                    facts=recorded(downloader.cache, w.sha256),
+                )
             )
         elif pkg.kind == "sdist" and (source_build := profile.source_build(pkg.name)):
             outcome = compiler.compile(
                 pkg, source_build, got.path, got.sha256, cached_wheels, reporter
             )
             summaries.append(outcome.summary)
-            w = outcome.wheel
+            c = outcome.wheel
+            if c is None:
+                artifacts.append(
+                    Artifact(pkg, str(got.path), pkg.file.filename, got.sha256, got.size)
+                )
+                continue
+            ensure_whole(
+                downloader.cache,
+                c.path,
+                c.sha256,
+                package=pkg.name,
+                filename=c.filename,
+                url=pkg.file.url,
+                built=True,
+            )
             artifacts.append(
-                Artifact(pkg, str(w.path), w.filename, w.sha256, w.size, pkg.file, w.provenance)
-                if w is not None
-                else Artifact(pkg, str(got.path), pkg.file.filename, got.sha256, got.size)
+                Artifact(
+                    pkg,
+                    str(c.path),
+                    c.filename,
+                    c.sha256,
+                    c.size,
+                    pkg.file,
+                    c.provenance,
+                    facts=recorded(downloader.cache, c.sha256),
+                )
             )
         else:
             artifacts.append(
@@ -145,32 +193,83 @@ def fetch(
                     got.sha256,
                     got.size,
                     verified=got.fresh,
+                    facts=recorded(downloader.cache, got.sha256),
                 )
             )
-    wheels = [a for a in artifacts if a.filename.endswith(".whl")]
-    if wheels:
-        reporter.status(f"checking {len(wheels)} wheels are whole ...")
-        downloader.parallel(
-            lambda a: ensure_whole(
-                downloader.cache,
-                Path(a.path),
-                a.sha256,
-                package=a.package.name,
-                filename=a.filename,
-                url=(a.built_from or a.package.file).url,
-                built=a.built_from is not None,
-            ),
-            wheels,
-        )
     return Wheelhouse(
         artifacts=tuple(artifacts),
         downloaded_files=downloader.downloaded_files,
         downloaded_bytes=downloader.downloaded_bytes,
         # Every package's file was either downloaded in this run (lock-time included) or not.
         cached_files=max(0, len(lock.packages) - downloader.downloaded_files),
-        host_built=built,
+        host_built=len(built),
         compiled=tuple(summaries),
     )
+
+
+def fetch_order(packages: Sequence[LockedPackage]) -> list[LockedPackage]:
+    """Sources first (a pure one is built here while the rest download; a compile needs its
+    own), then the largest files: the longest downloads start at once instead of last."""
+
+    def key(pkg: LockedPackage) -> tuple[int, float]:
+        size = pkg.file.size
+        return (0 if pkg.kind != "wheel" else 1, -(size if size is not None else math.inf))
+
+    return sorted(packages, key=key)
+
+
+class HashSources:
+    """Whether the lock's hash of a file is one its source published (an index page, or the
+    profile's pin for a direct artifact) rather than computed from a download (by uv or the
+    lock, where the source gave none): that decides how deep its wheel check goes. An index
+    named by URL is asked once, with the page of the first of its files that needs a check;
+    the resolver's default index (no URL) publishes a sha256 for every file."""
+
+    def __init__(self, lock: Lock, profile: Profile, http: Http) -> None:
+        self.lock = lock
+        self.profile = profile
+        self.http = http
+        self._asked: dict[str, bool] = {}
+        self._guard = threading.Lock()
+
+    def published(self, pkg: LockedPackage) -> bool:
+        loc = self.profile.locations.get(pkg.location)
+        if loc is None:
+            return False
+        if loc.kind != "index":
+            art = self.profile.artifact(pkg.name)
+            return art is not None and art.sha256.get(pkg.file.filename) == pkg.file.sha256
+        if not loc.url:
+            return True
+        with self._guard:  # one question per location, whichever download asks first
+            if loc.name not in self._asked:
+                where = f"{pkg.name} (location {pkg.location})"
+                page = read_project(self.http, split_credentials(loc.url)[0], pkg.name, where)
+                found = page.file(pkg.file.filename) if page is not None else None
+                self._asked[loc.name] = found is not None and found.sha256 == pkg.file.sha256
+            return self._asked[loc.name]
+
+
+def _host_build(
+    pkg: LockedPackage, got: Cached, downloader: Downloader, index: str | None, reporter: Reporter
+) -> BuiltWheel:
+    reporter.status(f"building {pkg.file.filename} into a wheel on this host")
+    try:
+        return build_pure_wheel(
+            pkg.name,
+            got.path,
+            pkg.file.filename,
+            got.sha256,
+            downloader.cache,
+            index,
+            downloader.http.redact,
+        )
+    except OSError as exc:
+        written = Path(exc.filename or downloader.cache.root)
+        full = disk_error(exc, written, f"{pkg.name}: building a wheel on this host")
+        if full is None:
+            raise
+        raise full from None
 
 
 def check_locked_name(pkg: LockedPackage) -> None:

@@ -35,7 +35,8 @@ class Reporter(Protocol):
 class Silent:
     """Used when stderr is not a terminal (CI, pipes, tests): notes still go to stderr, and
     while work started with `start` is in flight, one line every `every` seconds says what the
-    last status was and how many of the started pieces (files) and bytes are done."""
+    last status was, how many of the started files and their bytes are done, and how far each
+    step in flight is (a label with a space names a step, "writing bundle"; others a file)."""
 
     def __init__(self, quiet: bool = False, every: float = 30.0) -> None:
         self.quiet = quiet
@@ -45,6 +46,7 @@ class Silent:
         self._status = ""
         self._began = time.monotonic()
         self._flight: dict[int, list[int]] = {}  # handle -> [bytes done, bytes expected]
+        self._steps: dict[int, str] = {}  # handle -> label, for steps (not files)
         self._next = 0
         self._finished = [0, 0]  # pieces, bytes
         self._ticker: threading.Thread | None = None
@@ -54,6 +56,8 @@ class Silent:
         with self._lock:
             self._next += 1
             self._flight[self._next] = [0, total or 0]
+            if " " in label:
+                self._steps[self._next] = label
             if not self.quiet and self._ticker is None:
                 self._ticker = threading.Thread(target=self._tick, daemon=True)
                 self._ticker.start()
@@ -67,7 +71,7 @@ class Silent:
     def done(self, handle: object) -> None:
         with self._lock:
             piece = self._flight.pop(handle, None)  # type: ignore[call-overload]
-            if piece is not None:
+            if self._steps.pop(handle, None) is None and piece is not None:  # type: ignore[call-overload]
                 self._finished[0] += 1
                 self._finished[1] += piece[0]
 
@@ -88,16 +92,18 @@ class Silent:
     def line(self) -> str:
         """What is in flight now, in one line."""
         with self._lock:
-            flight = list(self._flight.values())
+            flight = [p for h, p in self._flight.items() if h not in self._steps]
+            steps = [(label, self._flight[h]) for h, label in self._steps.items()]
             pieces, finished = self._finished
             status = self._status
         seconds = int(time.monotonic() - self._began)
         moving = sum(p[0] for p in flight)
         expected = sum(max(p) for p in flight)
         head = f"[{seconds // 60}m{seconds % 60:02d}s] {status or 'working'}:"
+        going = "".join(f"; {label} {_size(p[0])} of {_size(max(p))}" for label, p in steps)
         return (
             f"{head} {pieces} done ({_size(finished)}), {len(flight)} in flight "
-            f"({_size(moving)} of {_size(expected)})"
+            f"({_size(moving)} of {_size(expected)}){going}"
         )
 
     def _tick(self) -> None:

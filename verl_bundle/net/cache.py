@@ -90,9 +90,10 @@ class Cache:
         """The folder holding the wheel built on this host from the sdist with that hash."""
         return self.root / "built" / _key(sdist_sha256)
 
-    def checked(self, sha256: str) -> Path:
-        """A marker: the blob with this hash passed the wheel integrity check."""
-        return self.root / "checked" / _key(sha256)
+    def checked(self, sha256: str, whole: bool = True) -> Path:
+        """A marker: the blob with this hash passed the wheel check, whole or its structure
+        (integrity.py)."""
+        return self.root / "checked" / (_key(sha256) + ("" if whole else ".structure"))
 
     def store(self, tmp: Path, sha256: str) -> Path:
         dest = self.blob(sha256)
@@ -105,6 +106,7 @@ class Cache:
         next run fetches or builds it again."""
         path.unlink(missing_ok=True)
         self.checked(sha256).unlink(missing_ok=True)
+        self.checked(sha256, whole=False).unlink(missing_ok=True)
         if url is not None:
             self.url_memo(url).unlink(missing_ok=True)
 
