@@ -7,7 +7,7 @@ PY ?= 3.10
 OUT ?= bundles
 STAMP := $(VENV)/.installed
 
-.PHONY: all venv test test-fast lint typecheck bundle e2e-real assets-real compile-real python-real bench bench-nodes clean
+.PHONY: all venv test test-fast lint typecheck bundle e2e-real cold-real assets-real compile-real python-real bench bench-nodes clean
 
 all: test
 
@@ -59,6 +59,13 @@ bundle: $(STAMP)
 E2E_FLAGS ?= --compile never --skip-phase flash-attn
 e2e-real: $(STAMP)
 	$(BIN)/python bench/e2e_real.py --compare-pip $(E2E_FLAGS)
+
+# The cold build of a real stack (cu130: the default index alone) side by side with 8 parallel
+# curls of the same URLs and `pip download` of the same wheels, from empty caches, 3 runs each
+# (needs the internet and about 15 GB of free disk under /tmp; several minutes). Not in `make test`.
+COLD_FLAGS ?= --profile cu130 --runs 3
+cold-real: $(STAMP)
+	$(BIN)/python bench/cold_real.py $(COLD_FLAGS)
 
 # Models and datasets from the real Hub (needs the internet; not part of `make test` or CI, since
 # the Hub is not reachable from the test machines): fetch, convert, bundle, then install the asset

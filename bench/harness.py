@@ -20,7 +20,8 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -28,6 +29,8 @@ from typing import Any, TextIO
 from bench.synthetic import DEFAULT_CACHE, PYTHON, ROOT
 
 BIN = Path(sys.executable).parent
+# The cores the commands of the contender being measured are held to (taskset), if any.
+_PINNED: ContextVar[str | None] = ContextVar("pinned", default=None)
 
 
 class BenchError(Exception):
@@ -63,6 +66,7 @@ class Options:
     cache: Path
     python: str  # the interpreter of the target Python (PYTHON), a real path
     keep: bool
+    before: Path | None = None  # a checkout of older code, for a side-by-side "before" row
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,9 @@ class Measured:
     # CPU seconds (user + system) of the commands each sample ran: on a machine shared with
     # other work, wall times stretch with the load, CPU times much less.
     cpu: tuple[float, ...] = ()
+    # The 1-minute load average just before and just after each sample: how busy the machine
+    # was while it ran (other people's work included), so a figure is read with its load.
+    loads: tuple[tuple[float, float], ...] = ()
 
     @property
     def median(self) -> float:
@@ -82,6 +89,23 @@ class Measured:
     @property
     def cpu_median(self) -> float | None:
         return statistics.median(self.cpu) if self.cpu else None
+
+    @property
+    def load(self) -> str:
+        """The load averages around the samples: 'before -> after', each as its range."""
+        if not self.loads:
+            return "-"
+        return f"{_range([b for b, _ in self.loads])} -> {_range([a for _, a in self.loads])}"
+
+
+def _range(values: list[float]) -> str:
+    lo, hi = min(values), max(values)
+    return f"{lo:.1f}" if f"{lo:.1f}" == f"{hi:.1f}" else f"{lo:.1f}-{hi:.1f}"
+
+
+def load_average() -> float:
+    """The 1-minute load average (runnable and waiting processes, everyone's)."""
+    return os.getloadavg()[0]
 
 
 @dataclass(frozen=True)
@@ -93,10 +117,20 @@ class Comparison:
     value: float
     unit: str  # "x" for ratios
     limit: float | None
+    # A ratio's range over the runs: sample i of one side over sample i of the other (the
+    # two ran next to each other in ABBA order, so under about the same load).
+    low: float | None = None
+    high: float | None = None
 
     @property
     def passed(self) -> bool:
         return self.limit is None or self.value <= self.limit
+
+    @property
+    def spread(self) -> str:
+        if self.low is None or self.high is None:
+            return "-"
+        return f"{num(self.low, self.unit).rstrip('x')}-{num(self.high, self.unit)}"
 
 
 @dataclass(frozen=True)
@@ -170,6 +204,15 @@ def parser(description: str | None) -> argparse.ArgumentParser:
     )
     p.add_argument("--python", default=None, help=f"the Python {PYTHON} to install with")
     p.add_argument("--keep", action="store_true", help="keep the work directory (for a look)")
+    p.add_argument(
+        "--before",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="also run the build with the verl_bundle package found in DIR (older code, e.g. "
+        "`git archive COMMIT verl_bundle profiles templates | tar x -C DIR`), side by side "
+        "(cold_build)",
+    )
     return p
 
 
@@ -192,7 +235,13 @@ def options(args: argparse.Namespace) -> Options:
         raise SystemExit("--runs must be at least 1")
     installed_bytecode()
     return Options(
-        args.runs, args.size, args.json, args.cache, args.python or find_target_python(), args.keep
+        args.runs,
+        args.size,
+        args.json,
+        args.cache,
+        args.python or find_target_python(),
+        args.keep,
+        args.before.resolve() if args.before else None,
     )
 
 
@@ -224,6 +273,12 @@ def show(cmd: Sequence[str], env: dict[str, str] | None = None) -> str:
     return " ".join(words)
 
 
+def pin(cmd: Sequence[str]) -> list[str]:
+    """`cmd` held to the cores of the contender being measured (taskset), if it is pinned."""
+    cores = _PINNED.get()
+    return [str(c) for c in cmd] if cores is None else ["taskset", "-c", cores, *map(str, cmd)]
+
+
 def run(
     cmd: Sequence[str],
     log: Path,
@@ -233,6 +288,7 @@ def run(
 ) -> float:
     """Run a command to completion, its output into `log`; its wall time in seconds. An exit
     status not `allowed` is a failure (a doctor on a machine with no GPU exits 1)."""
+    cmd = pin(cmd)
     with log.open("ab") as out:
         out.write(f"$ {show(cmd)}\n".encode())
         out.flush()
@@ -268,6 +324,47 @@ class Contender:
     unit: str = "s"
     samples: list[float] = field(default_factory=list)
     cpu: list[float] = field(default_factory=list)
+    loads: list[tuple[float, float]] = field(default_factory=list)
+
+
+def paired_core() -> str | None:
+    """The one core both sides of a paired row run on: the last this process may use (the
+    first is where interrupts and most other work land). None without taskset or with one
+    core (then pairing changes nothing)."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2 or shutil.which("taskset") is None:
+        return None
+    return str(cores[-1])
+
+
+def pinned(c: Contender, core: str) -> Contender:
+    """A twin of `c` whose timed commands all run on `core` (taskset -c): for rows whose two
+    sides use different resources (threads on every core against one process), so that each
+    side gets the same core and a busy machine takes from both alike."""
+
+    def measure() -> float:
+        token = _PINNED.set(core)
+        try:
+            return c.measure()
+        finally:
+            _PINNED.reset(token)
+
+    return Contender(
+        f"{c.name} [core {core}]",
+        f"taskset -c {core} {c.command}",
+        measure,
+        c.prepare,
+        c.cleanup,
+        c.unit,
+    )
+
+
+def paired(contenders: list[Contender], *names: str) -> list[Contender]:
+    """The pinned twins of the named contenders (none where pairing changes nothing)."""
+    core = paired_core()
+    if core is None:
+        return []
+    return [pinned(c, core) for c in contenders if c.name in names]
 
 
 def _children_cpu() -> float:
@@ -285,25 +382,51 @@ def interleave(contenders: list[Contender], runs: int, progress: TextIO | None) 
             # Write back what the previous run left dirty, so that no run pays for another's
             # writes (a build writes its cache and its tarball: 2 GB for a 1 GB stack).
             os.sync()
-            before = _children_cpu()
+            before, load = _children_cpu(), load_average()
             try:
                 value = c.measure()
-            finally:
-                c.cleanup()
+            except BaseException:
+                with suppress(Exception):  # the failure to report is the measure's
+                    c.cleanup()
+                raise
+            c.loads.append((load, load_average()))
+            c.cleanup()
             c.samples.append(value)
             c.cpu.append(_children_cpu() - before)
             if progress is not None:
-                print(f"  run {i + 1}/{runs}  {c.name:<34} {value:8.2f} {c.unit}", file=progress)
+                print(
+                    f"  run {i + 1}/{runs}  {c.name:<34} {value:8.2f} {c.unit}  "
+                    f"(load {load:.1f} -> {c.loads[-1][1]:.1f})",
+                    file=progress,
+                )
 
 
 def measured(contenders: list[Contender]) -> tuple[Measured, ...]:
     return tuple(
-        Measured(c.name, c.command, c.unit, tuple(c.samples), tuple(c.cpu)) for c in contenders
+        Measured(c.name, c.command, c.unit, tuple(c.samples), tuple(c.cpu), tuple(c.loads))
+        for c in contenders
     )
 
 
 def ratio(label: str, a: Measured, b: Measured, limit: float | None) -> Comparison:
-    return Comparison(label, a.median / b.median, "x", limit)
+    paired = [x / y for x, y in zip(a.samples, b.samples, strict=True) if y > 0]
+    return Comparison(
+        label,
+        a.median / b.median,
+        "x",
+        limit,
+        min(paired, default=None),
+        max(paired, default=None),
+    )
+
+
+def paired_ratios(label: str, twins: Sequence[Measured]) -> list[Comparison]:
+    """The ratio of the first pinned twin to the second (both on one core), when the row was
+    paired (info: the target is judged on the unpinned row)."""
+    if len(twins) < 2:
+        return []
+    core = twins[0].name.rsplit("[", 1)[-1].rstrip("]")
+    return [ratio(f"{label}, both on {core}", twins[0], twins[1], None)]
 
 
 def spread(m: Measured) -> str:
@@ -384,14 +507,18 @@ def render_text(report: Report) -> str:
         lines.append(f"     [{m.name}] {m.command}")
     width = max(len(m.name) for m in report.measured)
     width = max([width, *(len(c.label) for c in report.comparisons)])
-    lines.append(f"   {'':<{width}}  {'median':>10}   {'cpu':>8}   samples")
+    lines.append(f"   {'':<{width}}  {'median':>10}   {'cpu':>8}   {'load':>14}   samples")
     for m in report.measured:
         samples = " ".join(num(s, m.unit).split()[0] for s in m.samples)
         cpu = f"{m.cpu_median:.2f} s" if m.cpu_median is not None and m.unit == "s" else "-"
-        lines.append(f"   {m.name:<{width}}  {num(m.median, m.unit):>10}   {cpu:>8}   [{samples}]")
+        lines.append(
+            f"   {m.name:<{width}}  {num(m.median, m.unit):>10}   {cpu:>8}   {m.load:>14}   "
+            f"[{samples}]"
+        )
     for c in report.comparisons:
         lines.append(
-            f"   {c.label:<{width}}  {num(c.value, c.unit):>10}   target {target(c)}  {verdict(c)}"
+            f"   {c.label:<{width}}  {num(c.value, c.unit):>10}   range {c.spread}   "
+            f"target {target(c)}  {verdict(c)}"
         )
     lines += [f"   note: {n}" for n in report.notes]
     return "\n".join(lines)

@@ -46,7 +46,7 @@ def timed_steps(cmd: list[str], log: Path, steps: dict[str, list[float]]) -> flo
         out.write(f"$ {harness.show(cmd)}\n".encode())
         out.flush()
         rc = subprocess.run(
-            [*cmd, "--events", str(events)],
+            harness.pin([*cmd, "--events", str(events)]),
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -91,8 +91,9 @@ def bench(opts: Options, progress: TextIO | None) -> Report:
         uv_pip += [w.pin for w in stack.requirements]
         split: dict[str, list[float]] = defaultdict(list)
         split_uv: dict[str, list[float]] = defaultdict(list)
+        unused: dict[str, list[float]] = defaultdict(list)  # the pinned runs' steps
 
-        def uv_venv_and_install() -> float:
+        def uv_venv_and_install(split_uv: dict[str, list[float]]) -> float:
             a = harness.run(uv_venv, log, uv_env)
             b = harness.run(uv_pip, log, uv_env)
             split_uv["uv venv"].append(a)
@@ -122,7 +123,7 @@ def bench(opts: Options, progress: TextIO | None) -> Report:
             Contender(
                 "uv venv + uv pip install --offline",
                 f"{harness.show(uv_venv, uv_env)} && {harness.show(uv_pip, uv_env)}",
-                uv_venv_and_install,
+                lambda: uv_venv_and_install(split_uv),
             ),
             Contender(
                 "venv + pip install",
@@ -130,6 +131,21 @@ def bench(opts: Options, progress: TextIO | None) -> Report:
                 venv_and_pip,
             ),
         ]
+        # install.sh's installs run on every core, as uv's do, but its checks and uv's
+        # threads load them differently: the pair again with both on one core.
+        twins = [
+            Contender(
+                "install.sh --skip-doctor",
+                harness.show(no_doctor),
+                lambda: timed_steps(no_doctor, log, unused),
+            ),
+            Contender(
+                "uv venv + uv pip install --offline",
+                contenders[2].command,
+                lambda: uv_venv_and_install(unused),
+            ),
+        ]
+        contenders += harness.paired(twins, *(t.name for t in twins))
         for c in contenders:
             c.prepare = c.cleanup = lambda: harness.remove(prefix, work / "uv-cache")
             c.prepare()
@@ -139,7 +155,7 @@ def bench(opts: Options, progress: TextIO | None) -> Report:
             d.clear()
         harness.interleave(contenders, opts.runs, progress)
     results = harness.measured(contenders)
-    full, nodoc, uv_ref, pip_ref = results
+    full, nodoc, uv_ref, pip_ref = results[:4]
     return Report(
         bench="install",
         title="install.sh vs uv and vs venv + pip install",
@@ -150,6 +166,7 @@ def bench(opts: Options, progress: TextIO | None) -> Report:
             harness.ratio("ratio install.sh/uv", full, uv_ref, TARGET),
             harness.ratio("ratio --skip-doctor/uv", nodoc, uv_ref, TARGET),
             harness.ratio("ratio install.sh/pip", full, pip_ref, None),
+            *harness.paired_ratios("ratio --skip-doctor/uv", results[4:]),
         ),
         notes=(
             _steps_note("install.sh", steps_all),

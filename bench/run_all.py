@@ -39,27 +39,33 @@ def _cpu(m: harness.Measured) -> str:
 
 
 def summary(reports: list[Report], size: int, runs: int) -> str:
-    """Two Markdown tables: every contender's median and range, then every ratio: against the
-    strongest baseline (with its target: PASS or MISS) and the familiar one (info)."""
+    """Two Markdown tables: every contender's median, range and the load average around its
+    runs, then every ratio with its range over the runs: against the strongest baseline (with
+    its target: PASS or MISS) and the familiar one (info)."""
     lines = [
         f"Synthetic stack of {size / 1e9:g} GB (peak_memory: also "
         f"{peak_memory.GROWTH * size / 1e9:g} GB), median and range of {runs} run(s) in ABBA "
         f"order, 127.0.0.1 index; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+        f"{os.cpu_count()} cores (rows marked [core N]: both sides held to that one core), "
         f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())} at the end",
         "",
-        "| benchmark | contender | median | range | CPU s (median) |",
-        "|---|---|---:|---:|---:|",
+        "| benchmark | contender | median | range | CPU s (median) | load before -> after |",
+        "|---|---|---:|---:|---:|---:|",
     ]
     for r in reports:
         lines += [
             f"| {r.bench} | {m.name} | {harness.num(m.median, m.unit)} | {harness.spread(m)} | "
-            f"{_cpu(m)} |"
+            f"{_cpu(m)} | {m.load} |"
             for m in r.measured
         ]
-    lines += ["", "| benchmark | ratio | measured | target | result |", "|---|---|---:|---:|---|"]
+    lines += [
+        "",
+        "| benchmark | ratio | measured | range | target | result |",
+        "|---|---|---:|---:|---:|---|",
+    ]
     for r in reports:
         lines += [
-            f"| {r.bench} | {c.label} | {harness.num(c.value, c.unit)} | "
+            f"| {r.bench} | {c.label} | {harness.num(c.value, c.unit)} | {c.spread} | "
             f"{harness.target(c)} | {harness.verdict(c, long=False)} |"
             for c in r.comparisons
         ]

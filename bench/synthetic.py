@@ -1,6 +1,6 @@
 """The synthetic stack the benchmarks build: a dozen large wheels shaped like the verl CUDA stack
-(torch about 40% of the bytes), plus real pip and uv wheels, served from a package index on
-127.0.0.1.
+(torch about 40% of the bytes, every member deflated, libraries that inflate about 1.9x as real
+ones do), plus real pip and uv wheels, served from a package index on 127.0.0.1.
 
 The wheels are made once per size with the test suite's own builders (tests/pkgindex.py,
 tests/stack.py) and kept under a cache directory, so a second benchmark run starts at once.
@@ -32,7 +32,10 @@ CP = "cp310-cp310-manylinux_2_17_x86_64"
 PURE = "py3-none-any"
 UPLOADED = "2024-06-01T00:00:00Z"
 # Bump when the shape or the builders change, so that old wheels are not reused.
-FORMAT = 1
+FORMAT = 2
+# What the compiled-like payload deflates by (tests/pkgindex.py): a wheel of N bytes holds about
+# N * INFLATES bytes of libraries, as a real CUDA wheel does (torch: 2.1x).
+INFLATES = 1.88
 
 # (name, share of the bytes, wheel tag): torch-sized first, then a tail of smaller wheels.
 SHAPE: tuple[tuple[str, float, str], ...] = (
@@ -101,8 +104,8 @@ class Stack:
     def describe(self) -> str:
         return (
             f"{len(self.wheels)} wheels, {self.total_bytes / 1e9:.2f} GB "
-            f"({len(self.requirements)} synthetic + pip + uv; largest "
-            f"{max(w.size for w in self.wheels) / 1e9:.2f} GB)"
+            f"({len(self.requirements)} synthetic, deflated like compiled libraries, about "
+            f"{INFLATES}x; + pip + uv; largest {max(w.size for w in self.wheels) / 1e9:.2f} GB)"
         )
 
     def write_profile(self, directory: Path, name: str = "bench") -> Path:
@@ -158,9 +161,16 @@ def stack(size: int, cache: Path = DEFAULT_CACHE, log: Any = None) -> Stack:
         print(f"making the synthetic {size / 1e9:.2f} GB stack in {home} (once) ...", file=log)
     reqs = []
     for name, share, tag in SHAPE:
-        # The payload is the incompressible filler of the test builder: wheels do not shrink
-        # in transit or in the tar, as real CUDA wheels barely do.
-        path = _pkgindex.build_wheel(work, name, VERSION, tag=tag, payload_bytes=int(size * share))
+        # Deflated members shaped like compiled libraries, as real CUDA wheels hold: checking
+        # a wheel whole inflates it, the cost that dominates that check on a real stack.
+        path = _pkgindex.build_wheel(
+            work,
+            name,
+            VERSION,
+            tag=tag,
+            payload_bytes=int(size * share * INFLATES),
+            compiled_like=True,
+        )
         reqs.append(_describe(Path(path)))
     pip = _describe(Path(shutil.copy(_stack.bundled_wheel("pip"), work)))
     uv = _describe(Path(_stack.build_uv_wheel(work)))

@@ -54,10 +54,12 @@ def bench(opts: Options, progress: TextIO | None) -> Report:
                 lambda: harness.run(sums, log, cwd=tarball.parent),
             ),
         ]
+        # verify hashes on two threads, openssl on one: the pair again with both on one core.
+        contenders += harness.paired(contenders, contenders[0].name, contenders[1].name)
         harness.interleave(contenders, opts.runs, progress)
         size = tarball.stat().st_size
     results = harness.measured(contenders)
-    ours_m, openssl_m, both_m, sums_m = results
+    ours_m, openssl_m, both_m, sums_m = results[:4]
     return Report(
         bench="verify",
         title="verify a tarball vs openssl dgst and sha256sum -c",
@@ -71,6 +73,7 @@ def bench(opts: Options, progress: TextIO | None) -> Report:
                 "ratio verify/2 x openssl at once (its two passes)", ours_m, both_m, None
             ),
             harness.ratio("cores' gain: 2 x openssl at once/openssl", both_m, openssl_m, None),
+            *harness.paired_ratios("ratio verify/openssl", results[4:]),
         ),
         notes=(
             "verify hashes every byte twice (members, and the whole file for its .sha256) on "
