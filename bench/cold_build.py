@@ -219,7 +219,7 @@ def bench(opts: Options, progress: TextIO | None) -> Report:
             "(hashed while written, not fsync'ed); curl and pip only download; 'same passes "
             "by standard tools' is curl | tee | openssl dgst per file (8 at once), zipinfo per "
             "wheel (its directory) and tar | tee | openssl dgst, one after another: our passes "
-            "without a resolver and without overlap",
+            "without a resolver (ours checks the wheels while the others download)",
         ),
     )
 
