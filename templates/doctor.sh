@@ -48,6 +48,6 @@ sys.pycache_prefix = "/dev/null/none"
 sys.path.insert(0, sys.argv.pop(1))
 from verl_bundle.airgap.install import bytecode
 bytecode.switch()  # lib/ from source only; the standard library from its own bytecode
-from verl_bundle.airgap.__main__ import main
+from verl_bundle.airgap.cli import main
 sys.exit(main(sys.argv[1:]))
 ' "$here/lib" doctor --bundle "$here" "$@"

@@ -31,5 +31,5 @@ if ! PY=$(find_python); then
   exit 2
 fi
 
-exec "$PY" -I -B -c 'import sys; sys.path.insert(0, sys.argv.pop(1)); from verl_bundle.airgap.__main__ import main; sys.exit(main())' \
+exec "$PY" -I -B -c 'import sys; sys.path.insert(0, sys.argv.pop(1)); from verl_bundle.airgap.cli import main; sys.exit(main())' \
   "$HERE/lib" assets install "$HERE" "$@"

@@ -91,3 +91,33 @@ def drop_package(root: Path, name: str) -> None:
     req.write_text("\n".join(lines) + "\n")
     (root / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     resign(root)
+
+
+def add_wheel(root: Path, wheel: Path, phase: str) -> Path:
+    """Add a wheel to the bundle's `phase` (a rebuilt bundle with one more package)."""
+    manifest = json.loads((root / "manifest.json").read_text())
+    dist, version = wheel.name.split("-")[:2]
+    name = re.sub(r"[-_.]+", "-", dist).lower()
+    final = root / "wheels" / wheel.name
+    final.write_bytes(wheel.read_bytes())
+    digest = hashlib.sha256(final.read_bytes()).hexdigest()
+    manifest["files"].append(
+        {
+            "path": f"wheels/{final.name}",
+            "name": name,
+            "version": version,
+            "sha256": digest,
+            "size": final.stat().st_size,
+            "location": "pypi",
+            "url": f"https://files.example/{final.name}",
+            "phase": phase,
+            "kind": "wheel",
+        }
+    )
+    entry = next(p for p in manifest["phases"] if p["name"] == phase)
+    entry["packages"] = [*entry["packages"], f"{name}=={version}"]
+    req = root / entry["requirements"]
+    req.write_text(req.read_text() + f"{name}=={version} --hash=sha256:{digest}\n")
+    (root / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    resign(root)
+    return final

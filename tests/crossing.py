@@ -97,11 +97,12 @@ def allowed_signers(folder: Path, *keys: tuple[str, Path]) -> Path:
     return path
 
 
-def python_lib(bundle_dir: Path, module: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """A server module run from the bundle's own lib/, isolated, as install.sh runs it."""
+def python_lib(bundle_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The server program (`python3 -m verl_bundle.airgap COMMAND ...`) run from the bundle's
+    own lib/, isolated, as install.sh runs it."""
     code = (
         f"import sys; sys.path.insert(0, {str(bundle_dir / 'lib')!r}); "
-        f"from {module} import main; sys.exit(main(sys.argv[1:]))"
+        "from verl_bundle.airgap.cli import main; sys.exit(main(sys.argv[1:]))"
     )
     return subprocess.run(
         [sys.executable, "-I", "-B", "-c", code, *args],

@@ -22,7 +22,7 @@ import textwrap
 import threading
 import time
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -51,6 +51,24 @@ def _metadata(
     return "\n".join(lines) + "\n"
 
 
+def installed_files(name: str) -> tuple[str, list[str], dict[str, bytes]]:
+    """(version, requirements, files) of a distribution installed in this test environment: its
+    Python files and package data, unchanged; compiled extensions and bytecode left out (the
+    packages used have a pure-Python fallback), and its dist-info made anew by the builder."""
+    from importlib import metadata
+
+    dist = metadata.distribution(name)
+    files: dict[str, bytes] = {}
+    for f in dist.files or []:
+        parts = f.parts
+        if ".." in parts or "__pycache__" in parts or parts[0].endswith((".dist-info", ".data")):
+            continue
+        if f.suffix in (".pyc", ".so", ".pyd"):
+            continue
+        files[str(f)] = Path(str(dist.locate_file(f))).read_bytes()
+    return dist.version, list(dist.requires or []), files
+
+
 def build_wheel(
     directory: Path,
     name: str,
@@ -63,9 +81,11 @@ def build_wheel(
     payload_bytes: int = 0,
     metadata: tuple[str, ...] = (),
     compiled_like: bool = False,
+    data: Mapping[str, str | bytes] | None = None,
 ) -> Path:
     """Write a minimal valid wheel; `modules` maps a top-level module name to its source;
-    `metadata`: more METADATA lines ("License-Expression: MIT").
+    `metadata`: more METADATA lines ("License-Expression: MIT"); `data` maps other archive
+    paths (e.g. `<dist>.data/scripts/NAME`, a package's data file) to their content.
 
     The payload is incompressible filler in one stored member; with `compiled_like`, it is
     `payload_bytes` of bytes shaped like compiled libraries instead (they deflate about 1.9x
@@ -80,6 +100,8 @@ def build_wheel(
     sources = modules if modules is not None else {dist.lower(): f"__version__ = {version!r}\n"}
     for mod, src in sources.items():
         files[f"{mod}/__init__.py"] = src.encode()
+    for arcname, content in (data or {}).items():
+        files[arcname] = content.encode() if isinstance(content, str) else content
     if payload_bytes and not compiled_like:
         # Incompressible filler so that size-dependent behaviour (streaming, resume) is real.
         seed = hashlib.sha256(filename.encode()).digest()
@@ -99,18 +121,18 @@ def build_wheel(
     ).encode()
     record_lines = []
 
-    def add(zf: zipfile.ZipFile, arcname: str, data: bytes) -> None:
+    def add(zf: zipfile.ZipFile, arcname: str, blob: bytes) -> None:
         zinfo = zipfile.ZipInfo(arcname, date_time=(2024, 1, 1, 0, 0, 0))
         zinfo.external_attr = 0o644 << 16
         zinfo.compress_type = zf.compression
-        zf.writestr(zinfo, data)
-        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-        record_lines.append(f"{arcname},sha256={digest},{len(data)}")
+        zf.writestr(zinfo, blob)
+        digest = base64.urlsafe_b64encode(hashlib.sha256(blob).digest()).rstrip(b"=").decode()
+        record_lines.append(f"{arcname},sha256={digest},{len(blob)}")
 
     method = zipfile.ZIP_DEFLATED if compiled_like else zipfile.ZIP_STORED
     with zipfile.ZipFile(path, "w", method, compresslevel=1 if compiled_like else None) as zf:
-        for arcname, data in files.items():
-            add(zf, arcname, data)
+        for arcname, blob in files.items():
+            add(zf, arcname, blob)
         if compiled_like:  # written part by part: a GB-sized payload never sits in memory
             for i, part in enumerate(_compiled_like(filename, payload_bytes)):
                 add(zf, f"{dist.lower()}/lib/part{i:04d}.so", part)
@@ -222,9 +244,11 @@ def build_sdist(
     extra_import: str = "",
     wheel_tag: str = "py3-none-any",
     unstable: bool = False,
+    files: dict[str, bytes] | None = None,
 ) -> Path:
     """Write an sdist (`.tar.gz`) whose in-tree backend builds a wheel with no downloads
-    (`unstable`: in random entry order with the build's time stamps, as many backends do)."""
+    (`unstable`: in random entry order with the build's time stamps, as many backends do);
+    `files`: more of the package's files, by their path in the wheel."""
     dist = _dist(name)
     base = f"{dist}-{version}"
     path = directory / f"{base}.tar.gz"
@@ -251,6 +275,8 @@ def build_sdist(
     }
     for mod, src in sources.items():
         members[f"src/{mod}/__init__.py"] = src.encode()
+    for rel, content in (files or {}).items():
+        members[f"src/{rel}"] = content
     with tarfile.open(path, "w:gz", format=tarfile.PAX_FORMAT) as tf:
         for arcname, data in members.items():
             ti = tarfile.TarInfo(f"{base}/{arcname}")

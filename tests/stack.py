@@ -13,7 +13,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from pkgindex import build_sdist, build_wheel
+from pkgindex import build_sdist, build_wheel, installed_files
 
 CP = "cp310"
 MANY = "manylinux_2_17_x86_64.manylinux2014_x86_64"
@@ -29,6 +29,22 @@ TORCH_CUDA = "def is_available():\n    return False\n\ndef device_count():\n    
 TORCH_C = "_GLIBCXX_USE_CXX11_ABI = False\n"
 
 # vllm's dependencies as the cu118 profile's static metadata lists them; each gets a tiny wheel.
+# verl's trainer config as the toy verl carries it: interpolations Hydra must resolve.
+VERL_CONFIG = """\
+data:
+  train_batch_size: 1024
+actor_rollout_ref:
+  actor:
+    strategy: fsdp
+    ppo_mini_batch_size: 256
+  rollout:
+    name: vllm
+    log_prob_micro_batch_size: ${actor_rollout_ref.actor.ppo_mini_batch_size}
+trainer:
+  project_name: verl_examples
+  default_local_dir: checkpoints/${trainer.project_name}
+"""
+
 SIMPLE_DEPS = [
     "ninja",
     "psutil",
@@ -140,7 +156,13 @@ def build_stack(root: Path) -> StackDirs:
     )
     for name in SIMPLE_DEPS:
         build_wheel(pypi, name, "1.0.0")
-    build_wheel(pypi, "packaging", "24.0")
+    # The real Hydra, omegaconf, PyYAML and packaging of this test environment (their Python
+    # files), so that readiness composes the toy verl's config with the real Hydra offline.
+    _, _, real = installed_files("packaging")
+    build_wheel(pypi, "packaging", "24.0", modules={}, data=dict(real))
+    for name in ("hydra-core", "omegaconf", "PyYAML"):
+        version, requires, real = installed_files(name)
+        build_wheel(pypi, name, version, modules={}, requires=requires, data=dict(real))
     build_wheel(pypi, "einops", "1.1.0")  # a second version, for "one pin changed" rebuilds
     build_wheel(pypi, "pydantic", "2.5.0")
     build_wheel(
@@ -177,7 +199,8 @@ def build_stack(root: Path) -> StackDirs:
     build_wheel(pypi, "transformers", "5.0.0")  # uploaded after the cut-off
     # Pure-Python, sdist-only (like antlr4-python3-runtime and pylatexenc): built on the host.
     build_sdist(pypi, "pylatexenc", "2.10")
-    build_sdist(pypi, "antlr4-python3-runtime", "4.9.3", modules={"antlr4": "VERSION = '4.9.3'\n"})
+    _, _, antlr4 = installed_files("antlr4-python3-runtime")  # the real runtime, 4.9.3
+    build_sdist(pypi, "antlr4-python3-runtime", "4.9.3", modules={}, files=antlr4)
     # flash-attn on the default index is an sdist whose build imports torch, like its setup.py.
     build_sdist(
         pypi,
@@ -199,12 +222,25 @@ def build_stack(root: Path) -> StackDirs:
         pypi,
         "verl",
         "0.2.0.post2",
+        # The modules readiness imports for verl 0.2 (readiness.json), shaped like the real
+        # ones (the actor needs flash_attn), and a config the real Hydra composes: the toy
+        # stack installs ready to train, and leaving flash-attn out makes it not ready.
+        data={"verl/trainer/config/ppo_trainer.yaml": VERL_CONFIG},
+        modules={
+            "verl": "__version__ = '0.2.0.post2'\n",
+            "verl/trainer/main_ppo": "",
+            "verl/workers/fsdp_workers": "",
+            "verl/workers/actor/dp_actor": "from flash_attn import __version__ as _fa\n",
+            "verl/third_party/vllm": "",
+            "verl/workers/rollout/vllm_rollout": "",
+        },
         requires=[
             "tensordict<0.6",
             "ray>=2.10",
             "transformers",
             "pylatexenc",
             "antlr4-python3-runtime==4.9.3",
+            "hydra-core>=1.3",
             "numpy",
         ],
     )

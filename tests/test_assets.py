@@ -154,7 +154,7 @@ def test_fetch_convert_bundle_and_install_offline(
         capture_output=True,
         text=True,
     )
-    assert check.returncode == 4, check.stdout + check.stderr
+    assert check.returncode == 5, check.stdout + check.stderr  # placed, not ready to train
     assert f"{placed['model'] / 'tokenizer.json'}: altered" in check.stdout
     assert f"{placed['dataset'] / 'test.parquet'}: missing" in check.stdout
     assert "NOT READY" in check.stdout

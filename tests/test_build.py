@@ -135,7 +135,7 @@ def test_verify_names_the_one_file_with_a_changed_byte(
         path.write_bytes(bytes(data))
         result = run(["verify", str(copy)], capsys)
         rel = path.relative_to(copy).as_posix()
-        assert result.code == 1, rel
+        assert result.code == 3, rel  # damaged
         failed = [line for line in result.out.splitlines() if line.startswith("FAILED: ")]
         assert failed and all(line.startswith(f"FAILED: {rel}:") for line in failed), (rel, failed)
         data[len(data) // 2] ^= 0x01
@@ -151,7 +151,7 @@ def test_verify_of_a_missing_file_and_of_the_tarball(
     shutil.copytree(root, copy)
     (copy / "requirements" / "01-torch.txt").unlink()
     result = run(["verify", str(copy), "--json"], capsys)
-    assert result.code == 1
+    assert result.code == 3
     doc = json.loads(result.out)
     assert doc["ok"] is False and doc["result"]["ok"] is False
     assert doc["result"]["problems"] == [
@@ -166,7 +166,7 @@ def test_verify_of_a_missing_file_and_of_the_tarball(
     bad = tmp_path / f"{NAME}.tar"
     bad.write_bytes(bytes(data))
     result = run(["verify", str(bad)], capsys)
-    assert result.code == 1
+    assert result.code == 3
     failed = [line for line in result.out.splitlines() if line.startswith("FAILED")]
     assert failed[0].startswith(f"FAILED: wheels/{name}: altered"), failed
     # ... and the tarball no longer matches its .sha256 file when that is beside it.
@@ -177,7 +177,7 @@ def test_verify_of_a_missing_file_and_of_the_tarball(
     data[member.offset_data - 400] ^= 0x40
     bad.write_bytes(bytes(data))
     result = run(["verify", str(bad)], capsys)
-    assert result.code == 1
+    assert result.code == 3
     assert "damaged tar" in result.out
 
 

@@ -150,7 +150,7 @@ def test_doctor_here_against_the_cu118_bundle(
     assert sorted(doc) == ["checks", "host", "ok"]
     checks = {c["id"]: c for c in doc["checks"]}
     for c in doc["checks"]:
-        assert sorted(c) == ["detail", "fix", "id", "status", "summary"]
+        assert sorted(c) == ["detail", "fix", "id", "status", "subject", "summary"]
         assert c["status"] in ("ok", "warn", "fail")
     nvcc = subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout
     if "release 13.0" in nvcc:
@@ -166,7 +166,8 @@ def test_doctor_here_against_the_cu118_bundle(
         assert checks["gcc"]["status"] == "warn" and "11" in checks["gcc"]["fix"]
     # --python is this 3.11 interpreter, the bundle is for 3.10: that one is a failure.
     assert checks["python"]["status"] == "fail"
-    assert result.code == 1 and doc["ok"] is False
+    assert result.code == 4 and doc["ok"] is False  # this server cannot install it yet
+    assert envelope["verdict"]["line"].startswith("not ready to install: python:")
 
 
 def test_explain_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -216,7 +217,7 @@ def test_server_tools_run_on_python38(built_bundle: tuple[Path, Path, dict[str, 
         env=env,
         timeout=120,
     )
-    assert doctor.returncode in (0, 1) and json.loads(doctor.stdout)["result"]["checks"]
+    assert doctor.returncode in (0, 4) and json.loads(doctor.stdout)["result"]["checks"]
     post = subprocess.run(
         [str(PY38), "-m", "verl_bundle.airgap", "postinstall", "--bundle", str(root), "--json"],
         capture_output=True,
@@ -224,8 +225,11 @@ def test_server_tools_run_on_python38(built_bundle: tuple[Path, Path, dict[str, 
         env=env,
         timeout=120,
     )
-    assert post.returncode == 1  # nothing is installed in this python: it says so, no traceback
-    assert "Traceback" not in post.stderr and json.loads(post.stdout)["ok"] is False
+    # Nothing of the bundle is installed in this python: not installed as bundled, no traceback.
+    assert post.returncode == 1, post.stdout + post.stderr
+    doc = json.loads(post.stdout)
+    assert "Traceback" not in post.stderr and doc["ok"] is False
+    assert doc["verdict"]["line"].startswith("not installed as bundled: versions: not as bundled")
 
 
 def test_our_wheel_carries_profiles_and_templates(tmp_path: Path) -> None:

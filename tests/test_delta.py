@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from airgap import extract, install_into
 from conftest import Stack
-from crossing import NAME, Pair, python_lib, result, verl_bundle
+from crossing import NAME, Pair, result, verl_bundle
 
 from verl_bundle.airgap.contract import manifest as mf
 from verl_bundle.airgap.verify.bundle import verify_dir
@@ -108,14 +108,17 @@ def test_delta_and_old_directory_install_what_the_full_bundle_installs(
 ) -> None:
     old = extract(pinned_pair.old, tmp_path / "old")
     root = extract(delta[0], tmp_path / "new")
-    done = python_lib(root, "verl_bundle.airgap.install.base", str(root), str(old))
-    assert done.returncode == 0, done.stderr
-    assert "took" in done.stdout
+    # Without --base, a delta says what it needs in one line and installs nothing.
+    alone = install_into(root, home, tmp_path / "venv-delta")
+    assert alone.returncode == 2, alone.stdout + alone.stderr
+    assert "this bundle is a delta" in alone.stderr and "give --base OLD_DIR" in alone.stderr
+    assert not (tmp_path / "venv-delta").exists()
+    a = install_into(root, home, tmp_path / "venv-delta", "--base", str(old))
+    assert a.returncode == 0, a.stdout[-3000:] + a.stderr[-3000:]
+    assert f"file(s) from {old}" in a.stdout and "each checked against the manifest" in a.stdout
     report = verify_dir(str(root))
     assert report.ok, [p.line() for p in report.problems]
     full = extract(pinned_pair.new, tmp_path / "full")
-    a = install_into(root, home, tmp_path / "venv-delta")
-    assert a.returncode == 0, a.stderr[-3000:]
     b = install_into(full, home, tmp_path / "venv-full")
     assert b.returncode == 0, b.stderr[-3000:]
     assert installed(tmp_path / "venv-delta") == installed(tmp_path / "venv-full")
@@ -137,12 +140,15 @@ def test_a_damaged_base_file_is_named_and_nothing_is_placed(
     victim.write_bytes(bytes(data))
     root = extract(delta[0], tmp_path / "new")
     before = sorted(p.relative_to(root) for p in root.rglob("*"))
-    done = python_lib(root, "verl_bundle.airgap.install.base", str(root), str(old))
+    home = tmp_path / "home"
+    home.mkdir()
+    done = install_into(root, home, tmp_path / "venv", "--base", str(old))
     assert done.returncode == 3
-    (line,) = done.stderr.strip().splitlines()
+    line = done.stderr.strip().splitlines()[0]
     assert f"wheels/{victim.name} (damaged in the base: {victim} has sha256" in line
     assert "nothing was installed" in line
     assert sorted(p.relative_to(root) for p in root.rglob("*")) == before
+    assert not (tmp_path / "venv").exists()
 
 
 def test_a_file_in_neither_place_is_named_and_a_flat_wheel_directory_serves(
@@ -157,17 +163,19 @@ def test_a_file_in_neither_place_is_named_and_a_flat_wheel_directory_serves(
     gone = next(flat.glob("verl-*.whl"))
     gone.unlink()
     root = extract(delta[0], tmp_path / "new")
-    done = python_lib(root, "verl_bundle.airgap.install.base", str(root), str(flat))
+    home = tmp_path / "home"
+    home.mkdir()
+    done = install_into(root, home, tmp_path / "venv", "--base", str(flat))
     assert done.returncode == 3
     assert (
         f"1 file(s) of this delta are in neither the delta nor {flat}: wheels/{gone.name};"
         in done.stderr
     )
     shutil.copy(old / mf.WHEELS / gone.name, flat)
-    done = python_lib(root, "verl_bundle.airgap.install.base", str(root), str(flat))
-    assert done.returncode == 0, done.stderr
+    done = install_into(root, home, tmp_path / "venv", "--base", str(flat))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr
     assert verify_dir(str(root)).ok
     # a second run finds everything in place and takes nothing
-    again = python_lib(root, "verl_bundle.airgap.install.base", str(root), str(flat))
-    assert again.returncode == 0 and again.stdout.startswith("took 0 file(s)")
+    again = install_into(root, home, tmp_path / "venv", "--base", str(flat))
+    assert again.returncode == 0 and "took 0 file(s)" in again.stdout
     assert json.loads((root / mf.MANIFEST).read_text())["delta"]["base"] == NAME

@@ -234,15 +234,16 @@ def test_max_jobs(
     assert max_jobs(gib_per_job, limit, cpus=cpus, mem_available=mem) == expected
 
 
-def test_max_jobs_main_prints_the_number(capsys: pytest.CaptureFixture[str]) -> None:
-    assert doctor.max_jobs_main(["--gib-per-job", "0.001", "--limit", "1"]) == 0
+def test_max_jobs_command_prints_the_number(capsys: pytest.CaptureFixture[str]) -> None:
+    from verl_bundle.airgap.cli import main
+
+    assert main(["max-jobs", "--gib-per-job", "0.001", "--limit", "1"]) == 0
     assert capsys.readouterr().out == "1\n"
-    assert doctor.max_jobs_main(["--gib-per-job", "9", "--limit", "0"]) == 0
+    assert main(["max-jobs", "--gib-per-job", "9", "--limit", "0"]) == 0
     expected = max_jobs(9.0, None)
     assert capsys.readouterr().out.strip() == str(expected)
-    with pytest.raises(SystemExit) as exc:
-        doctor.max_jobs_main(["--gib-per-job", "0"])
-    assert exc.value.code == 2
+    assert main(["max-jobs", "--gib-per-job", "0"]) == 2
+    assert "--gib-per-job must be above 0" in capsys.readouterr().err
 
 
 # -- reading needs and nvidia-smi output ---------------------------------------------------------
@@ -276,7 +277,7 @@ def test_the_doctor_refuses_a_malformed_manifest_in_one_line(
 ) -> None:
     bundle = write_bundle(tmp_path / "bad", {**SAMPLE, **bad})
     r = run_cli(["--bundle", str(bundle)], machine)
-    assert r.returncode == 2 and field in r.stderr
+    assert r.returncode == 3 and field in r.stderr  # a manifest that cannot be read: damaged
     assert len(r.stderr.splitlines()) == 1 and "Traceback" not in r.stderr
 
 
@@ -804,7 +805,7 @@ def test_json_shape(machine: FakeMachine, monkeypatch: pytest.MonkeyPatch) -> No
     assert data["ok"] is report.ok is False  # no gcc, no ninja on this machine
     assert [c["id"] for c in data["checks"]] == IDS
     for c in data["checks"]:
-        assert set(c) == {"id", "status", "summary", "detail", "fix"}
+        assert set(c) == {"id", "status", "summary", "detail", "fix", "subject"}
         assert all(isinstance(v, str) for v in c.values())
         assert c["status"] in doctor.STATUSES
         assert c["summary"]
@@ -852,7 +853,8 @@ def test_text_report_lists_every_check_and_each_fix(
         assert any(line.split()[1:2] == [check_id] for line in lines[: len(IDS)])
     assert "FAIL ninja: ninja not found; the bundle builds flash-attn" in text
     assert "  fix: apt-get install -y ninja-build" in text or "  fix: " in text
-    assert lines[-1].startswith("doctor: NOT ready: fix the failures above (")
+    assert lines[-2].startswith("checks: ") and "failure(s)" in lines[-2]
+    assert lines[-1].startswith("doctor: not ready to install: ")
 
 
 # -- the command line, in a subprocess (as install.sh runs it) -----------------------------------
@@ -894,8 +896,9 @@ def test_exit_codes(machine: FakeMachine, tmp_path: Path) -> None:
 
     (machine.bin / "ninja").unlink()
     r = run_cli(["--bundle", str(good), "--json"], machine)
-    assert r.returncode == 1
+    assert r.returncode == 4  # this server cannot install the bundle yet
     data = json.loads(r.stdout)
+    assert data["verdict"]["state"] == "server" and "ninja" in data["verdict"]["line"]
     assert (data["schema"], data["command"], data["ok"]) == (1, "doctor", False)
     assert data["result"]["ok"] is False
     assert [c["status"] for c in data["result"]["checks"] if c["id"] == "ninja"] == ["fail"]
@@ -907,11 +910,11 @@ def test_exit_codes(machine: FakeMachine, tmp_path: Path) -> None:
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "manifest.json").write_text("{not json")
     r = run_cli(["--bundle", str(tmp_path / "broken")], machine)
-    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.returncode == 3 and "Traceback" not in r.stderr
 
     bad = write_bundle(tmp_path / "bad", {**needs(), "installed_size": "lots"})
     r = run_cli(["--bundle", str(bad)], machine)
-    assert r.returncode == 2 and "installed_size" in r.stderr
+    assert r.returncode == 3 and "installed_size" in r.stderr
 
     # The repository is not a bundle: the host on its own, where a missing ninja is no failure.
     r = run_cli([], machine)
@@ -934,7 +937,7 @@ def test_driver_probe_through_the_cli(machine: FakeMachine, tmp_path: Path) -> N
         for r in (lenient, strict)
     ]
     assert (statuses[0]["driver"], statuses[1]["driver"]) == ("warn", "fail")
-    assert strict.returncode == 1
+    assert strict.returncode == 4
 
 
 def _interpreter(version: str) -> str | None:

@@ -74,7 +74,7 @@ def test_the_bundles_ninja_wheel_counts(
 def test_skip_phase_on_the_command_line(machine: FakeMachine, tmp_path: Path) -> None:
     unfit(machine)
     bundle = write_bundle(tmp_path / "b", needs(build=True))
-    assert run_cli(["--bundle", str(bundle)], machine).returncode == 1
+    assert run_cli(["--bundle", str(bundle)], machine).returncode == 4
     both = ["--skip-phase", "flash-attn", "--skip-phase", "verl", "--json"]
     r = run_cli(["--bundle", str(bundle), *both], machine)
     assert r.returncode == 0, r.stdout
@@ -91,7 +91,7 @@ def test_no_bundle_checks_the_host_on_its_own(machine: FakeMachine, tmp_path: Pa
     r = run_cli(["--json"], machine, cwd=tmp_path)
     doc = json.loads(r.stdout)
     assert [c["id"] for c in doc["result"]["checks"]] == GENERIC
-    assert r.returncode == (0 if doc["ok"] else 1)
+    assert r.returncode == (0 if doc["ok"] else 4)
     text = run_cli([], machine, cwd=tmp_path)
     assert "checked without a bundle" in text.stdout.splitlines()[-1]
     r = run_cli(["--skip-phase", "verl"], machine, cwd=tmp_path)
@@ -113,7 +113,7 @@ def test_run_from_inside_a_bundle_it_picks_the_bundle_up(
     for cwd in (bundle, bundle / "wheels"):
         r = run_cli(["--json"], machine, cwd=cwd)
         assert [c["id"] for c in json.loads(r.stdout)["result"]["checks"]] == IDS
-        assert r.returncode == 1  # no nvcc, no ninja for the flash-attn build
+        assert r.returncode == 4  # no nvcc, no ninja for the flash-attn build
 
 
 def test_verl_bundle_doctor_without_a_stack(
@@ -122,7 +122,7 @@ def test_verl_bundle_doctor_without_a_stack(
     """`verl-bundle doctor` alone: the host generically, or the bundle it is run from."""
     monkeypatch.chdir(tmp_path)
     result = run(["doctor", "--json", "--python", sys.executable], capsys)
-    assert result.code in (0, 1), result.err
+    assert result.code in (0, 4), result.err
     doc = json.loads(result.out)
     assert [c["id"] for c in doc["result"]["checks"]] == GENERIC
     bundle = extracted(tmp_path / "bundle", needs())
@@ -153,7 +153,7 @@ def test_verl_bundle_doctor_skip_phase(
         checks = json.loads(r.out)["result"]["checks"]
         return r.code, {c["id"]: c["status"] for c in checks if c["id"] in ("nvcc", "gcc", "ninja")}
 
-    assert build_checks([]) == (1, {"nvcc": "fail", "gcc": "fail", "ninja": "fail"})
+    assert build_checks([]) == (4, {"nvcc": "fail", "gcc": "fail", "ninja": "fail"})
     _, status = build_checks(["--skip-phase", "flash-attn", "--skip-phase", "verl"])
     assert "fail" not in status.values() and status["ninja"] == "ok"
     unknown = run([*args, "--skip-phase", "flash-attn", "--skip-phase", "nope"], capsys)

@@ -23,6 +23,7 @@ from verl_bundle.airgap.doctor.registry import Registered, run_one
 from verl_bundle.airgap.doctor.resources import Memory, Place
 from verl_bundle.airgap.doctor.system import Distro, System
 from verl_bundle.airgap.doctor.toolkit import CudaLibs, Toolkit
+from verl_bundle.airgap.errors import UsageError
 
 GIB = 1 << 30
 RAN = Run(("probe",), 0, "", "")
@@ -266,5 +267,5 @@ def test_checks_are_registered_once_in_the_report_order() -> None:
 
 
 def test_a_phase_that_is_not_there_is_refused() -> None:
-    with pytest.raises(ValueError, match="--skip-phase nope: no such phase"):
+    with pytest.raises(UsageError, match="--skip-phase nope: no such phase"):
         Plan.of(from_dict(SAMPLE), ["nope"])

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from cli import run
 
+from verl_bundle.airgap.cli import main as cli_main
 from verl_bundle.airgap.explain import engine as explain
 from verl_bundle.airgap.explain import signatures
 from verl_bundle.airgap.explain.engine import Finding, explain_text, render_json, render_text
@@ -567,6 +568,13 @@ def by_id(findings: list[Finding]) -> dict[str, Finding]:
 
 
 # id, log, the line the finding must point at, what the fix must tell, what the cause must say
+# uv's own words when the venv's filesystem fills up in the middle of torch.
+DISK_FULL = """\
+Resolved 21 packages in 3ms
+error: Failed to install: torch-2.1.2+cu118-cp310-cp310-linux_x86_64.whl (torch==2.1.2+cu118)
+  Caused by: failed to write to file `/opt/verl/lib/python3.10/site-packages/torch/lib/libtorch_cuda.so`: No space left on device (os error 28)
+"""
+
 CASES = [
     pytest.param(
         "no-matching-dist",
@@ -897,6 +905,14 @@ CASES = [
         [],
         id="cuda-oom",
     ),
+    pytest.param(
+        "disk-full",
+        DISK_FULL,
+        "No space left on device",
+        ["/opt/verl/lib/python3.10/site-packages/torch/lib/libtorch_cuda.so", "--prefix DIR"],
+        ["errno 28"],
+        id="disk-full",
+    ),
 ]
 
 
@@ -1052,31 +1068,31 @@ def test_main_exit_codes_and_json(
     unknown = tmp_path / "phase-base.log"
     unknown.write_text(CLEAN, encoding="utf-8")
 
-    assert explain.main([str(known)]) == 0
+    assert cli_main(["explain", str(known)]) == 0
     out = capsys.readouterr().out
     assert "[oom-build]" in out and "MAX_JOBS" in out
 
-    assert explain.main([str(known), "--json"]) == 0
+    assert cli_main(["explain", str(known), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["command"] == "explain" and doc["ok"] is True
     assert doc["result"]["known"] is True and doc["result"]["findings"][0]["id"] == "oom-build"
 
-    assert explain.main([str(unknown)]) == 1
+    assert cli_main(["explain", str(unknown)]) == 1
     assert "no known cause for this log" in capsys.readouterr().out
 
-    assert explain.main([str(tmp_path / "missing.log")]) == 2
+    assert cli_main(["explain", str(tmp_path / "missing.log")]) == 2
     err = capsys.readouterr().err.strip().split("\n")
     assert err == [f"explain: {tmp_path / 'missing.log'}: No such file or directory"]
 
-    assert explain.main([]) == 2
-    assert explain.main([str(known), "--bogus"]) == 2
-    assert explain.main(["--help"]) == 0
+    assert cli_main(["explain"]) == 2
+    assert cli_main(["explain", str(known), "--bogus"]) == 2
+    assert cli_main(["explain", "--help"]) == 0
     assert "LOGFILE" in capsys.readouterr().out
 
     # `-` reads standard input, undecodable bytes included.
     stdin = io.TextIOWrapper(io.BytesIO(b"\xff\xfe junk\n" + UNSUPPORTED_WHEEL.encode()))
     monkeypatch.setattr(sys, "stdin", stdin)
-    assert explain.main(["-", "--json"]) == 0
+    assert cli_main(["explain", "-", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert [f["id"] for f in doc["result"]["findings"]] == ["unsupported-wheel"]
 
@@ -1286,7 +1302,7 @@ def test_control_sequences_from_a_log_are_shown_not_obeyed(
     assert "\\x1b]0;owned title\\x07\\x1b[2J\\x1b[H" in unknown
     log = tmp_path / "hostile.log"
     log.write_text(HOSTILE, encoding="utf-8")
-    assert explain.main([str(log)]) == 0
+    assert cli_main(["explain", str(log)]) == 0
     out = capsys.readouterr().out
     assert not _RAW_CONTROLS.search(out) and "[invalid-ordinal]" in out
 
@@ -1320,3 +1336,13 @@ def test_host_cli_gives_the_same_findings_in_one_envelope(
     result = run(["explain", str(log)], capsys)
     assert result.code == 0 and "[nccl-network]" in result.out
     assert not _RAW_CONTROLS.search(result.out)
+
+
+def test_disk_full_says_where_and_how_much() -> None:
+    """The installer knows what the log does not: the bundle's installed size."""
+    (found,) = [f for f in explain_text(DISK_FULL, {"need": "9.7 GB"}) if f.id == "disk-full"]
+    assert "needs about 9.7 GB" in found.fix
+    assert "df -h /opt/verl/lib/python3.10/site-packages/torch/lib/libtorch_cuda.so" in found.fix
+    # What the log says wins over what the caller knows.
+    (alone,) = [f for f in explain_text(DISK_FULL) if f.id == "disk-full"]
+    assert "installed size" in alone.fix

@@ -88,7 +88,7 @@ def test_inspect_names_the_signer_and_checks_it_when_asked(
     other.mkdir()
     bad = allowed_signers(other, ("mallory", ssh_key(other, "mallory")))
     code, text, doc = inspect(str(tarball), "--allowed-signers", str(bad))
-    assert code == 1 and doc["signer"]["state"] == "refused"  # type: ignore[index]
+    assert code == 3 and doc["signer"]["state"] == "refused"  # type: ignore[index]
 
 
 @pytest.mark.parametrize("what", ["missing", "not-a-bundle"])

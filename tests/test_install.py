@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from airgap import (
+    READY,
     extract,
     find_python,
     install_into,
@@ -33,7 +34,8 @@ FLASH_WHEEL = "flash_attn-2.5.8+cu118torch2.1cxx11abiFALSE-cp310-cp310-linux_x86
 
 # The toy stack is cu118-legacy's: it installs, every check passes, and readiness reports that
 # verl cannot train with it, which that profile declares (so the install stands).
-LEGACY_VERDICT = "post-install checks: passed, but not ready to train (the profile's known limit)"
+# The toy stack's verdict, the install's last line (tests/airgap.py's READY says why).
+LEGACY_VERDICT = "ready to train: PPO with FSDP and vLLM rollout"
 
 
 @pytest.fixture
@@ -70,7 +72,7 @@ def test_airgapped_install_into_a_fresh_python310_venv(
         "--events",
         str(events_file),
     )
-    assert proc.returncode == 0, output(proc)
+    assert proc.returncode == READY, output(proc)
     # Nothing outside the prefix changed: not the bundle, not the user's home (no pip cache).
     assert sorted(p.relative_to(bundle) for p in bundle.rglob("*")) == before
     assert list(home.rglob("*")) == []
@@ -87,13 +89,12 @@ def test_airgapped_install_into_a_fresh_python310_venv(
         ("flash-attn", "ok", "uv"),
         ("verl", "ok", "uv"),
     ]
-    assert events[-1]["event"] == "result" and events[-1]["exit_code"] == 0
+    assert events[-1]["event"] == "result" and events[-1]["exit_code"] == READY
     out = proc.stdout
     assert "[1/7] checking every file against SHA256SUMS" in out
-    assert LEGACY_VERDICT in out
-    # Readiness: the toy verl has no trainer, and the profile says why it cannot train.
-    assert "not ready: verl.trainer.main_ppo: No module named 'verl.trainer'" in out
-    assert "known limit: not ready to train: torch 2.1.2 lacks" in out
+    # The verdict is the last line: verl's trainer modules import, its config composes.
+    assert out.rstrip().splitlines()[-1] == LEGACY_VERDICT
+    assert events[-1]["verdict"]["line"] == out.rstrip().splitlines()[-1]
     assert "all passed" not in out
     assert f"source {shlex.quote(str(prefix / 'bin' / 'activate'))}" in out
     assert "skipped phases" not in out
@@ -149,7 +150,7 @@ def test_dry_run_prints_the_plan_and_changes_nothing(
     # What it shows is exactly what a real run then executes (each phase log starts with the
     # command it ran).
     real = install_into(bundle, home, prefix, "--yes")
-    assert real.returncode == 0, output(real)
+    assert real.returncode == READY, output(real)
     for phase in ("torch", "wheels", "flash-attn", "verl"):
         ran = (prefix / ".verl-bundle" / f"phase-{phase}.log").read_text().splitlines()[0]
         assert ran.startswith("$ ") and f"phase {phase} (uv): {ran[2:]}" in proc.stdout
@@ -211,7 +212,7 @@ def test_site_pip_configuration_cannot_redirect_the_install(
     prefix = tmp_path / "venv"
     started = time.monotonic()
     proc = install_into(bundle, home, prefix, "--yes", env=hostile)
-    assert proc.returncode == 0, output(proc)
+    assert proc.returncode == READY, output(proc)
     assert "127.0.0.1:9" not in output(proc)
     assert time.monotonic() - started < 300  # no 600 s timeout was honoured
     assert LEGACY_VERDICT in proc.stdout
@@ -224,7 +225,7 @@ def test_install_into_an_existing_environment_keeps_its_pip(
     subprocess.run([python310(), "-m", "venv", str(env_dir)], check=True, capture_output=True)
     pip_before = venv_python(env_dir, "import pip; print(pip.__version__)").stdout
     proc = run_install(bundle, home, "--into-env", str(env_dir), "--yes")
-    assert proc.returncode == 0, output(proc)
+    assert proc.returncode == READY, output(proc)
     assert (
         venv_python(env_dir, "import torch, verl; print(torch.__version__)").stdout.strip()
         == "2.1.2+cu118"
@@ -268,12 +269,12 @@ def test_install_killed_inside_a_phase_completes_when_run_again(
         pytest.fail("could not stop install.sh inside the wheels phase in 5 tries")
     assert (state / "done-torch").exists()
     again = install_into(bundle, home, prefix, "--yes")
-    assert again.returncode == 0, output(again)
+    assert again.returncode == READY, output(again)
     assert "phase torch: already installed" in again.stdout
     assert "phase wheels was interrupted before" in again.stdout
     # The same end state as an uninterrupted install: every distribution at its bundled
     # version, every installed file as its wheel recorded it.
-    assert "ok   versions" in again.stdout and "ok   files" in again.stdout
+    assert "ok    versions" in again.stdout and "ok    files" in again.stdout
     assert LEGACY_VERDICT in again.stdout
 
 
@@ -314,7 +315,7 @@ def test_source_build_phase_builds_after_torch_with_no_network(
     # This host's nvcc is not CUDA 11.8, so the doctor would stop a real source build; the
     # fake flash-attn builds without nvcc, which is what this test is about.
     proc = install_into(bundle, home, prefix, "--yes", "--skip-doctor")
-    assert proc.returncode == 0, output(proc)
+    assert proc.returncode == READY, output(proc)
     assert "phase flash-attn: building on this server (MAX_JOBS=" in proc.stdout
     assert "FLASH_ATTENTION_FORCE_BUILD=TRUE" in proc.stdout
     # Before the build: how long it will take here, from the host's figure in the manifest.
@@ -354,24 +355,26 @@ def test_a_skipped_source_build_passes_the_doctor_and_says_what_it_means(
     source_build_bundle: Path, home: Path, tmp_path: Path
 ) -> None:
     """--skip-phase flash-attn where nvcc cannot build it: the doctor (run by install.sh) no
-    longer fails on nvcc, the install completes, and its last lines say what the skipped phase
-    means for readiness, from the manifest and readiness.json."""
+    longer fails on nvcc, the install completes, and its verdict says what the skipped phase
+    means for the trainer: not ready, exit 5, naming flash_attn and the way back."""
     bundle = extract(source_build_bundle, tmp_path / "b")
     prefix = tmp_path / "venv"
     proc = install_into(
         bundle, home, prefix, "--yes", "--skip-phase", "flash-attn", env=cuda124_only(tmp_path)
     )
-    assert proc.returncode == 0, output(proc)
+    assert proc.returncode == 5, output(proc)  # installed; the trainer needs flash_attn
     assert "doctor: ready to install" in proc.stdout
     assert "flash-attn's build left out (--skip-phase flash-attn)" in proc.stdout
     done = proc.stdout[proc.stdout.index("==> [7/7] done") :]
     assert "skipped phases: flash-attn (--skip-phase)" in done
-    assert (
-        "skipped flash-attn: flash-attn not installed. verl.workers.actor.dp_actor (verl's FSDP "
-        "actor) and flash_attn need flash-attn, so the trainer is not ready" in done
+    assert done.rstrip().splitlines()[-1] == (
+        "not ready to train: verl.workers.actor.dp_actor: flash_attn is not installed "
+        "(phase flash-attn was left out) (and 1 more)"
     )
+    assert "fail  import:flash_attn" in proc.stdout.replace("FAIL", "fail")
     assert (
-        "run ./install.sh again with the same options but without --skip-phase flash-attn" in done
+        "run ./install.sh again with the same options but without --skip-phase flash-attn"
+        in proc.stdout
     )
     site = prefix / "lib" / "python3.10" / "site-packages"
     assert not list(site.glob("flash_attn*")) and any(site.glob("verl-*.dist-info"))
@@ -392,7 +395,7 @@ def test_rehearse_passes_for_a_good_bundle(
     python310()
     netns_prefix()
     result = run(["rehearse", str(built_bundle[0]), "--json"], capsys)
-    assert result.code == 0, result.out + result.err
+    assert result.code == READY, result.out + result.err
     import json
 
     doc = json.loads(result.out)["result"]
@@ -452,7 +455,10 @@ def test_rehearse_fails_for_a_bundle_that_does_not_install(
         tf.add(root, arcname=root.name)
     result = run(["rehearse", str(broken)], capsys)
     assert result.code == 1, result.out
-    assert "rehearsal FAILED" in result.out
+    last = result.out.rstrip().splitlines()[-1]
+    assert last.startswith(
+        "rehearsal FAILED: not installed as bundled: verl: import verl failed"
+    ), last
     assert "import verl failed" in result.out
     failed = [line for line in result.out.splitlines() if line.strip().startswith("fail ")]
     assert failed and "post-install checks" in failed[0]
@@ -471,8 +477,11 @@ def test_rehearse_refuses_a_damaged_tarball(
     bad = tmp_path / built_bundle[0].name
     bad.write_bytes(bytes(data))
     result = run(["rehearse", str(bad)], capsys)
-    assert result.code == 1
+    assert result.code == 3  # damaged
     assert "fail" in result.out and "check tarball" in result.out
+    assert (
+        result.out.rstrip().splitlines()[-1].startswith("rehearsal FAILED: the tarball is damaged")
+    )
 
 
 def test_a_failed_phase_names_phase_command_output_and_cause(
@@ -507,7 +516,7 @@ def test_the_bundled_doctor_runs_on_its_own(bundle: Path, tmp_path: Path) -> Non
     import json
 
     doc = json.loads(proc.stdout)["result"]
-    assert proc.returncode == (0 if doc["ok"] else 1)
+    assert proc.returncode == (0 if doc["ok"] else 4)
     assert {c["id"] for c in doc["checks"]} >= {
         "os",
         "python",
@@ -548,7 +557,7 @@ def test_post_install_checks_catch_a_package_gone_missing(
 ) -> None:
     prefix = tmp_path / "venv"
     proc = install_into(bundle, home, prefix, "--yes", "--skip-doctor")
-    assert proc.returncode == 0, output(proc)
+    assert proc.returncode == READY, output(proc)
     site = prefix / "lib" / "python3.10" / "site-packages"
     for path in [*site.glob("transformers-*.dist-info"), site / "transformers"]:
         shutil.rmtree(path)
@@ -571,8 +580,9 @@ def test_post_install_checks_catch_a_package_gone_missing(
     import json
 
     doc = json.loads(check.stdout)
-    by_id = {c["id"]: c for c in doc["checks"]}
+    by_id = {c["id"]: c for c in doc["result"]["installed"]}
     assert check.returncode == 1 and doc["ok"] is False
+    assert doc["verdict"]["state"] == "failed"
     assert (
         by_id["versions"]["status"] == "fail"
         and "missing transformers" in by_id["versions"]["summary"]

@@ -31,7 +31,7 @@ def test_planted_bytecode_in_lib_never_runs_and_the_stdlib_keeps_its_own(tmp_pat
     os.utime(tool, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
     assert pyc is not None and Path(pyc).is_file() and os.path.getsize(tool) == stamp.st_size
     code = BOOT.replace(
-        "from verl_bundle.airgap.__main__ import main; sys.exit(main(sys.argv[1:]))",
+        "from verl_bundle.airgap.cli import main; sys.exit(main(sys.argv[1:]))",
         "import verl_bundle.airgap.tool, json; "
         "print(type(json.__spec__.loader).__name__, sys.pycache_prefix)",
     )

@@ -58,20 +58,20 @@ def test_imports_run_in_the_isolated_probe_not_in_this_process(
     (tmp_path / "only_here.py").write_text("__version__ = '9'\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     found = run_checks(manifest(("pytest", "only_here"), torch_version="2.6.0"))
-    results = {r.id: r for r in found.results}
+    results = {r.id: r for r in found.installed + found.readiness}
     assert results["import:pytest"].status == "ok"
     assert results["import:pytest"].summary == f"import pytest {pytest.__version__}"
     assert results["import:only_here"].status == "fail"
     assert "ModuleNotFoundError: No module named 'only_here'" in results["import:only_here"].summary
     assert results["torch"].status == "fail" and "torch does not import" in results["torch"].summary
     assert results["gpu"].status == "skip"
-    assert found.readiness is None  # no verl in this bundle: nothing to train with
-    ids = [r.id for r in found.results]
+    assert found.purpose == ""  # no verl in this bundle: nothing to train with
+    ids = [r.id for r in found.installed + found.readiness]
     assert ids[:1] == ["versions"] and ids.index("import:pytest") < ids.index("requirements")
 
 
 def test_a_probe_that_cannot_start_fails_the_import_checks(tmp_path: Path) -> None:
     found = run_checks(manifest(("json",)), python=str(tmp_path / "no-python"))
-    results = {r.id: r for r in found.results}
+    results = {r.id: r for r in found.installed + found.readiness}
     assert results["imports"].status == "fail"
     assert "the import checks could not run: cannot run" in results["imports"].summary

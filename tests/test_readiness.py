@@ -27,6 +27,7 @@ from conftest import ROOT, clean_environ
 from packaging.requirements import Requirement
 
 from verl_bundle.airgap.contract import manifest as mf
+from verl_bundle.airgap.errors import UsageError
 from verl_bundle.airgap.postinstall import readiness
 
 # verl/third_party/vllm/__init__.py at v0.2.0.post2: exact version strings (abridged: the
@@ -307,11 +308,15 @@ def current(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def test_a_trainer_that_cannot_import_is_not_ready(legacy: tuple[Path, Path]) -> None:
     py, where = legacy
     out = run(py, where)
-    assert out.returncode == 1, out.stderr
+    assert out.returncode == 5, out.stderr  # installed, not ready to train
     text = out.stdout
-    first = text.splitlines()[0]
-    assert first == (
-        "not ready: verl.workers.fsdp_workers: No module named 'torch.distributed.device_mesh'"
+    last = text.splitlines()[-1]
+    assert last.startswith(
+        "not ready to train: verl.workers.fsdp_workers: No module named "
+        "'torch.distributed.device_mesh' (and 3 more)"
+    )
+    assert last.endswith(
+        "(the profile's known limit: torch 2.1.2: verl's FSDP trainer cannot start)"
     )
     assert "all passed" not in text
     assert "torch has only from 2.2" in text  # the cause from readiness.json
@@ -321,7 +326,7 @@ def test_a_trainer_that_cannot_import_is_not_ready(legacy: tuple[Path, Path]) ->
     assert "fail     import:verl.workers.actor.dp_actor: No module named 'flash_attn'" in text
     assert "ok       import:verl.trainer.main_ppo: imports" in text
     assert "ok       config: composes offline" in text
-    assert text.rstrip().endswith("known limit: torch 2.1.2: verl's FSDP trainer cannot start")
+    assert "known limit: torch 2.1.2: verl's FSDP trainer cannot start" in text
 
 
 @pytest.mark.slow
@@ -332,7 +337,7 @@ def test_a_trainer_that_imports_is_ready(current: tuple[Path, Path]) -> None:
     doc = json.loads(out.stdout)
     assert (doc["schema"], doc["command"], doc["ok"]) == (1, "readiness", True)
     result = doc["result"]
-    assert set(result) == {"purpose", "ready", "headline", "limit", "versions", "checks"}
+    assert set(result) == {"purpose", "limit", "versions", "checks"}
     status = {c["id"]: c["status"] for c in result["checks"]}
     assert status == {
         "import:verl.trainer.main_ppo": "ok",
@@ -345,9 +350,11 @@ def test_a_trainer_that_imports_is_ready(current: tuple[Path, Path]) -> None:
         "config": "ok",
         "pip-check": "ok",
     }
-    assert result["headline"] == (
-        "ready: PPO with FSDP and vLLM rollout (verl.workers.rollout.vllm_rollout: imports only "
-        "with a GPU, not proven here)"
+    # Never a bare "ready": what could not be exercised here is named.
+    assert doc["verdict"]["state"] == "ready-cpu"
+    assert doc["verdict"]["line"] == (
+        "ready to train on the CPU side (PPO with FSDP and vLLM rollout); not proven here: "
+        "verl.workers.rollout.vllm_rollout (needs a GPU: --require-gpu on a GPU server)"
     )
     assert result["versions"]["vllm"] == "0.7.3+cu118"
 
@@ -356,9 +363,9 @@ def test_a_trainer_that_imports_is_ready(current: tuple[Path, Path]) -> None:
 def test_require_gpu_without_a_gpu_is_not_ready(current: tuple[Path, Path]) -> None:
     py, where = current
     out = run(py, where, "--require-gpu")
-    assert out.returncode == 1
-    assert (
-        out.stdout.splitlines()[0] == "not ready: gpu smoke test: NoGPU: torch sees no CUDA device"
+    assert out.returncode == 5
+    assert out.stdout.splitlines()[-1] == (
+        "not ready to train: gpu smoke test: NoGPU: torch sees no CUDA device"
     )
 
 
@@ -382,10 +389,10 @@ def test_a_config_that_does_not_resolve_is_not_ready(tmp_path: Path) -> None:
         config="ppo_trainer",
     )
     out = run(py, where)
-    assert out.returncode == 1
-    first = out.stdout.splitlines()[0]
-    assert first.startswith("not ready: config ppo_trainer: InterpolationKeyError:"), first
-    assert "no_such_key" in first
+    assert out.returncode == 5
+    last = out.stdout.splitlines()[-1]
+    assert last.startswith("not ready to train: config ppo_trainer: InterpolationKeyError:"), last
+    assert "no_such_key" in last
     # The declared modules, not the table's, were imported.
     assert "fsdp_workers" not in out.stdout
 
@@ -407,13 +414,19 @@ def test_an_inconsistent_set_fails_the_pip_check(tmp_path: Path) -> None:
     meta.write_text(meta.read_text() + "Requires-Dist: torch==2.6.0\n")
     where = bundle(tmp_path, {"torch": "2.5.1", "vllm": "0.7.3", "verl": "0.3.0.post1"})
     out = run(py, where)
-    assert out.returncode == 1
+    assert out.returncode == 5
     assert "fail     pip-check:" in out.stdout and "torch" in out.stdout
 
 
-def test_a_bundle_without_a_manifest_is_one_line(tmp_path: Path) -> None:
-    code = readiness.main(["--bundle", str(tmp_path)])
-    assert code == 2
+def test_a_bundle_without_a_manifest_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from verl_bundle.airgap.cli import main
+
+    code = main(["readiness", "--bundle", str(tmp_path)])
+    assert code == 2  # not a bundle: a usage error
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "manifest.json" in err
 
 
 # -- the table ---------------------------------------------------------------------------------
@@ -461,7 +474,7 @@ def test_modules_follow_the_bundles_verl_release(verl: str, workers: str, tmp_pa
 
 def test_an_unknown_purpose_is_refused(tmp_path: Path) -> None:
     m = mf.load(str(bundle(tmp_path, {"verl": "0.3.0.post1"})))
-    with pytest.raises(ValueError, match="not a known purpose"):
+    with pytest.raises(UsageError, match="not a known purpose"):
         readiness.plan_for(m, "dpo-everything")
 
 
@@ -475,11 +488,11 @@ def test_the_probe_is_carried_in_every_bundle() -> None:
 # -- post-install ------------------------------------------------------------------------------
 
 
-def postinstall(py: Path, bundle_dir: Path) -> subprocess.CompletedProcess[str]:
+def postinstall(py: Path, bundle_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = clean_environ(bundle_dir.parent)
     env["PYTHONPATH"] = str(ROOT)
     return subprocess.run(
-        [str(py), "-m", "verl_bundle.airgap", "postinstall", "--bundle", str(bundle_dir)],
+        [str(py), "-m", "verl_bundle.airgap", "postinstall", "--bundle", str(bundle_dir), *args],
         capture_output=True,
         text=True,
         env=env,
@@ -500,16 +513,16 @@ def test_post_install_fails_when_the_trainer_cannot_start(
     plain.mkdir()
     (plain / mf.MANIFEST).write_text(json.dumps(doc))
     out = postinstall(py, plain)
-    assert out.returncode == 1, out.stdout + out.stderr
-    assert "ok   versions" in out.stdout
-    assert out.stdout.splitlines()[0].startswith("not ready: verl.workers.fsdp_workers")
-    assert out.stdout.rstrip().endswith("post-install checks: 1 failed; not ready to train")
+    assert out.returncode == 5, out.stdout + out.stderr
+    assert "ok    versions" in out.stdout
+    last = out.stdout.rstrip().splitlines()[-1]
+    assert last.startswith("post-install: not ready to train: verl.workers.fsdp_workers")
     assert "all passed" not in out.stdout
-    # With the limit declared (cu118-legacy), the same environment is reported, not failed.
+    # With the limit declared (cu118-legacy), the same verdict and exit code, with the limit.
     kept = postinstall(py, limited)
-    assert kept.returncode == 0, kept.stdout + kept.stderr
+    assert kept.returncode == 5, kept.stdout + kept.stderr
     assert kept.stdout.rstrip().endswith(
-        "post-install checks: passed, but not ready to train (the profile's known limit)"
+        "(the profile's known limit: torch 2.1.2: verl's FSDP trainer cannot start)"
     )
 
 
@@ -521,5 +534,54 @@ def test_post_install_says_ready(current: tuple[Path, Path]) -> None:
     assert (
         out.stdout.rstrip()
         .splitlines()[-1]
-        .startswith("post-install checks: all passed; ready: PPO with FSDP and vLLM rollout")
+        .startswith("post-install: ready to train on the CPU side (PPO with FSDP and vLLM rollout)")
     )
+
+
+@pytest.mark.slow
+def test_a_skipped_phase_never_drops_an_import_the_trainer_needs(tmp_path: Path) -> None:
+    """flash-attn's phase left out: verl 0.9 imports without it, but loads models with
+    flash_attention_2 by default, so flash_attn stays in the probe and its absence makes the
+    environment not ready, naming the phase and the way back."""
+    w = tmp_path / "wheels"
+    py = make_env(
+        tmp_path,
+        [
+            wheel(w, "torch", "2.9.0", fake_torch("2.9.0", device_mesh=True)),
+            wheel(w, "vllm", "0.11.0", {"vllm/__init__.py": "LLM = object\n"}),
+            wheel(w, "verl", "0.9.1", fake_verl(GATE_V03, ROLLOUT_V02)),
+        ],
+    )
+    where = bundle(
+        tmp_path,
+        {"torch": "2.9.0", "vllm": "0.11.0", "verl": "0.9.1"},
+        modules=["verl.trainer.main_ppo", "verl.third_party.vllm"],
+        purpose="PPO with FSDP and vLLM rollout",
+        config="ppo_trainer",
+    )
+    doc = json.loads((where / mf.MANIFEST).read_text())
+    doc["phases"].append({"name": "flash-attn", "requirements": "requirements/02-flash-attn.txt"})
+    doc["files"].append(
+        {
+            "path": "wheels/flash_attn-2.8.3-cp312-cp312-linux_x86_64.whl",
+            "name": "flash-attn",
+            "version": "2.8.3",
+            "sha256": "0" * 64,
+            "size": 1,
+            "phase": "flash-attn",
+            "kind": "wheel",
+        }
+    )
+    (where / mf.MANIFEST).write_text(json.dumps(doc))
+    out = postinstall(py, where, "--skip-phase", "flash-attn", "--json")
+    assert out.returncode == 5, out.stdout + out.stderr
+    verdict = json.loads(out.stdout)["verdict"]
+    assert verdict["state"] == "not-ready"
+    assert (
+        verdict["line"]
+        == "not ready to train: flash_attn: flash_attn is not installed (phase flash-attn was left out)"
+    )
+    text = postinstall(py, where, "--skip-phase", "flash-attn")
+    assert text.stdout.rstrip().splitlines()[-1] == "post-install: " + verdict["line"]
+    assert "without --skip-phase flash-attn" in text.stdout
+    assert "ready to train:" not in text.stdout.replace("not ready to train:", "")

@@ -22,16 +22,29 @@ def test_rehearse_leaves_out_a_phase_on_request(
     netns_prefix()
     args = ["rehearse", str(built_bundle[0]), "--skip-phase", "flash-attn", "--json"]
     result = run(args, capsys)
-    assert result.code == 0, result.out + result.err
-    doc = json.loads(result.out)["result"]
+    # Installed offline, but the trainer needs what the phase left out: exit 5, not 0.
+    assert result.code == 5, result.out + result.err
+    envelope = json.loads(result.out)
+    assert envelope["ok"] is False and envelope["verdict"]["state"] == "not-ready"
+    assert (
+        "flash_attn is not installed (phase flash-attn was left out)" in envelope["verdict"]["line"]
+    )
+    doc = envelope["result"]
+    assert doc["installed"] is True
     steps = {s["name"]: s for s in doc["steps"]}
     assert steps["phase flash-attn"]["status"] == "not rehearsed", doc
     assert steps["phase flash-attn"]["detail"] == "left out by --skip-phase"
     for name in ("verify", "phase torch", "phase wheels", "phase verl", "post-install checks"):
         assert steps[name]["status"] == "pass", (name, doc)
     assert steps["done"]["detail"] == "skipped: flash-attn"
-    # install.sh's own last lines say what leaving it out means (airgap/postinstall/left_out.py)
-    assert any("flash-attn" in line for line in doc["log_tail"]), doc["log_tail"]
+    # The text's last line: the rehearsal's verdict is install.sh's, with why it is so.
+    text = run(args[:-1], capsys)
+    assert text.code == 5
+    last = text.out.rstrip().splitlines()[-1]
+    assert last.startswith("rehearsal: installs offline; not ready to train: ")
+    assert "flash_attn is not installed (phase flash-attn was left out)" in last
+    assert last.endswith("(phase flash-attn not rehearsed: left out by --skip-phase)")
+    assert "rehearsal passed" not in text.out
 
 
 def test_rehearse_refuses_an_unknown_phase_in_one_line(

@@ -10,7 +10,6 @@ import pytest
 
 from verl_bundle.airgap import render
 from verl_bundle.airgap.doctor import Check
-from verl_bundle.airgap.postinstall.judge import Result
 
 
 def test_envelope_is_versioned() -> None:
@@ -47,9 +46,10 @@ def test_checks_table_shows_problems_with_their_fixes() -> None:
     ]
     assert "  found at\n  /usr/bin/nvcc\n  fix: x" in text
     assert "FAIL gcc: gcc 13 is too new\n  fix: install gcc-11" in text
-    assert text.endswith("doctor: NOT ready (1 failure(s), 1 warning(s))")
-    # Rows without a detail (post-install results) render through the same table.
-    post = [Result("torch", "fail", "torch 2.1.0, expected 2.1.2", "reinstall the bundle")]
+    # The counts, then the verdict as the very last line.
+    assert text.splitlines()[-2:] == ["checks: 1 failure(s), 1 warning(s)", "doctor: NOT ready"]
+    # One Check type for every surface: post-install findings render through the same table.
+    post = [Check("torch", "fail", "torch 2.1.0, expected 2.1.2", fix="reinstall the bundle")]
     assert "fix: reinstall the bundle" in render.checks_text(post)
     assert render.checks_json(post) == [
         {
@@ -58,8 +58,12 @@ def test_checks_table_shows_problems_with_their_fixes() -> None:
             "summary": "torch 2.1.0, expected 2.1.2",
             "detail": "",
             "fix": "reinstall the bundle",
+            "subject": "",
         }
     ]
+    # What could not be tested here is never shown as ok.
+    shown = render.checks_text([Check("import:r", "untested", "needs a GPU", fix="on a GPU")])
+    assert shown.startswith("UNTESTED  import:r") and "fix: on a GPU" in shown
 
 
 PY38 = Path.home() / ".pyenv" / "versions" / "3.8.18" / "bin" / "python3.8"
@@ -71,9 +75,8 @@ def test_the_render_path_runs_on_python38() -> None:
     lib = Path(render.__file__).parents[2]
     code = (
         "from verl_bundle.airgap import render as r\n"
-        "from collections import namedtuple\n"
-        "Row = namedtuple('Row', 'id status summary fix')\n"
-        "print(r.checks_text([Row('gcc', 'fail', 'too new', 'use gcc-11')], 'doctor: NOT ready'))\n"
+        "from verl_bundle.airgap.checks import Check\n"
+        "print(r.checks_text([Check('gcc', 'fail', 'too new', fix='use gcc-11')], 'doctor: NOT ready'))\n"
         "print(r.dumps(r.envelope('doctor', False, r.printable('\\x1b]0;t\\x07'))))"
     )
     proc = subprocess.run(
@@ -84,5 +87,5 @@ def test_the_render_path_runs_on_python38() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert "FAIL gcc: too new\n  fix: use gcc-11" in proc.stdout
-    assert "doctor: NOT ready (1 failure(s), 0 warning(s))" in proc.stdout
+    assert "checks: 1 failure(s), 0 warning(s)\ndoctor: NOT ready" in proc.stdout
     assert '"result": "\\\\x1b]0;t\\\\x07"' in proc.stdout

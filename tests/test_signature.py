@@ -101,11 +101,10 @@ def test_good_signer_passes_on_the_tarball_and_the_extracted_bundle(
     verdict = check_tarball(str(out / f"{NAME}.tar"), str(allowed))
     assert verdict.ok and verdict.signer == "alice", verdict.line
     root = extract(out / f"{NAME}.tar", tmp_path / "x")
-    proc = python_lib(
-        root, "verl_bundle.airgap.verify.signature", "--allowed-signers", str(allowed), str(root)
-    )
+    proc = python_lib(root, "verify", "--allowed-signers", str(allowed), str(root))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.startswith("OK: manifest.json signed by alice (ED25519 key SHA256:")
+    assert proc.stdout.startswith("signed: manifest.json signed by alice (ED25519 key SHA256:")
+    assert proc.stdout.rstrip().splitlines()[-1].startswith("OK: ")
     host = verl_bundle("verify", "--allowed-signers", str(allowed), str(out / f"{NAME}.tar"))
     assert host.returncode == 0, host.stdout + host.stderr
     assert "signed by alice" in host.stderr
@@ -117,15 +116,13 @@ def test_a_wrong_signer_is_refused_in_one_line(
     out, _ = signed
     allowed = allowed_signers(tmp_path, ("mallory", keys["mallory"]))
     root = extract(out / f"{NAME}.tar", tmp_path / "x")
-    proc = python_lib(
-        root, "verl_bundle.airgap.verify.signature", "--allowed-signers", str(allowed), str(root)
-    )
+    proc = python_lib(root, "verify", "--allowed-signers", str(allowed), str(root))
     assert proc.returncode == 3
-    (line,) = proc.stdout.splitlines()
-    assert line.startswith("REFUSED: manifest.json is signed by ED25519 key SHA256:")
+    line = proc.stdout.splitlines()[0]
+    assert line.startswith("FAILED: signature: manifest.json is signed by ED25519 key SHA256:")
     assert f"which {allowed} does not allow" in line
     host = verl_bundle("verify", "--allowed-signers", str(allowed), str(out / f"{NAME}.tar"))
-    assert host.returncode == 1 and "does not allow" in host.stdout
+    assert host.returncode == 3 and "does not allow" in host.stdout
 
 
 def test_a_file_altered_after_signing_is_refused(
@@ -211,3 +208,28 @@ def test_gpg_signs_where_a_site_uses_it(
     assert "does not hold" in check_bundle(str(root), str(other)).line
     (root / mf.MANIFEST).write_text((root / mf.MANIFEST).read_text() + " ")
     assert "was altered after it was signed" in check_bundle(str(root), str(keyring)).line
+
+
+def test_install_sh_refuses_an_unallowed_signer_before_anything_runs(
+    signed: tuple[Path, dict[str, object]], keys: dict[str, Path], tmp_path: Path
+) -> None:
+    """install.sh --allowed-signers: refused in one line, exit 3, before the doctor, the venv
+    or any file of the bundle is used; the right signer installs."""
+    from airgap import install_into
+
+    out, _ = signed
+    home = tmp_path / "home"
+    home.mkdir()
+    root = extract(out / f"{NAME}.tar", tmp_path / "x")
+    (tmp_path / "w").mkdir()
+    wrong = allowed_signers(tmp_path / "w", ("mallory", keys["mallory"]))
+    prefix = tmp_path / "venv"
+    proc = install_into(root, home, prefix, "--yes", "--allowed-signers", str(wrong))
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "manifest.json is signed by ED25519 key" in proc.stderr
+    assert f"which {wrong} does not allow" in proc.stderr
+    assert "==> [3/7] doctor" not in proc.stdout and not prefix.exists()
+    good = allowed_signers(tmp_path, ("alice", keys["alice"]))
+    proc = install_into(root, home, prefix, "--yes", "--allowed-signers", str(good))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+    assert "manifest.json signed by alice (ED25519 key SHA256:" in proc.stdout

@@ -46,7 +46,7 @@ def test_a_file_neither_list_names_is_a_problem(
     (copy / planted).write_bytes(b"import os\n")
     for subject in (copy, _tar(copy, tmp_path / "planted.tar")):
         result = run(["verify", str(subject)], capsys)
-        assert result.code == 1, subject
+        assert result.code == 3, subject  # damaged (the one exit table)
         failed = [line for line in result.out.splitlines() if line.startswith("FAILED: ")]
         assert failed == [
             f"FAILED: {planted}: not listed in SHA256SUMS or the manifest; a bundle holds only "
@@ -90,7 +90,7 @@ def test_damaged_tarballs_get_one_line(
         bad = tmp_path / name
         bad.write_bytes(content)
         result = run(["verify", str(bad)], capsys)
-        assert result.code == 1, name
+        assert result.code == 3, name
         failed = [line for line in result.out.splitlines() if line.startswith("FAILED: ")]
         assert failed and failed[0].startswith(f"FAILED: {name}: damaged tar"), (name, failed)
         assert "Traceback" not in result.out + result.err

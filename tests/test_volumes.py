@@ -158,7 +158,7 @@ def test_a_stray_volume_is_named_and_the_host_verify_takes_a_volume_set(
     (folder / f"{NAME}.tar.999").write_bytes(b"left from another build")
     listing = str(folder / f"{NAME}.tar.sha256")
     proc = subprocess.run(
-        [sys.executable, "-I", "-m", "verl_bundle.airgap.verify.volumes", listing],
+        [sys.executable, "-I", "-m", "verl_bundle.airgap", "verify", listing],
         capture_output=True,
         text=True,
         timeout=120,

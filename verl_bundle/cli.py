@@ -17,6 +17,7 @@ import typer
 
 from verl_bundle import __version__
 from verl_bundle import cli_options as opt
+from verl_bundle.airgap.errors import ServerError
 from verl_bundle.cli_assets import assets_cmd
 from verl_bundle.cli_build import register as register_build
 from verl_bundle.cli_check import register as register_check
@@ -32,9 +33,15 @@ from verl_bundle.cli_options import (
     session_of,
     show,
 )
-from verl_bundle.errors import EXIT_FAILED, EXIT_USAGE, BundleError, Terminated, UsageError
+from verl_bundle.errors import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    BundleError,
+    Terminated,
+    UsageError,
+)
 
-EXIT_INTERRUPTED = 130
 INTERRUPTED = "interrupted; run the same command again to resume: finished downloads are cached"
 TERMINATED = (
     "terminated (SIGTERM); run the same command again to resume: finished downloads are cached"
@@ -179,10 +186,7 @@ def doctor_cmd(
     if skip_phase and manifest is None:
         raise UsageError("--skip-phase needs a bundle: give --bundle DIR, --cuda or --profile")
     where = str(prefix) if prefix else None
-    try:  # ValueError: a phase to skip that the bundle does not have
-        report = doctor.run_doctor(manifest, py, where, require_gpu, skip_phase or ())
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    report = doctor.run_doctor(manifest, py, where, require_gpu, skip_phase or ())
     show(ctx, render.doctor(report), json_out)
 
 
@@ -310,6 +314,10 @@ def run(args: list[str], session: Session) -> int:
         if session.debug:
             raise
         return _fail(session, str(exc), exc.exit_code, json_for)
+    except ServerError as exc:  # the server program's own errors (doctor, verify, preflight)
+        if session.debug:
+            raise
+        return _fail(session, exc.message, exc.code, json_for)
     except typer.Abort:  # older typer turns Ctrl-C into Abort
         return _fail(session, INTERRUPTED, EXIT_INTERRUPTED, json_for)
     except click_error as exc:

@@ -35,7 +35,7 @@ def verify_cmd(
     """Recheck every file of a bundle against its manifest and SHA256SUMS.
 
     A tarball is also checked against its .sha256 file; a volume set volume by volume and as
-    a whole; a delta without the files it leaves to its base. Exit 0 when intact, 1 naming
+    a whole; a delta without the files it leaves to its base. Exit 0 when intact, 3 naming
     each missing or altered file (or volume), or the signature's refusal."""
     import dataclasses
 
@@ -72,7 +72,7 @@ def inspect_cmd(
         typer.Option(
             "--allowed-signers",
             help="Check the signature against this allowed-signers file (or GPG keyring); "
-            "exit 1 when it is refused.",
+            "exit 3 when it is refused.",
             metavar="FILE",
         ),
     ] = None,

@@ -38,7 +38,8 @@ def session_of(ctx: typer.Context) -> Session:
 
 def show(ctx: typer.Context, shown: Shown, json_out: bool) -> None:
     """The one place a command's result is written: the JSON envelope, or notes on stderr and
-    text on stdout; then exit 1 when the result is a failure."""
+    text on stdout; then exit with the verdict's code (the server's table, airgap/errors.py),
+    or 1 when a result without a verdict is a failure."""
     redact = session_of(ctx).redact
     if json_out:
         typer.echo(redact(shown.json()))
@@ -47,6 +48,8 @@ def show(ctx: typer.Context, shown: Shown, json_out: bool) -> None:
         for note in shown.notes:
             typer.echo(printable(redact(note)), err=True)
         typer.echo(printable(redact(shown.text)))
+    if shown.verdict is not None and not shown.verdict.ok:
+        raise typer.Exit(shown.verdict.code)
     if not shown.ok:
         raise typer.Exit(EXIT_FAILED)
 

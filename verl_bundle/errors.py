@@ -1,10 +1,40 @@
-"""The one exception family a user sees: each message says what failed, where, and what to do."""
+"""The one exception family a user sees: each message says what failed, where, and what to do.
+
+The exit codes are the server program's one table (airgap/errors.py), so that `verl-bundle
+rehearse` and `./install.sh` end with the same code for the same verdict."""
 
 from __future__ import annotations
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
+from verl_bundle.airgap.errors import (
+    EXIT_DAMAGED,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_NOT_READY,
+    EXIT_OK,
+    EXIT_SERVER,
+    EXIT_TERMINATED,
+    EXIT_USAGE,
+)
+
+__all__ = [
+    "EXIT_DAMAGED",
+    "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
+    "EXIT_NOT_READY",
+    "EXIT_OK",
+    "EXIT_SERVER",
+    "EXIT_TERMINATED",
+    "EXIT_USAGE",
+    "AssembleError",
+    "BundleError",
+    "FetchError",
+    "HostBuildError",
+    "LockError",
+    "ProfileError",
+    "ResolutionError",
+    "Terminated",
+    "UsageError",
+]
 
 
 class BundleError(Exception):
@@ -25,7 +55,7 @@ class Terminated(BaseException):
     the build unwinds as for Ctrl-C (the compile stopped whole, its work directory kept) and
     exits 143. A BaseException, as KeyboardInterrupt is, so that no `except Exception` takes it."""
 
-    exit_code = 143
+    exit_code = EXIT_TERMINATED
 
 
 class UsageError(BundleError):

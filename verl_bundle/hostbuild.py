@@ -63,7 +63,11 @@ def build_pure_wheel(
         return _describe(existing[0])
     cache.root.mkdir(parents=True, exist_ok=True)
     epoch = source_date_epoch()
-    with tempfile.TemporaryDirectory(prefix="host-build-", dir=cache.root) as tmp:
+    # ignore_cleanup_errors: after Ctrl-C the interpreter may remove this directory at exit while
+    # the interrupted build's last process still writes into it; that must not be a traceback.
+    with tempfile.TemporaryDirectory(
+        prefix="host-build-", dir=cache.root, ignore_cleanup_errors=True
+    ) as tmp:
         work = Path(tmp)
         src = work / sdist_filename
         shutil.copyfile(sdist, src)

@@ -1,8 +1,11 @@
 """Rehearsal: prove on the online host that a bundle installs with the network cut.
 
 The tarball is verified and extracted into a temporary directory, its own install.sh runs under
-`unshare -n` into a throwaway venv, and each step is timed. A source build this host cannot do
-(its nvcc is not the bundle's CUDA) is left out and reported as not rehearsed, with the reason.
+`unshare -n` (a network namespace with only its loopback up, so Ray can start) into a throwaway
+venv, and each step is timed. A source build this host cannot do (its nvcc is not the bundle's
+CUDA) is left out and reported as not rehearsed, with the reason. The rehearsal ends with
+install.sh's own verdict, read from its events (never from its text), and its exit code:
+0 only when the rehearsed venv is ready to train.
 """
 
 from __future__ import annotations
@@ -18,8 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from verl_bundle.airgap import doctor
+from verl_bundle.airgap.checks import Verdict, of_error
 from verl_bundle.airgap.contract.events import Event, read_events
 from verl_bundle.airgap.contract.manifest import Manifest, load
+from verl_bundle.airgap.errors import EXIT_DAMAGED, EXIT_FAILED, EXIT_NOT_READY, EXIT_OK
 from verl_bundle.airgap.verify.bundle import verify_tar
 from verl_bundle.errors import BundleError, UsageError
 from verl_bundle.interpreter import find_python
@@ -46,12 +51,26 @@ class Rehearsal:
     network: str
     steps: tuple[Step, ...]
     log_tail: tuple[str, ...]
+    verdict: Verdict  # install.sh's own (from its result event), or why it never got one
+    not_rehearsed: tuple[tuple[str, str], ...] = ()  # (phase, why) left out of the run
 
     @property
     def ok(self) -> bool:
-        return all(s.status in ("pass", "skipped", "not rehearsed") for s in self.steps) and any(
-            s.name == "done" and s.status == "pass" for s in self.steps
-        )
+        """Ready to train: install.sh's verdict, exit 0."""
+        return self.verdict.ok
+
+    @property
+    def installed(self) -> bool:
+        """install.sh installed the bundle (ready to train or not)."""
+        return self.verdict.code in (EXIT_OK, EXIT_NOT_READY)
+
+    @property
+    def last_line(self) -> str:
+        """The verdict, as install.sh said it, with why phases were not rehearsed."""
+        why = "".join(f" (phase {p} not rehearsed: {r})" for p, r in self.not_rehearsed)
+        if self.installed:
+            return f"rehearsal: installs offline; {self.verdict.line}{why}"
+        return f"rehearsal FAILED: {self.verdict.line}{why}"
 
 
 def network_cut() -> list[str]:
@@ -72,6 +91,11 @@ def network_cut() -> list[str]:
         + "); run as root, or allow unprivileged user namespaces "
         "(sysctl kernel.unprivileged_userns_clone=1), or rehearse on another host"
     )
+
+
+# Inside the new network namespace: bring its loopback up (ray.init() and anything else that
+# talks to 127.0.0.1 hangs without it), then run the command.
+LOOPBACK_UP = ("sh", "-c", 'ip link set lo up 2>/dev/null || true; exec "$@"', "sh")
 
 
 def _unbuildable(manifest: Manifest) -> dict[str, str]:
@@ -200,7 +224,8 @@ def _rehearse(
     if not report.ok:
         detail = "; ".join(p.line() for p in report.problems[:5])
         steps.append(Step("check tarball", "fail", time.monotonic() - started, detail))
-        return Rehearsal(tarball, python or "", " ".join(prefix), tuple(steps), ())
+        damaged = of_error(EXIT_DAMAGED, f"the tarball is damaged: {detail}")
+        return Rehearsal(tarball, python or "", " ".join(prefix), tuple(steps), (), damaged)
     steps.append(Step("check tarball", "pass", time.monotonic() - started))
     t0 = time.monotonic()
     with tarfile.open(tarball) as tf:
@@ -234,7 +259,7 @@ def _rehearse(
     env["HOME"] = str(work)  # nothing of this user's is read or written
     reporter.status(f"installing with the network cut ({' '.join(prefix)}) ...")
     with subprocess.Popen(
-        [*prefix, *args],
+        [*prefix, *LOOPBACK_UP, *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -244,11 +269,33 @@ def _rehearse(
         assert proc.stdout is not None  # noqa: S101 - stdout=PIPE sets it
         lines = _follow(proc.stdout, str(events), reporter)
     code = proc.wait()
-    ran = steps_from_events(read_events(str(events)), skipped)
+    found = read_events(str(events))
+    ran = steps_from_events(found, skipped)
     steps += ran
-    if code != 0 and not any(s.status == "fail" for s in ran):
+    verdict = verdict_of(found, code)
+    if verdict.code not in (EXIT_OK, EXIT_NOT_READY) and not any(s.status == "fail" for s in ran):
         steps.append(Step("install.sh", "fail", 0.0, f"exited {code}"))
-    return Rehearsal(tarball, py, " ".join(prefix), tuple(steps), tuple(lines[-25:]))
+    return Rehearsal(
+        tarball,
+        py,
+        " ".join(prefix),
+        tuple(steps),
+        tuple(lines[-25:]),
+        verdict,
+        tuple(skipped.items()),
+    )
+
+
+def verdict_of(events: list[Event], code: int) -> Verdict:
+    """install.sh's verdict from its last result event; without one (it died before writing
+    it), a failure naming its exit code."""
+    for e in reversed(events):
+        if e.get("event") == "result" and isinstance(e.get("verdict"), dict):
+            try:
+                return Verdict.from_dict(e["verdict"])
+            except ValueError:
+                break
+    return of_error(code or EXIT_FAILED, f"install.sh exited {code} without a verdict")
 
 
 def _bare(manifest: Manifest, bare: BareServer, work: Path, root: Path) -> tuple[str, list[str]]:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from verl_bundle.airgap.render import dumps, envelope
 
 if TYPE_CHECKING:
+    from verl_bundle.airgap.checks import Verdict
     from verl_bundle.airgap.doctor import Report as DoctorReport
     from verl_bundle.airgap.explain.engine import Finding
     from verl_bundle.airgap.launch.preflight import Preflight
@@ -29,16 +30,19 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Shown:
     """A command's result for both audiences: `text` (stdout; its last line is what a script
-    wants, e.g. a path), `notes` (stderr, text mode only) and `result` (the JSON result)."""
+    wants, e.g. a path, or the verdict), `notes` (stderr, text mode only), `result` (the JSON
+    result) and, for the commands that end with one, the `verdict` (airgap/checks.py), whose
+    code is the exit code."""
 
     command: str
     ok: bool
     result: Any
     text: str
     notes: tuple[str, ...] = ()
+    verdict: Verdict | None = None
 
     def json(self) -> str:
-        return dumps(envelope(self.command, self.ok, self.result))
+        return dumps(envelope(self.command, self.ok, self.result, self.verdict))
 
 
 def error_json(command: str, message: str, exit_code: int) -> str:
@@ -209,6 +213,8 @@ def lock_check_text(check: LockCheck) -> str:
 def rehearsal_json(r: Rehearsal) -> dict[str, Any]:
     return {
         "ok": r.ok,
+        "installed": r.installed,
+        "not_rehearsed": [{"phase": p, "why": w} for p, w in r.not_rehearsed],
         "bundle": str(r.bundle),
         "python": r.python,
         "network": r.network,
@@ -226,13 +232,10 @@ def rehearsal_text(r: Rehearsal) -> str:
     for s in r.steps:
         timing = f"{s.seconds:7.1f} s" if s.status in ("pass", "fail") else " " * 9
         lines.append(f"  {s.status:<13} {s.name:<{width}} {timing}  {s.detail}".rstrip())
-    not_done = sum(1 for s in r.steps if s.status == "not rehearsed")
-    if r.ok:
-        extra = f" ({not_done} phase(s) not rehearsed: see above)" if not_done else ""
-        lines.append(f"rehearsal passed{extra}")
-    else:
-        lines.append("rehearsal FAILED; the last lines of install.sh:")
+    if not r.installed:
+        lines.append("the last lines of install.sh:")
         lines += [f"    {t}" for t in r.log_tail]
+    lines.append(r.last_line)
     return "\n".join(lines)
 
 
@@ -256,17 +259,26 @@ def build(result: BuildResult) -> Shown:
 
 
 def verify(report: Report) -> Shown:
-    return Shown("verify", report.ok, verify_json(report), verify_text(report))
+    from verl_bundle.airgap.checks import of_error
+    from verl_bundle.airgap.errors import EXIT_DAMAGED
+
+    damaged = None
+    if not report.ok:
+        damaged = of_error(EXIT_DAMAGED, f"{len(report.problems)} problem(s) in {report.subject}")
+    return Shown("verify", report.ok, verify_json(report), verify_text(report), verdict=damaged)
 
 
 def rehearsal(r: Rehearsal) -> Shown:
-    return Shown("rehearse", r.ok, rehearsal_json(r), rehearsal_text(r))
+    """Ends with install.sh's own verdict; exits with its code (0 only when ready to train)."""
+    return Shown("rehearse", r.ok, rehearsal_json(r), rehearsal_text(r), verdict=r.verdict)
 
 
 def doctor(report: DoctorReport) -> Shown:
     from verl_bundle.airgap import doctor as server
 
-    return Shown("doctor", report.ok, server.render_json(report), server.render_text(report))
+    v = report.verdict
+    text = server.render_text(report)
+    return Shown("doctor", v.ok, server.render_json(report), text, verdict=v)
 
 
 def explain(findings: list[Finding], log: str) -> Shown:

@@ -143,4 +143,9 @@ def inspect_text(i: Inspection) -> str:
 
 
 def inspect(i: Inspection) -> Shown:
-    return Shown("inspect", i.ok, inspect_json(i), inspect_text(i))
+    """A refused signature exits 3, as the server's refusal does (the one exit table)."""
+    from verl_bundle.airgap.checks import of_error
+    from verl_bundle.airgap.errors import EXIT_DAMAGED
+
+    refused = None if i.ok else of_error(EXIT_DAMAGED, f"refused: {i.signer.line}")
+    return Shown("inspect", i.ok, inspect_json(i), inspect_text(i), verdict=refused)

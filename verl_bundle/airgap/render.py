@@ -12,17 +12,25 @@ from __future__ import annotations
 import json
 import re
 import sys
-from typing import Any, Iterable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
+
+if TYPE_CHECKING:
+    from verl_bundle.airgap.checks import Check, Verdict
 
 JSON_SCHEMA = 1  # the envelope's version; bump when a result's shape changes incompatibly
 
-# How a check's status is shown in a table: problems in capitals so they stand out.
-LABELS = {"ok": "ok", "warn": "WARN", "fail": "FAIL", "skip": "skip"}
+# How a check's status is shown in a table: problems in capitals so they stand out, and what
+# could not be exercised here (needs a GPU) never looks like "ok".
+LABELS = {"ok": "ok", "warn": "WARN", "fail": "FAIL", "skip": "skip", "untested": "UNTESTED"}
 
 
-def envelope(command: str, ok: bool, result: Any) -> dict[str, Any]:
-    """{"schema": 1, "command": "doctor", "ok": true, "result": {...}}"""
-    return {"schema": JSON_SCHEMA, "command": command, "ok": ok, "result": result}
+def envelope(command: str, ok: bool, result: Any, verdict: Verdict | None = None) -> dict[str, Any]:
+    """{"schema": 1, "command": "doctor", "ok": true, "result": {...}}, and the command's
+    verdict ({"code", "state", "line", "ok"}) for the commands that end with one."""
+    doc = {"schema": JSON_SCHEMA, "command": command, "ok": ok, "result": result}
+    if verdict is not None:
+        doc["verdict"] = verdict.to_dict()
+    return doc
 
 
 def dumps(doc: Any) -> str:
@@ -63,51 +71,34 @@ def encodable(text: str, stream: Any = None) -> str:
 # -- checks: doctor, post-install and readiness results ----------------------------------------
 
 
-class CheckRow(Protocol):
-    """What a check result needs for the table: doctor, post-install and readiness rows all
-    have these (a `detail` attribute, where present, is shown under a problem)."""
-
-    @property
-    def id(self) -> str: ...
-    @property
-    def status(self) -> str: ...  # ok, warn, fail, skip
-    @property
-    def summary(self) -> str: ...
-    @property
-    def fix(self) -> str: ...
-
-
-def _detail(row: CheckRow) -> str:
-    return str(getattr(row, "detail", "") or "")
-
-
-def check_counts(rows: Iterable[CheckRow]) -> str:
-    """ "1 failure(s), 2 warning(s)" """
+def check_counts(rows: Iterable[Check]) -> str:
+    """ "1 failure(s), 2 warning(s)" (and what could not be tested here)"""
     statuses = [r.status for r in rows]
-    return f"{statuses.count('fail')} failure(s), {statuses.count('warn')} warning(s)"
+    text = f"{statuses.count('fail')} failure(s), {statuses.count('warn')} warning(s)"
+    untested = statuses.count("untested")
+    return text + (f", {untested} not tested here" if untested else "")
 
 
-def checks_text(rows: Sequence[CheckRow], verdict: str = "") -> str:
-    """A table of every check (status, id, summary), then each warning and failure with its
-    detail and its fix, then `verdict` (if given) with the counts."""
+def checks_text(rows: Sequence[Check], verdict: str = "") -> str:
+    """A table of every check (status, id, summary), then each warning, failure and untested
+    check with its detail and its fix, then the counts and `verdict` (if given) last."""
     width = max([len(r.id) for r in rows] + [5])
-    lines = [f"{LABELS.get(r.status, r.status):<4}  {r.id:<{width}}  {r.summary}" for r in rows]
+    label = max(len(LABELS.get(r.status, r.status)) for r in rows) if rows else 4
+    lines = [
+        f"{LABELS.get(r.status, r.status):<{label}}  {r.id:<{width}}  {r.summary}" for r in rows
+    ]
     for r in rows:
-        if r.status not in ("warn", "fail"):
+        if r.status not in ("warn", "fail", "untested"):
             continue
-        label = LABELS.get(r.status, r.status)
-        lines += ["", f"{label} {r.id}: {r.summary}"]
-        lines += [f"  {line}" for line in _detail(r).splitlines() if line.strip()]
+        lines += ["", f"{LABELS[r.status]} {r.id}: {r.summary}"]
+        lines += [f"  {line}" for line in r.detail.splitlines() if line.strip()]
         if r.fix:
             lines.append(f"  fix: {r.fix}")
     if verdict:
-        lines += ["", f"{verdict} ({check_counts(rows)})"]
+        lines += ["", f"checks: {check_counts(rows)}", verdict]
     return "\n".join(lines)
 
 
-def checks_json(rows: Iterable[CheckRow]) -> list[dict[str, str]]:
-    """[{id, status, summary, detail, fix}] - the same keys for every kind of check."""
-    return [
-        {"id": r.id, "status": r.status, "summary": r.summary, "detail": _detail(r), "fix": r.fix}
-        for r in rows
-    ]
+def checks_json(rows: Iterable[Check]) -> list[dict[str, str]]:
+    """[{id, status, summary, detail, fix, subject}] - the same keys for every kind of check."""
+    return [r.to_dict() for r in rows]

@@ -18,30 +18,26 @@ import json
 import os
 import shlex
 import shutil
-import sys
 from dataclasses import dataclass
 from typing import Sequence
 
-from verl_bundle.airgap.assets.ready import Check, check_placed, readiness
+from verl_bundle.airgap.assets.ready import check_placed, readiness
+from verl_bundle.airgap.checks import Check, Verdict, failures, verdict
 from verl_bundle.airgap.contract import assets as am
 from verl_bundle.airgap.contract.hashing import CHUNK, sha256_file
 from verl_bundle.airgap.contract.manifest import MANIFEST, SUMS, ManifestError
-from verl_bundle.airgap.render import checks_json, checks_text, dumps, envelope, printable
+from verl_bundle.airgap.errors import EXIT_DAMAGED, EXIT_FAILED, EXIT_USAGE, ServerError
+from verl_bundle.airgap.render import checks_json, checks_text
 from verl_bundle.airgap.verify.bundle import parse_sums
 
 RECORD = ".verl-asset.json"  # in each placed directory: the asset's manifest entry
 INDEX = "verl-assets.json"  # in the prefix: what was placed where (for `assets check`)
 ENV_FILE = "verl-env.sh"
 HOOK_MARK = "# verl-bundle: offline Hugging Face settings"
-EXIT_FAILED, EXIT_USAGE, EXIT_DAMAGED, EXIT_NOT_READY = 1, 2, 3, 4
 
 
-class AssetsError(Exception):
-    """One line for the user, with the exit code it means."""
-
-    def __init__(self, message: str, code: int = EXIT_FAILED) -> None:
-        super().__init__(message)
-        self.code = code
+class AssetsError(ServerError):
+    """One line for the user, with the exit code of the one table (airgap/errors.py)."""
 
 
 @dataclass(frozen=True)
@@ -67,7 +63,16 @@ class AssetsResult:
 
     @property
     def ok(self) -> bool:
-        return all(c.status != "fail" for c in self.checks)
+        return not failures(self.checks)
+
+    @property
+    def verdict(self) -> Verdict:
+        """Ready (every placed file intact, every model and dataset loads) or not (exit 5)."""
+        return verdict(
+            installed=(),
+            readiness=self.checks,
+            purpose=f"{len(self.placed)} model(s) and dataset(s) placed, intact and loadable",
+        )
 
 
 def _check_lists(root: str, m: am.AssetsManifest) -> None:
@@ -259,7 +264,11 @@ def install_assets(
             ) from None
         raise AssetsError(f"{exc.filename or dest}: {exc.strerror or exc}", EXIT_FAILED) from None
     exe = python or os.path.join(prefix, "bin", "python")
-    checks = readiness(list(zip(placed, m.assets)), exe if os.path.exists(exe) else None, prefix)
+    checks = readiness(
+        [(p.path, a) for p, a in zip(placed, m.assets)],
+        exe if os.path.exists(exe) else None,
+        prefix,
+    )
     return AssetsResult(
         bundle=m.name,
         prefix=prefix,
@@ -289,12 +298,14 @@ def check_prefix(prefix: str, python: str | None = None) -> AssetsResult:
         try:
             asset = load_record(d)
         except ManifestError as exc:
-            raise AssetsError(f"{exc}: install the asset bundle again", EXIT_NOT_READY) from None
+            raise AssetsError(f"{exc}: install the asset bundle again", EXIT_DAMAGED) from None
         pairs.append(
             (Placed(asset.kind, asset.repo_id, asset.commit, d, len(asset.files), True), asset)
         )
     exe = python or os.path.join(prefix, "bin", "python")
-    checks = readiness(pairs, exe if os.path.exists(exe) else None, prefix)
+    checks = readiness(
+        [(p.path, a) for p, a in pairs], exe if os.path.exists(exe) else None, prefix
+    )
     placed = tuple(p for p, _ in pairs)
     return AssetsResult(
         bundle="",
@@ -342,47 +353,3 @@ def result_text(r: AssetsResult) -> str:
     lines.append("verl overrides:")
     lines.append(" ".join(shlex.quote(o) for o in r.overrides))
     return "\n".join(lines)
-
-
-USAGE = (
-    "usage: python3 -m verl_bundle.airgap assets install BUNDLE_DIR --prefix DIR "
-    "[--assets-dir DIR] [--python PATH] [--json]\n"
-    "       python3 -m verl_bundle.airgap assets check --prefix DIR [--python PATH] [--json]"
-)
-
-
-def main(argv: list[str]) -> int:
-    """`assets install ...` / `assets check ...`: exit 0 ready, 1 failed, 2 usage, 3 damaged,
-    4 not ready."""
-    import argparse
-
-    class _Parser(argparse.ArgumentParser):
-        def error(self, message: str) -> None:  # type: ignore[override]
-            raise AssetsError(f"assets: {message}; see --help", EXIT_USAGE)
-
-    parser = _Parser(prog="verl_bundle.airgap assets", usage=USAGE, add_help=True)
-    parser.add_argument("command", choices=("install", "check"))
-    parser.add_argument("bundle", nargs="?")
-    parser.add_argument("--prefix", required=True)
-    parser.add_argument("--assets-dir")
-    parser.add_argument("--python")
-    parser.add_argument("--json", action="store_true")
-    try:
-        args = parser.parse_args(argv)
-        if args.command == "install":
-            if not args.bundle:
-                raise AssetsError("assets install: give the asset bundle directory", EXIT_USAGE)
-            result = install_assets(args.bundle, args.prefix, args.assets_dir, args.python)
-        else:
-            result = check_prefix(args.prefix, args.python)
-    except AssetsError as exc:
-        print(f"error: {printable(str(exc))}", file=sys.stderr)
-        return exc.code
-    except KeyboardInterrupt:
-        print("error: interrupted; run the same command again", file=sys.stderr)
-        return 130
-    if args.json:
-        print(dumps(envelope(f"assets {args.command}", result.ok, result_json(result))))
-    else:
-        print(printable(result_text(result)))
-    return 0 if result.ok else EXIT_NOT_READY

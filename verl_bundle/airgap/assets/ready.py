@@ -11,23 +11,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
+from verl_bundle.airgap.checks import Check
 from verl_bundle.airgap.contract import assets as am
 from verl_bundle.airgap.contract.hashing import sha256_file
-
-if TYPE_CHECKING:
-    from verl_bundle.airgap.assets.place import Placed
-
-
-@dataclass(frozen=True)
-class Check:
-    id: str
-    status: str  # ok, warn, fail, skip
-    summary: str
-    fix: str = ""
-    detail: str = ""
 
 
 def check_placed(directory: str, asset: am.Asset) -> list[str]:
@@ -111,14 +99,15 @@ def _probe(python: str, prefix: str, models: list[str], parquet: list[str]) -> l
 
 
 def readiness(
-    pairs: Sequence[tuple[Placed, am.Asset]], python: str | None, prefix: str
+    pairs: Sequence[tuple[str, am.Asset]], python: str | None, prefix: str
 ) -> list[Check]:
-    """One `files` check per asset, then one load check per model and per parquet file."""
+    """One `files` check per placed (directory, asset), then one load check per model and per
+    parquet file."""
     checks = []
     models: list[str] = []
     parquet: list[str] = []
-    for placed, asset in pairs:
-        problems = check_placed(placed.path, asset)
+    for directory, asset in pairs:
+        problems = check_placed(directory, asset)
         checks.append(
             Check(
                 f"{asset.kind}.files",
@@ -126,20 +115,22 @@ def readiness(
                 f"{asset.repo_id}: {len(problems)} of {len(asset.files)} file(s) missing or altered"
                 if problems
                 else f"{asset.repo_id}: {len(asset.files)} file(s) intact",
-                "install the asset bundle again (it replaces a damaged copy)" if problems else "",
-                "\n".join(problems),
+                detail="\n".join(problems),
+                fix="install the asset bundle again (it replaces a damaged copy)"
+                if problems
+                else "",
             )
         )
         if asset.kind == "model":
-            models.append(placed.path)
+            models.append(directory)
         else:
-            parquet += [os.path.join(placed.path, name) for _, name in asset.splits]
+            parquet += [os.path.join(directory, name) for _, name in asset.splits]
     if not models and not parquet:
         return checks
     if python is None:
         where = os.path.join(prefix, "bin", "python")
         fix = "install the stack bundle into this prefix, or pass --python"
-        return [*checks, Check("load", "skip", f"not checked: no python at {where}", fix)]
+        return [*checks, Check("load", "skip", f"not checked: no python at {where}", fix=fix)]
     for row in _probe(python, prefix, models, parquet):
         kind = "model.load" if row["path"] in models else "dataset.columns"
         fix = ""
@@ -150,5 +141,5 @@ def readiness(
                 if kind == "model.load"
                 else "rebuild the asset bundle from a gsm8k-shaped or verl-shaped dataset"
             )
-        checks.append(Check(kind, row["status"], f"{row['path']}: {row['what']}", fix))
+        checks.append(Check(kind, row["status"], f"{row['path']}: {row['what']}", fix=fix))
     return checks

@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from verl_bundle.airgap.errors import DamagedError
+
 SCHEMA = 2  # the manifest schema this code writes and reads (1: verl-bundle 0.1's untyped dict)
 MANIFEST = "manifest.json"
 SUMS = "SHA256SUMS"
@@ -38,7 +40,7 @@ BOOTSTRAP_PHASE = "bootstrap"
 KINDS = ("wheel", "build-dep", "sdist", "bootstrap")
 
 
-class ManifestError(ValueError):
+class ManifestError(DamagedError, ValueError):
     """manifest.json cannot be used: unreadable, not a manifest, a newer schema, or a field
     that is missing, mistyped or unsafe. The message names the field."""
 

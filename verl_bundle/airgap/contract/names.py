@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import re
 
+from verl_bundle.airgap.errors import DamagedError
+
 # Windows-reserved and control characters never appear in a wheel, sdist or bundle file name.
 _BAD_CHARS = re.compile(r'[\x00-\x1f\x7f\\:*?"<>|]')
 
 
-class UnsafeNameError(ValueError):
+class UnsafeNameError(DamagedError, ValueError):
     """A name that would leave its folder or is not a plain file name."""
 
 

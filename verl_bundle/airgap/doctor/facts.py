@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
-from verl_bundle.airgap.doctor import cuda  # noqa: F401  (its checks read the toolkit: registers them)
 from verl_bundle.airgap.doctor.commands import Run
 from verl_bundle.airgap.doctor.compilers import Compiler, Ninja, probe_compilers, probe_ninja
 from verl_bundle.airgap.doctor.gpus import DriverProbe, GpuListing, list_gpus, probe_driver

@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 from verl_bundle.airgap.contract.manifest import canonical
+from verl_bundle.airgap.errors import StepError
 
 FINGERPRINT = Path(".verl-bundle") / "fingerprint"
 TIMEOUT = 60.0
@@ -26,7 +27,7 @@ print(json.dumps(sorted({
 """
 
 
-class FingerprintError(RuntimeError):
+class FingerprintError(StepError, RuntimeError):
     """The interpreter could not list its distributions (one line: which, and why)."""
 
 

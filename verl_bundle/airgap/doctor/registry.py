@@ -1,32 +1,28 @@
-"""The checks as a registry: one function per check, registered under one id with `@check`.
+"""The checks as a registry: one function per check, marked with its id by `@check`.
 
 A check reads the plan (what the bundle needs), the facts (what the probes found, gathered
-once) and the options, and returns a `Check` without repeating its id: the registry stamps it.
-A check that raises is reported as a warning that names the bug, so the report always ends."""
+once) and the options, and returns a `Check` (airgap/checks.py, the one finding type) without
+repeating its id: the registry stamps it. Which checks exist is an explicit list of domain
+modules (doctor/catalog.py), in the report's order; `@check` only marks a function, so no
+import side effect decides what runs. A check that raises is reported as a warning that names
+the bug, so the report always ends."""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterable
+from types import ModuleType
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
+from verl_bundle.airgap.checks import Check
 from verl_bundle.airgap.contract.manifest import BuildTime, Manifest
+from verl_bundle.airgap.doctor.toolkit import stack_nvcc
+from verl_bundle.airgap.errors import UsageError
 
 if TYPE_CHECKING:
     from verl_bundle.airgap.doctor.facts import Facts
 
-STATUSES = ("ok", "warn", "fail")
-
-
-@dataclass(frozen=True)
-class Check:
-    """One finding: `status` is "ok", "warn" or "fail"; a warn or fail carries a `fix`."""
-
-    id: str
-    status: str
-    summary: str
-    detail: str = ""
-    fix: str = ""
+STATUSES = ("ok", "warn", "fail")  # what a doctor check ends with
 
 
 def ok(summary: str, detail: str = "") -> Check:
@@ -76,7 +72,7 @@ class Plan:
             return cls()
         unknown = [s for s in skipped if s not in manifest.phase_names]
         if unknown:
-            raise ValueError(
+            raise UsageError(
                 f"--skip-phase {unknown[0]}: no such phase "
                 f"(phases: {', '.join(manifest.phase_names) or 'none'})"
             )
@@ -142,8 +138,6 @@ class Plan:
         it before every phase that compiles CUDA (see install/cudahome.py), else None."""
         if self.manifest is None:
             return None
-        from verl_bundle.airgap.install.cudahome import stack_nvcc
-
         m = self.manifest
         phases = [p for p in m.phases if any(b.needs_cuda for b in p.source_builds)]
         found = {stack_nvcc(m, p) for p in phases}
@@ -197,31 +191,33 @@ class Registered:
     generic: bool  # also runs with no bundle (the host checked on its own)
 
 
-# The report's order: by domain module, then as each module defines its checks.
-DOMAINS = ("system", "python", "compilers", "cuda", "gpus", "resources")
-_CHECKS: list[Registered] = []
+_MARK = "_doctor_check"
 
 
 def check(check_id: str, *, generic: bool = False) -> Callable[[CheckFn], CheckFn]:
-    """Register a check under `check_id`; `generic` checks also run without a bundle."""
+    """Mark a check function with its id; `generic` checks also run without a bundle. It is
+    run when its module is in doctor/catalog.py's DOMAINS."""
 
-    def register(fn: CheckFn) -> CheckFn:
-        if any(r.id == check_id for r in _CHECKS):
-            raise ValueError(f"check {check_id!r} is registered twice")
-        _CHECKS.append(Registered(check_id, fn, generic))
+    def mark(fn: CheckFn) -> CheckFn:
+        setattr(fn, _MARK, (check_id, generic))
         return fn
 
-    return register
+    return mark
 
 
-def _rank(reg: Registered) -> int:
-    domain = reg.fn.__module__.rsplit(".", 1)[-1]
-    return DOMAINS.index(domain) if domain in DOMAINS else len(DOMAINS)
-
-
-def registered() -> tuple[Registered, ...]:
-    """Every check, in the report's order."""
-    return tuple(sorted(_CHECKS, key=_rank))
+def collect(domains: Sequence[ModuleType]) -> tuple[Registered, ...]:
+    """Every marked check of `domains`, in their order, each module's in definition order; an
+    id used twice is a ValueError."""
+    out: list[Registered] = []
+    for module in domains:
+        for value in vars(module).values():
+            mark = getattr(value, _MARK, None)
+            if mark is None or getattr(value, "__module__", None) != module.__name__:
+                continue
+            if any(r.id == mark[0] for r in out):
+                raise ValueError(f"check {mark[0]!r} is registered twice")
+            out.append(Registered(mark[0], value, mark[1]))
+    return tuple(out)
 
 
 def run_one(reg: Registered, plan: Plan, facts: Facts, opts: Options) -> Check:
@@ -240,5 +236,7 @@ def run_one(reg: Registered, plan: Plan, facts: Facts, opts: Options) -> Check:
     return dataclasses.replace(result, id=reg.id)
 
 
-def run_checks(plan: Plan, facts: Facts, opts: Options) -> list[Check]:
-    return [run_one(r, plan, facts, opts) for r in registered() if r.generic or not plan.generic]
+def run_checks(
+    checks: Iterable[Registered], plan: Plan, facts: Facts, opts: Options
+) -> list[Check]:
+    return [run_one(r, plan, facts, opts) for r in checks if r.generic or not plan.generic]

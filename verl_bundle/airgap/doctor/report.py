@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verl_bundle.airgap import render
+from verl_bundle.airgap.checks import Check, Verdict, verdict
 from verl_bundle.airgap.doctor.facts import Facts
-from verl_bundle.airgap.doctor.registry import Check
 from verl_bundle.airgap.doctor.versions import cuda_name
 
 
@@ -22,6 +22,11 @@ class Report:
     def ok(self) -> bool:
         """No check failed (warnings do not stop an install)."""
         return all(c.status != "fail" for c in self.checks)
+
+    @property
+    def verdict(self) -> Verdict:
+        """Ready to install (exit 0) or not (exit 4), from the one verdict function."""
+        return verdict(server=self.checks, bundle=not self.generic)
 
     def check(self, check_id: str) -> Check:
         for c in self.checks:
@@ -67,15 +72,10 @@ def _node(facts: Facts) -> dict[str, Any]:
 
 
 def render_text(report: Report) -> str:
-    if report.generic:
-        verdict = (
-            "no failures on this host" if report.ok else "this host has failures: fix them"
-        ) + " (checked without a bundle; --bundle DIR, or run it from one, for a bundle's needs)"
-    else:
-        verdict = "ready to install" if report.ok else "NOT ready: fix the failures above"
-    return render.checks_text(report.checks, f"doctor: {verdict}")
+    """The checks table, each problem with its fix, and the verdict line last."""
+    return render.checks_text(report.checks, f"doctor: {report.verdict.line}")
 
 
 def render_json(report: Report) -> dict[str, Any]:
-    """{"ok", "checks": [{id, status, summary, detail, fix}], "host": {...}}"""
+    """{"ok", "checks": [{id, status, summary, detail, fix, subject}], "host": {...}}"""
     return {"ok": report.ok, "checks": render.checks_json(report.checks), "host": dict(report.host)}

@@ -10,12 +10,11 @@ itself) is located with `str.find`, and only the text around it is matched in fu
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from verl_bundle.airgap import render
 from verl_bundle.airgap.explain.signatures import SIGNATURES, Signature, values_near
@@ -101,15 +100,17 @@ def _evidence(text: str, start: int, end: int, at: int) -> str:
     return ("..." if first else "") + _shown(piece) + ("..." if cut else "")
 
 
-def explain_text(text: str) -> list[Finding]:
-    """Every known cause found in `text`, most specific first, each once (its first line)."""
+def explain_text(text: str, known: Mapping[str, str] | None = None) -> list[Finding]:
+    """Every known cause found in `text`, most specific first, each once (its first line).
+    `known`: values the caller knows (e.g. "need": the bundle's installed size), used where
+    the log itself does not say."""
     findings: list[Finding] = []
     for sig in SIGNATURES:
         hit = _first_match(sig, text)
         if hit is None:
             continue
         start, end, m = hit
-        values = values_near(sig, text, start)
+        values = values_near(sig, text, start, known)
         findings.append(
             Finding(
                 id=sig.id,
@@ -192,27 +193,3 @@ def read_log(path: str) -> str:
     """The log's text (`-` is standard input); undecodable bytes become U+FFFD."""
     data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
     return data.decode("utf-8", "replace")
-
-
-def main(argv: list[str]) -> int:
-    """`explain LOGFILE [--json]`: exit 0 when a cause is known, 1 when none is, 2 on bad usage."""
-    parser = argparse.ArgumentParser(
-        prog="explain",
-        description="Match a failed install's log to known causes and print a fix for each.",
-    )
-    parser.add_argument("log", metavar="LOGFILE", help="the log to read; - reads standard input")
-    parser.add_argument("--json", action="store_true", help="print JSON for machines")
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # argparse exits 2 on bad usage, 0 after --help
-        return exc.code if isinstance(exc.code, int) else 2
-    try:
-        text = read_log(args.log)
-    except OSError as exc:
-        print(f"explain: {args.log}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
-    findings = explain_text(text)
-    out = render.dumps(render_json(findings, text)) if args.json else render_text(findings, text)
-    # A server's C locale may leave stdout ASCII; pip's box drawing must not crash the report.
-    print(render.encodable(out))
-    return 0 if findings else 1

@@ -189,10 +189,14 @@ class _Transforming(string.Formatter):
 _FORMATTER = _Transforming()
 
 
-def values_near(sig: Signature, text: str, start: int) -> Values:
-    """The defaults, overridden by the groups (and derived values) of the value match nearest
-    to the matched line."""
+def values_near(
+    sig: Signature, text: str, start: int, known: Mapping[str, str] | None = None
+) -> Values:
+    """The defaults (or what the caller `known`s of them, e.g. the bundle's installed size),
+    overridden by the groups (and derived values) of the value match nearest to the matched
+    line."""
     found = dict(sig.defaults)
+    found.update({k: v for k, v in (known or {}).items() if k in found})
     lo, hi = max(0, start - VALUES_BEFORE), min(len(text), start + VALUES_AFTER)
     nearest: tuple[int, re.Match[str], ValueRule] | None = None
     for rule in sig.values:

@@ -16,19 +16,19 @@ from __future__ import annotations
 import errno
 import os
 import shutil
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from verl_bundle.airgap.contract import manifest as mf
 from verl_bundle.airgap.contract.hashing import sha256_file
+from verl_bundle.airgap.errors import DamagedError
 
-EXIT_DAMAGED = 3  # as install.sh's: a file of the bundle is missing or does not match
 DEPTH = 3  # how deep OLD_DIR is searched for a file by its name
 
 
-class BaseError(Exception):
-    """The delta cannot be completed from OLD_DIR; the message is one line."""
+class BaseError(DamagedError):
+    """The delta cannot be completed from OLD_DIR (exit 3, as a file of the bundle that is
+    missing or does not match); the message is one line."""
 
 
 @dataclass(frozen=True)
@@ -164,25 +164,3 @@ def unsent(m: mf.Manifest, missing: list[str]) -> list[str]:
     """Of the files a check found missing, those a delta leaves to its base (not damage)."""
     omitted = set(m.delta.omitted) if m.delta else set()
     return [p for p in missing if p in omitted]
-
-
-def main(argv: list[str]) -> int:
-    """`base BUNDLE_DIR OLD_DIR`: complete the delta; 0 done, 3 a file is missing, 2 usage."""
-    if len(argv) != 2:
-        print("usage: base DELTA_DIR OLD_DIR", file=sys.stderr)
-        return 2
-    try:
-        m = mf.load(argv[0])
-        done = complete(m, argv[0], argv[1])
-    except (mf.ManifestError, BaseError) as exc:
-        print(f"base: {exc}", file=sys.stderr)
-        return EXIT_DAMAGED
-    print(
-        f"took {len(done.taken)} file(s) from {argv[1]} ({done.linked} linked, "
-        f"{len(done.taken) - done.linked} copied); {done.already} already there"
-    )
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

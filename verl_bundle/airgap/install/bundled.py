@@ -8,10 +8,8 @@ from __future__ import annotations
 import os
 
 from verl_bundle.airgap.contract.manifest import Manifest
+from verl_bundle.airgap.errors import DamagedError, UsageError
 from verl_bundle.airgap.install.options import (
-    EXIT_DAMAGED,
-    EXIT_USAGE,
-    InstallError,
     Options,
 )
 
@@ -26,11 +24,10 @@ def chosen(opts: Options, m: Manifest) -> str | None:
     """The bundled interpreter the venv is made from, or None (this server's own)."""
     if opts.bundled_python:
         if m.interpreter is None:
-            raise InstallError(EXIT_USAGE, "--bundled-python: this bundle carries no Python")
+            raise UsageError("--bundled-python: this bundle carries no Python")
         return binary(os.path.abspath(opts.bundled_python), m)
     if opts.python == "bundled":
-        raise InstallError(
-            EXIT_USAGE,
+        raise UsageError(
             "--python bundled: run the bundle's ./install.sh (it checks and unpacks the bundled "
             "CPython before the installer starts)",
         )
@@ -48,7 +45,7 @@ def checked(opts: Options, m: Manifest, python: str) -> str:
 
 def check_tree(root: str, m: Manifest) -> None:
     """What install.sh unpacked is this bundle's archive, complete, and stays inside `root`:
-    InstallError(3) naming the problem otherwise."""
+    DamagedError naming the problem otherwise."""
     carried = m.interpreter
     assert carried is not None
     problem = ""
@@ -72,8 +69,7 @@ def check_tree(root: str, m: Manifest) -> None:
             if problem:
                 break
     if problem:
-        raise InstallError(
-            EXIT_DAMAGED,
+        raise DamagedError(
             f"the bundled Python is damaged: {problem}; remove {root} and run ./install.sh again",
         )
 

@@ -22,28 +22,7 @@ from typing import Mapping
 
 from verl_bundle.airgap.contract.manifest import Manifest, Phase
 from verl_bundle.airgap.doctor.commands import run
-from verl_bundle.airgap.doctor.toolkit import is_toolkit, nvcc_root
-
-# The wheels whose files together make the toolkit tree (their names may end in -cuNN).
-TREE = ("nvidia-cuda-nvcc", "nvidia-nvvm", "nvidia-cuda-runtime")
-
-
-def stack_nvcc(m: Manifest, phase: Phase) -> str | None:
-    """The version of the bundle's CUDA 13+ nvidia-cuda-nvcc wheel when a phase before `phase`
-    installs it with the rest of the tree, for the bundle's CUDA major; else None."""
-    names = [p.name for p in m.phases]
-    earlier = set(names[: names.index(phase.name)]) if phase.name in names else set()
-    want = m.target.cuda.split(".")[0]
-    found = {
-        re.sub(r"-cu\d+$", "", f.name): f.version
-        for f in m.files
-        if f.kind == "wheel" and f.phase in earlier
-    }
-    version = found.get("nvidia-cuda-nvcc")
-    if version is None or not all(n in found for n in TREE):
-        return None
-    major = version.split(".")[0]
-    return version if major == want and major.isdigit() and int(major) >= 13 else None
+from verl_bundle.airgap.doctor.toolkit import is_toolkit, nvcc_root, stack_nvcc
 
 
 def _major(nvcc: str) -> str | None:

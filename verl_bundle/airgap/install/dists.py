@@ -9,9 +9,6 @@ here by its files: those its RECORD lists, and those its wheel in the bundle wou
 
 from __future__ import annotations
 
-import base64
-import csv
-import hashlib
 import os
 import re
 import shutil
@@ -19,6 +16,7 @@ import zipfile
 from dataclasses import dataclass
 from typing import Iterable
 
+from verl_bundle.airgap.contract import records
 from verl_bundle.airgap.contract.manifest import canonical
 
 _DIST_INFO = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)\.dist-info$")
@@ -74,24 +72,19 @@ def installed(paths: SitePaths) -> list[Dist]:
 
 
 def _record_rows(dist: Dist) -> list[list[str]]:
-    try:
-        with open(dist.record, encoding="utf-8", newline="") as fh:
-            return [row for row in csv.reader(fh) if row]
-    except (OSError, csv.Error, UnicodeDecodeError):
-        return []
+    return records.rows(dist.record)
 
 
-def _digest(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return base64.urlsafe_b64encode(h.digest()).rstrip(b"=").decode()
+def owners(found: Iterable[Dist]) -> records.Owners:
+    """Every recorded hash of every path the distributions in `found` wrote."""
+    return records.owners((d.site, d.record) for d in found)
 
 
-def problem(dist: Dist, check_hashes: bool) -> str | None:
+def problem(dist: Dist, check_hashes: bool, index: records.Owners | None = None) -> str | None:
     """Why the distribution is not completely installed, or None. Without `check_hashes` only
-    the RECORD's presence is checked (cheap); with it, every recorded file and its hash."""
+    the RECORD's presence is checked (cheap); with it, every recorded file and its hash. A
+    path another installed distribution also wrote (`index`, see contract/records.py) may hold
+    that one's version of the file."""
     rows = _record_rows(dist)
     if not rows:
         return "no RECORD (it was being unpacked)"
@@ -115,7 +108,7 @@ def problem(dist: Dist, check_hashes: bool) -> str | None:
             return f"{row[0]} is missing"
         if len(row) < 2 or not row[1].startswith("sha256="):
             continue
-        if _digest(path) != row[1][len("sha256=") :]:
+        if not records.as_recorded(path, row[1][len("sha256=") :], index or {}):
             return f"{row[0]} differs from its RECORD"
     # A file the installer was writing when it stopped (a temporary name) is not in RECORD.
     for name in os.listdir(dist.path):

@@ -14,9 +14,10 @@ import zipfile
 from dataclasses import dataclass
 
 from verl_bundle.airgap.contract.manifest import Manifest
+from verl_bundle.airgap.errors import ServerNotReadyError, UsageError
 from verl_bundle.airgap.install import bundled
 from verl_bundle.airgap.install.dists import SitePaths
-from verl_bundle.airgap.install.options import EXIT_NOT_READY, EXIT_USAGE, InstallError, Options
+from verl_bundle.airgap.install.options import Options
 from verl_bundle.airgap.install.state import State
 
 # Variables that would let this machine change what an isolated install does.
@@ -73,7 +74,7 @@ def _python_fix(m: Manifest) -> str:
 
 def choose_python(opts: Options, m: Manifest, target: str) -> str:
     """The interpreter the environment runs: --into-env's, --python, the prefix's own (a
-    rerun), python<X.Y>, python3. InstallError(4) when none is found."""
+    rerun), python<X.Y>, python3. ServerNotReadyError when none is found."""
     own = os.path.join(target, "bin", "python")
     if opts.into_env:
         return own
@@ -88,19 +89,17 @@ def choose_python(opts: Options, m: Manifest, target: str) -> str:
         found = shutil.which(name)
         if found:
             return found
-    raise InstallError(
-        EXIT_NOT_READY,
+    raise ServerNotReadyError(
         f"no python3 found. This bundle needs Python {m.target.python}: {_python_fix(m)}",
     )
 
 
 def check_python(python: str, m: Manifest) -> str:
-    """The interpreter's X.Y, or InstallError(4) with the "wrong or old Python" sentence."""
+    """The interpreter's X.Y, or ServerNotReadyError with the "wrong or old Python" sentence."""
     got = python_version(python) or "unknown"
     want = m.target.python
     if got != want:
-        raise InstallError(
-            EXIT_NOT_READY,
+        raise ServerNotReadyError(
             f"{python} is Python {got}, but this bundle's wheels are built for Python {want} "
             f"({m.target.python_tag}).\n{_python_fix(m)}, or build a bundle for Python {got} "
             f"(verl-bundle build --python {got}).",
@@ -114,14 +113,12 @@ def check_prefix(opts: Options, target: str) -> str:
     made by someone else, a non-empty directory."""
     if opts.into_env:
         if not os.access(os.path.join(target, "bin", "python"), os.X_OK):
-            raise InstallError(
-                EXIT_USAGE, f"--into-env {target}: no bin/python there; give a venv or conda env"
-            )
+            raise UsageError(f"--into-env {target}: no bin/python there; give a venv or conda env")
         return "env"
     if not os.path.lexists(target):
         return "new"
     if not os.path.isdir(target):
-        raise InstallError(EXIT_USAGE, f"--prefix {target}: not a directory; give a new directory")
+        raise UsageError(f"--prefix {target}: not a directory; give a new directory")
     state = State(target)
     if state.made_venv() or (
         state.legacy_venv() and os.path.isfile(os.path.join(target, "pyvenv.cfg"))
@@ -137,7 +134,7 @@ def check_prefix(opts: Options, target: str) -> str:
         what = "an existing Python installation, not a venv this installer made"
     else:
         what = "a directory that is not empty and not a venv this installer made"
-    raise InstallError(EXIT_USAGE, f"--prefix {target}: {what}; {on_purpose}")
+    raise UsageError(f"--prefix {target}: {what}; {on_purpose}")
 
 
 def _only_bundled(target: str) -> bool:
@@ -160,7 +157,7 @@ def site_paths(python: str, prefix: str) -> SitePaths:
         env=clean_environ(),
     )
     if proc.returncode != 0:
-        raise InstallError(EXIT_NOT_READY, f"{python} does not run: {proc.stderr.strip()[-300:]}")
+        raise ServerNotReadyError(f"{python} does not run: {proc.stderr.strip()[-300:]}")
     paths = json.loads(proc.stdout)
     return SitePaths(prefix, paths["purelib"], paths["platlib"], paths["scripts"], paths["data"])
 

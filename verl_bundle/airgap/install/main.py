@@ -1,92 +1,111 @@
-"""install.sh's entry: `main([bundle_dir, *options])` -> exit code.
+"""The install command (what install.sh runs): options -> steps -> one verdict, printed last.
 
-install.sh (a short sh shim) finds a Python 3.8+ and runs this isolated (-I, no bytecode read
-from the bundle, the bundle's lib/ alone added to the path). The steps are in `steps`; this
-reads the manifest and the options, runs them (or the dry run), and renders the result.
+install.sh (a short sh shim) finds a Python 3.8+ and runs the server program isolated (-I, no
+bytecode read from the bundle, the bundle's lib/ alone on the path). The steps are in `steps`;
+this reads the manifest and the options, runs them (or the dry run), and ends every run with
+the verdict line and its exit code: 0 only when the environment is ready to train.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
-import sys
 
-from verl_bundle.airgap.install import bytecode
+from verl_bundle.airgap import render
+from verl_bundle.airgap.checks import Verdict, of_error
+from verl_bundle.airgap.contract import manifest as mf
+from verl_bundle.airgap.contract.events import EventLog
+from verl_bundle.airgap.errors import EXIT_OK, InterruptError, ServerError
+from verl_bundle.airgap.install.options import Options, options, usage
+from verl_bundle.airgap.install.output import Output
+from verl_bundle.airgap.install.steps import Installer
 
-bytecode.switch()  # first: what follows loads the interpreter's modules from their bytecode
-
-from verl_bundle.airgap.contract import manifest as mf  # noqa: E402
-from verl_bundle.airgap.contract.events import EventLog  # noqa: E402
-from verl_bundle.airgap.install.options import (  # noqa: E402
-    EXIT_DAMAGED,
-    EXIT_INTERRUPTED,
-    EXIT_OK,
-    InstallError,
-    parse,
-    usage,
-)
-from verl_bundle.airgap.install.output import Output  # noqa: E402
-from verl_bundle.airgap.install.steps import Installer  # noqa: E402
-from verl_bundle.airgap.render import dumps, envelope  # noqa: E402
+# What the last line says when a run stops with an error, by the error's exit code.
+_STOPPED = {
+    1: "not installed: a step failed (above); run ./install.sh again to continue",
+    2: "nothing was done: a usage error (above)",
+    3: "not installed: the bundle is damaged (above)",
+    4: "not installed: this server is not ready (above, each with its fix)",
+    130: "not installed: interrupted; run ./install.sh again to continue",
+}
 
 
-def main(argv: list[str]) -> int:
-    """install.sh's entry: argv is [bundle_dir, *options]. Returns the exit code."""
-    if any(a == "--from" or a.startswith("--from=") for a in argv):  # a served bundle
-        from verl_bundle.airgap.verify.served import main as from_url
-
-        return from_url(argv[1:] if argv and not argv[0].startswith("-") else argv)
-    bundle = argv[0] if argv else "."
+def install(args: argparse.Namespace) -> int:
+    """One run of install.sh; returns the exit code."""
     try:
-        m: mf.Manifest | None = mf.load(bundle)
+        m: mf.Manifest | None = mf.load(args.bundle)
     except mf.ManifestError:
         m = None
-    try:
-        opts = parse(argv, m)
-    except InstallError as exc:
-        print(f"install.sh: {exc.message}", file=sys.stderr)
-        return exc.code
-    if opts.help:
+    if args.help:
         print(usage(m))
         return EXIT_OK
+    opts = options(args, m)  # UsageError: one line, exit 2, before anything is written
     out = Output(to_stderr=opts.json)
     events = EventLog(opts.events)
     if opts.log and not out.open_log(os.path.abspath(opts.log)):
         out.err(f"cannot write the log {opts.log}; continuing without it")
-    code, message = EXIT_OK, ""
-    installer = None
+    installer: Installer | None = None
+    message = ""
     try:
         if m is None:
-            mf.load(bundle)  # raises again, with the reason
+            mf.load(args.bundle)  # raises again, with the reason
             raise AssertionError("unreachable")
         installer = Installer(opts, m, out, events)
         if opts.dry_run:
             from verl_bundle.airgap.install.plan import dry_run
 
             dry_run(installer)
+            verdict = Verdict(EXIT_OK, "can-install", "dry run: nothing was changed")
         else:
-            installer.run()
+            verdict = installer.run()
     except mf.ManifestError as exc:
-        code, message = EXIT_DAMAGED, f"{exc}; nothing was installed. Copy the bundle again."
-    except InstallError as exc:
-        code, message = exc.code, exc.message
+        message = f"{exc}; nothing was installed. Copy the bundle again."
+        verdict = of_error(exc.code, _STOPPED[exc.code])
+    except ServerError as exc:
+        message = exc.message
+        verdict = of_error(exc.code, _STOPPED.get(exc.code, _STOPPED[1]))
     except KeyboardInterrupt:
         where = installer.current if installer else "(start)"
-        code = EXIT_INTERRUPTED
-        message = f"interrupted during: {where}. Run ./install.sh again with the same options to continue."
+        stop = InterruptError(
+            f"interrupted during: {where}. Run ./install.sh again with the same options to continue."
+        )
+        message = stop.message
+        verdict = of_error(stop.code, _STOPPED[stop.code])
     if message:
         out.err(message)
-    events.emit("result", ok=code == 0, exit_code=code, message=message, log=out.log_path)
+    out.say(verdict.line)
+    events.emit(
+        "result",
+        ok=verdict.ok,
+        exit_code=verdict.code,
+        message=message,
+        log=out.log_path,
+        verdict=verdict.to_dict(),
+    )
     if opts.json:
-        result = {
-            "bundle": opts.bundle,
-            "target": installer.target if installer else None,
-            "exit_code": code,
-            "message": message,
-            "log": out.log_path,
-            "steps": events.ended("step"),
-            "phases": events.ended("phase"),
-        }
-        print(dumps(envelope("install", code == 0, result)))
+        result = _result(opts, installer, verdict, message, out, events)
+        print(render.dumps(render.envelope("install", verdict.ok, result, verdict)))
     events.close()
     out.close()
-    return code
+    return verdict.code
+
+
+def _result(
+    opts: Options,
+    installer: Installer | None,
+    verdict: Verdict,
+    message: str,
+    out: Output,
+    events: EventLog,
+) -> dict[str, object]:
+    findings = installer.findings if installer else None
+    return {
+        "bundle": opts.bundle,
+        "target": installer.target if installer else None,
+        "exit_code": verdict.code,
+        "message": message,
+        "log": out.log_path,
+        "steps": events.ended("step"),
+        "phases": events.ended("phase"),
+        "checks": findings.to_dict() if findings else None,
+    }

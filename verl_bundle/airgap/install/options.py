@@ -1,27 +1,14 @@
-"""install.sh's options: parsed into one `Options` value, with the usage text and exit codes."""
+"""install.sh's options as one `Options` value, read from the one parser (airgap/cli.py) and
+checked against the bundle's manifest, and install.sh's --help text."""
 
 from __future__ import annotations
 
+import argparse
 import os
 from dataclasses import dataclass
 
 from verl_bundle.airgap.contract.manifest import Manifest
-
-EXIT_OK = 0
-EXIT_FAILED = 1  # a phase or a post-install check failed (run again to continue)
-EXIT_USAGE = 2
-EXIT_DAMAGED = 3  # a file does not match SHA256SUMS / the manifest
-EXIT_NOT_READY = 4  # wrong Python, or the doctor found a failure
-EXIT_INTERRUPTED = 130
-
-
-class InstallError(Exception):
-    """Ends the install with an exit code and a message (one line, or a few for a failure)."""
-
-    def __init__(self, code: int, message: str = "") -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+from verl_bundle.airgap.errors import UsageError, exit_table
 
 
 @dataclass(frozen=True)
@@ -39,16 +26,15 @@ class Options:
     log: str | None = None
     events: str | None = None
     json: bool = False
-    help: bool = False
+    allowed_signers: str | None = None  # refuse a bundle not signed by one of these keys
+    base: str | None = None  # a delta's base: the old bundle's directory or its wheels
 
     @property
     def target(self) -> str:
         """The environment installed into (absolute): --into-env, --prefix or the default."""
         chosen = self.into_env or self.prefix
         if chosen is None:
-            raise InstallError(
-                EXIT_USAGE, "HOME is not set, so there is no default prefix; pass --prefix DIR"
-            )
+            raise UsageError("HOME is not set, so there is no default prefix; pass --prefix DIR")
         return os.path.abspath(chosen)
 
 
@@ -59,65 +45,38 @@ def default_prefix(m: Manifest) -> str | None:
     return os.path.join(home, f"verl-{m.profile.name}-{m.target.python_tag}")
 
 
-_VALUED = {
-    "--prefix": "a directory",
-    "--python": "a path",
-    "--bundled-python": "a directory",  # given by install.sh, not by people
-    "--into-env": "a path",
-    "--skip-phase": "a phase name",
-    "--log": "a file",
-    "--events": "a file",
-}
-_FLAGS = {
-    "--dry-run": "dry_run",
-    "--skip-doctor": "skip_doctor",
-    "--require-gpu": "require_gpu",
-    "--yes": "yes",
-    "-y": "yes",
-    "--json": "json",
-    "--help": "help",
-    "-h": "help",
-}
-
-
-def parse(argv: list[str], m: Manifest | None) -> Options:
-    """argv (after the bundle directory) -> Options; InstallError(2) naming the bad option."""
-    if not argv:
-        raise InstallError(EXIT_USAGE, "install.sh: the bundle directory is missing")
-    values: dict[str, object] = {"bundle": os.path.abspath(argv[0])}
-    skips: list[str] = []
-    args = list(argv[1:])
-    while args:
-        arg = args.pop(0)
-        if arg in _FLAGS:
-            values[_FLAGS[arg]] = True
-            continue
-        name, eq, value = arg.partition("=")
-        if name not in _VALUED:
-            raise InstallError(EXIT_USAGE, f"unknown option '{arg}' (see ./install.sh --help)")
-        if not eq:
-            if not args:
-                raise InstallError(EXIT_USAGE, f"{name} needs {_VALUED[name]}")
-            value = args.pop(0)
-        if name == "--skip-phase":
-            if m is not None and value not in m.phase_names:
-                raise InstallError(
-                    EXIT_USAGE,
-                    f"--skip-phase {value}: no such phase (phases: {' '.join(m.phase_names)})",
-                )
-            skips.append(value)
-        else:
-            values[name[2:].replace("-", "_")] = value
-    values["skip_phases"] = tuple(skips)
-    if m is not None and "prefix" not in values and "into_env" not in values:
-        values["prefix"] = default_prefix(m)
-    opts = Options(**values)  # type: ignore[arg-type]
-    if opts.into_env and opts.prefix:
-        raise InstallError(
-            EXIT_USAGE,
-            "give --prefix (a new venv) or --into-env (an existing environment), not both",
+def options(args: argparse.Namespace, m: Manifest | None) -> Options:
+    """The parsed command line as Options; UsageError for a phase the bundle does not have
+    or two targets at once."""
+    for name in args.skip_phase:
+        if m is not None and name not in m.phase_names:
+            raise UsageError(
+                f"--skip-phase {name}: no such phase (phases: {' '.join(m.phase_names)})"
+            )
+    if args.into_env and args.prefix:
+        raise UsageError(
+            "give --prefix (a new venv) or --into-env (an existing environment), not both"
         )
-    return opts
+    prefix = args.prefix
+    if m is not None and prefix is None and args.into_env is None:
+        prefix = default_prefix(m)
+    return Options(
+        bundle=os.path.abspath(args.bundle),
+        prefix=prefix,
+        python=args.python,
+        bundled_python=args.bundled_python,
+        into_env=args.into_env,
+        dry_run=args.dry_run,
+        skip_doctor=args.skip_doctor,
+        require_gpu=args.require_gpu,
+        skip_phases=tuple(args.skip_phase),
+        yes=args.yes,
+        log=args.log,
+        events=args.events,
+        json=args.json,
+        allowed_signers=args.allowed_signers,
+        base=os.path.abspath(args.base) if args.base else None,
+    )
 
 
 def usage(m: Manifest | None) -> str:
@@ -136,8 +95,10 @@ Steps: (1) check every file against SHA256SUMS and the manifest; (2) check the P
 version; (3) run the doctor (stops on failures, prints the fixes); (4) create the venv and
 bring pip (and uv, where it runs) from bootstrap/; (5) install the phases in order: {phases};
 (6) post-install checks (versions, imports, torch version and CUDA, C++ ABI, GPU when
-present); (7) say how to activate. A second run after a failure, Ctrl-C or kill continues
-where it stopped; a newer bundle run on the same prefix installs what changed.
+present) and readiness (verl's trainer modules import, its config composes); (7) say how to
+activate. The last line is the verdict: ready to train, or why not. A second run after a
+failure, Ctrl-C or kill continues where it stopped; a newer bundle run on the same prefix
+installs what changed.
 
 Options:
   --prefix DIR      create the venv in DIR (default: {prefix}); an existing
@@ -150,28 +111,31 @@ Options:
                     up- or downgraded is shown and asked about first (unless --yes)
   --dry-run         print the plan: exactly the commands a run would execute; change nothing
   --skip-doctor     do not run the pre-install checks
-  --require-gpu     make the doctor's driver and GPU checks failures, not warnings
-  --skip-phase NAME leave a phase out (repeatable); its packages are not installed or checked.
-                    For rehearsals on a host that cannot do a source build.
-  --yes             do not ask before installing
+  --require-gpu     make the doctor's driver and GPU checks failures, not warnings, and
+                    readiness needs a GPU (a CUDA op and a flash-attn call)
+  --skip-phase NAME leave a phase out (repeatable; phases: {phases}); its packages are not
+                    installed. What the trainer needs from it makes the verdict "not ready to
+                    train" (exit 5); rerun without it to install what is missing.
+  --yes, -y         do not ask before installing
   --log FILE        also write everything to FILE (default: <prefix>/.verl-bundle/install.log)
   --events FILE     append each step's events to FILE as JSON lines (for scripts)
   --json            print the result as JSON on stdout (progress goes to stderr)
+  --allowed-signers FILE
+                    before anything else, refuse a bundle that is not signed by a key in FILE
+                    (an ssh allowed-signers file, or a GPG keyring), or altered since
+  --base OLD_DIR    this bundle is a delta (build --base): take the files it left out from
+                    OLD_DIR (the extracted older bundle, or its wheels), each checked against
+                    this bundle's manifest, then install as from a full bundle
   --from URL        install from a served bundle (an extracted bundle behind python3 -m
                     http.server or nginx: http://head:8000/<bundle>/): every file is fetched
                     into a local copy, checked against its sha256 as it arrives, then that
                     copy is installed as above. Credentials go in the URL (user:password@)
   --work DIR        where --from keeps its copy (kept; a rerun fetches only what is missing);
                     default: a directory in $TMPDIR, removed after a successful install
-  --help            this text
+  --help, -h        this text
 
 Exit codes:
-  0  installed and checked
-  1  a phase or a post-install check failed (run again to continue from that phase)
-  2  usage error (a bad option, or a --prefix that is not a new directory or a venv it made)
-  3  the bundle is damaged (a file does not match SHA256SUMS, or lib/ holds unlisted files)
-  4  this server is not ready (wrong Python, or the doctor found a failure)
-  130 interrupted (run again to continue)
+{exit_table()}
 
 Uninstall: remove the prefix directory. Upgrade: run a newer bundle's install.sh with the
 same --prefix; it installs what changed and removes what left the bundle.

@@ -149,7 +149,9 @@ def reconcile(
     is missing without being asked to uninstall anything. Returns what was removed, why."""
     wanted = {f.name: f for f in m.files_of(phase) if f.kind != "bootstrap"}
     removed = []
-    for dist in dists.installed(paths):
+    found = dists.installed(paths)
+    index = dists.owners(found) if check_hashes else None
+    for dist in found:
         f = wanted.get(dist.name)
         if f is None:
             continue
@@ -157,7 +159,7 @@ def reconcile(
         if dist.version.lower() != f.version.lower():
             why = f"{dist.version} -> {f.version}"
         else:
-            why = dists.problem(dist, check_hashes) or ""
+            why = dists.problem(dist, check_hashes, index) or ""
             if not why:
                 continue
         dists.remove(dist, paths, wheel)

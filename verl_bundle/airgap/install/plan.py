@@ -10,10 +10,11 @@ import os
 import shlex
 from typing import TYPE_CHECKING
 
+from verl_bundle.airgap.errors import ServerError
 from verl_bundle.airgap.install import bundled
 from verl_bundle.airgap.install import env as envs
 from verl_bundle.airgap.install import phases as ph
-from verl_bundle.airgap.install.options import InstallError
+from verl_bundle.airgap.postinstall.left_out import left_out
 
 if TYPE_CHECKING:
     from verl_bundle.airgap.install.steps import Installer
@@ -35,7 +36,7 @@ def dry_run(inst: Installer) -> None:
                 + ("" if unpacked else f", to be unpacked into {opts.bundled_python}")
                 + f": {bundled.why(opts, m)}"
             )
-    except InstallError:
+    except ServerError:
         python = f"python{m.target.python}"
         say(f"  python:  none found (must be {m.target.python}; pass --python PATH)")
     where = (
@@ -80,5 +81,8 @@ def dry_run(inst: Installer) -> None:
             say(f"  5.{i} phase {plan.phase}: {plan.why}")
         say(f"       {packages}")
     skipped = list(opts.skip_phases)
-    say(f"  6. post-install checks: {inst.postinstall_command(skipped).show()}")
+    result = inst.state.path("checks.json")
+    say(f"  6. post-install checks: {inst.postinstall_command(skipped, result).show()}")
+    for item in left_out(m, skipped):  # what leaving phases out means for the verdict
+        say(f"     {item.line()}")
     say(f"  7. activate: source {shlex.quote(inst.target + '/bin/activate')}")

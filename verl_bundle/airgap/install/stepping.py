@@ -10,7 +10,7 @@ import time
 from typing import Any, Iterator
 
 from verl_bundle.airgap.contract.events import EventLog
-from verl_bundle.airgap.install.options import InstallError
+from verl_bundle.airgap.errors import ServerError
 from verl_bundle.airgap.install.output import Output
 
 STEPS = (
@@ -49,7 +49,7 @@ class Steps:
         started = time.monotonic()
         try:
             yield result
-        except InstallError as exc:
+        except ServerError as exc:
             self._end(
                 "step", name, "fail", started, exc.message.splitlines()[0] if exc.message else ""
             )

@@ -7,7 +7,7 @@ ahead of the steps that read them by verification.Verification (its docstring ha
 from __future__ import annotations
 
 import contextlib
-import io
+import json
 import os
 import shlex
 import shutil
@@ -15,24 +15,28 @@ import sys
 import time
 from typing import Any, Iterable
 
+from verl_bundle.airgap import render
+from verl_bundle.airgap.checks import Verdict
 from verl_bundle.airgap.contract import manifest as mf
 from verl_bundle.airgap.contract.events import EventLog
+from verl_bundle.airgap.errors import (
+    EXIT_DAMAGED,
+    EXIT_FAILED,
+    DamagedError,
+    ServerError,
+    ServerNotReadyError,
+    StepError,
+    UsageError,
+)
 from verl_bundle.airgap.install import bundled
 from verl_bundle.airgap.install import env as envs
 from verl_bundle.airgap.install import phases as ph
-from verl_bundle.airgap.install.options import (
-    EXIT_DAMAGED,
-    EXIT_FAILED,
-    EXIT_NOT_READY,
-    EXIT_OK,
-    EXIT_USAGE,
-    InstallError,
-    Options,
-)
+from verl_bundle.airgap.install.options import Options
 from verl_bundle.airgap.install.output import Output
 from verl_bundle.airgap.install.state import State
 from verl_bundle.airgap.install.stepping import STEPS, Steps, heading
 from verl_bundle.airgap.install.verification import Verification, empty_new_prefix, unlisted_code
+from verl_bundle.airgap.postinstall.run import Findings
 from verl_bundle.airgap.verify.bundle import Report
 
 # The interpreter flags and bootstrap every server tool runs with: no PYTHON* variables, no
@@ -41,7 +45,7 @@ ISOLATED = ("-I", "-B")
 BOOT = (
     "import sys; sys.pycache_prefix = '/dev/null/none'; sys.path.insert(0, sys.argv.pop(1)); "
     "from verl_bundle.airgap.install import bytecode; bytecode.switch(); "
-    "from verl_bundle.airgap.__main__ import main; sys.exit(main(sys.argv[1:]))"
+    "from verl_bundle.airgap.cli import main; sys.exit(main(sys.argv[1:]))"
 )
 
 
@@ -59,19 +63,60 @@ class Installer(Steps):
         self.checking: Verification | None = None
         self.existed = False  # whether the prefix was there before this run
         self.early_uv: envs.EarlyUv | None = None  # uv unpacked while the doctor runs
+        self.findings: Findings | None = None  # what post-install found (for --json)
 
     # -- the steps ------------------------------------------------------------------------------
 
     def verify(self) -> None:
-        """The lists, lib/ and the generated files now; the payload behind the install
+        """The signature (--allowed-signers) and a delta's base (--base) first; then the lists,
+        lib/ and the generated files now, the payload behind the install
         (install/verification.py has the design)."""
         with self.step("verify", STEPS[0][1]) as result:
+            self.signed()
+            self.completed()
             self.checking = Verification(self.opts.bundle, self.m)
             planted = unlisted_code(self.opts.bundle, self.m)
             if not self.checking.begin() or planted:
-                self.damaged(self.checking.finish(), planted)
+                quick = self.checking.absent()  # a truncated copy: said at once, unhashed
+                self.damaged(self.checking.quick() if quick else self.checking.finish(), planted)
             now, later = len(self.checking.first), len(self.checking.later)
             result["detail"] = f"{now} files; {later} more while the install goes on"
+
+    def signed(self) -> None:
+        """--allowed-signers: a bundle not signed by one of them, or altered since, is refused
+        before anything of it is trusted (airgap/verify/signature.py)."""
+        if not self.opts.allowed_signers:
+            return
+        from verl_bundle.airgap.verify import signature
+
+        found = signature.check_bundle(self.opts.bundle, self.opts.allowed_signers)
+        if not found.ok:
+            raise DamagedError(found.line)
+        self.out.say(f"    {found.line}")
+
+    def completed(self) -> None:
+        """A delta bundle takes the files it left out from --base OLD_DIR, each checked against
+        this manifest, before the whole is verified as a full bundle (install/base.py)."""
+        if self.m.delta is None:
+            if self.opts.base:
+                raise UsageError(
+                    f"--base {self.opts.base}: this bundle is a full one, not a delta; "
+                    "run ./install.sh without --base"
+                )
+            return
+        if not self.opts.base:
+            raise UsageError(
+                f"this bundle is a delta: it left {len(self.m.delta.omitted)} file(s) to its base "
+                f"{self.m.delta.base}; give --base OLD_DIR (that bundle extracted, or its wheels)"
+            )
+        from verl_bundle.airgap.install import base
+
+        done = base.complete(self.m, self.opts.bundle, self.opts.base)
+        copied = len(done.taken) - done.linked
+        self.out.say(
+            f"    took {len(done.taken)} file(s) from {self.opts.base} ({done.linked} linked, "
+            f"{copied} copied; {done.already} already here), each checked against the manifest"
+        )
 
     def require(self, paths: Iterable[str]) -> None:
         """Wait until the background verification has these files; stop if any is damaged."""
@@ -95,11 +140,10 @@ class Installer(Steps):
                 self.out.close()
                 self.out.log_path = None
             empty_new_prefix(self.target, keep=self.existed)
-        raise InstallError(
-            EXIT_DAMAGED,
+        raise DamagedError(
             "the bundle is damaged; these files do not match SHA256SUMS or the manifest:\n"
-            + "\n".join(f"    {p}" for p in problems)
-            + f"\n{self.nothing()} Copy the tarball again and check it against its .sha256 file.",
+            + "\n".join(f"    {p}" for p in _summary(problems))
+            + f"\n{self.nothing()} Copy the tarball again and check it against its .sha256 file."
         )
 
     def python(self) -> str:
@@ -129,20 +173,17 @@ class Installer(Steps):
         ) as result:
             from verl_bundle.airgap import doctor
 
-            args = ["--bundle", self.opts.bundle, "--python", python, "--prefix", self.target]
-            args += ["--require-gpu"] if self.opts.require_gpu else []
-            for name in self.opts.skip_phases:  # a skipped source build needs no compiler
-                args += ["--skip-phase", name]
-            code, text = _captured(doctor.main, args)
-            for line in text.rstrip("\n").splitlines():
+            report = doctor.run_doctor(
+                self.m, python, self.target, self.opts.require_gpu, self.opts.skip_phases
+            )
+            for line in doctor.render_text(report).splitlines():
                 self.out.say(line)
-            if code != 0:
-                raise InstallError(
-                    EXIT_NOT_READY,
+            if not report.ok:
+                raise ServerNotReadyError(
                     f"the doctor found problems (above, each with its fix); {self.nothing()}\n"
-                    "Fix them and run ./install.sh again, or pass --skip-doctor if you know better.",
+                    "Fix them and run ./install.sh again, or pass --skip-doctor if you know better."
                 )
-            result["detail"] = "ready"
+            result["detail"] = "ready to install"
 
     def confirm(self) -> None:
         """Say what an install into an existing environment changes, and ask (unless --yes)."""
@@ -163,17 +204,18 @@ class Installer(Steps):
             return
         if not sys.stdin.isatty():
             if changes:
-                raise InstallError(
-                    EXIT_USAGE,
-                    f"--into-env {self.target} would change the distributions above; pass --yes to accept",
+                raise UsageError(
+                    f"--into-env {self.target} would change the distributions above; pass --yes to accept"
                 )
             return
         sys.stdout.write(f"Install {self.m.name} into {self.target}? [y/N] ")
         sys.stdout.flush()
         answer = sys.stdin.readline().strip()
         if answer not in ("y", "Y", "yes", "YES"):
-            self.out.say("nothing installed.")
-            raise InstallError(EXIT_OK)
+            raise StepError(
+                f"nothing was installed: the answer was {answer or 'no'!r}, not yes "
+                "(pass --yes to install without asking)"
+            )
 
     def venv(self, python: str) -> envs.Tools:
         if self.kind == "env":
@@ -192,10 +234,9 @@ class Installer(Steps):
             if self.kind != "env" and not os.access(self.target_py, os.X_OK):
                 cmd = ph.Command(tuple(envs.venv_command(python, self.target)))
                 if ph.run_logged(cmd, self.state.path("venv.log"), self.out.say) != 0:
-                    raise InstallError(
-                        EXIT_NOT_READY,
+                    raise ServerNotReadyError(
                         f"could not create a venv with {python}. On Debian/Ubuntu: apt install "
-                        f"python{self.m.target.python}-venv (from the intranet mirror or install media)",
+                        f"python{self.m.target.python}-venv (from the intranet mirror or install media)"
                     )
             self.require(f.path for f in self.m.bootstrap)
             tools = envs.find_tools(
@@ -272,7 +313,7 @@ class Installer(Steps):
         self.state.start(plan.phase)
         try:
             self.run_or_fail(plan.phase, plan.command, self.state.path(f"phase-{plan.phase}.log"))
-        except (InstallError, KeyboardInterrupt) as exc:
+        except (ServerError, KeyboardInterrupt) as exc:
             detail = (
                 "interrupted"
                 if isinstance(exc, KeyboardInterrupt)
@@ -290,8 +331,6 @@ class Installer(Steps):
         shutil.rmtree(self.state.path("uv-cache"), ignore_errors=True)
         if code == 0:
             return
-        from verl_bundle.airgap.explain import engine as explain
-
         lines = [
             f"phase '{what}' failed.",
             f"command: {cmd.show()}",
@@ -300,17 +339,20 @@ class Installer(Steps):
         lines += [f"    {line}" for line in ph.tail(logfile)]
         self.out.err("\n".join(lines))
         self.out.say("")
-        _, text = _captured(explain.main, [logfile])
-        for line in text.rstrip("\n").splitlines():
+        from verl_bundle.airgap.explain import engine
+
+        text = engine.read_log(logfile)
+        need = f"{self.m.installed_size / 1e9:.1f} GB" if self.m.installed_size else ""
+        findings = engine.explain_text(text, {"need": need} if need else None)
+        for line in engine.render_text(findings, text).splitlines():
             self.out.say(line)
-        raise InstallError(
-            EXIT_FAILED,
-            f"fix the cause and run ./install.sh again: it continues from phase '{what}'.",
+        raise StepError(
+            f"fix the cause and run ./install.sh again: it continues from phase '{what}'."
         )
 
-    def postinstall_command(self, skipped: list[str]) -> ph.Command:
+    def postinstall_command(self, skipped: list[str], result: str) -> ph.Command:
         argv = [self.target_py, *ISOLATED, "-c", BOOT, os.path.join(self.opts.bundle, "lib")]
-        argv += ["postinstall", "--bundle", self.opts.bundle]
+        argv += ["postinstall", "--bundle", self.opts.bundle, "--result", result]
         argv += ["--require-gpu"] if self.opts.require_gpu else []
         # pip and uv check every wheel's hash as they install; after an interrupted phase,
         # every installed file is also checked against its RECORD.
@@ -319,13 +361,26 @@ class Installer(Steps):
             argv += ["--skip-phase", name]
         return ph.Command(tuple(argv))
 
-    def postinstall(self, skipped: list[str]) -> None:
-        with self.step("post-install", STEPS[5][1]):
+    def postinstall(self, skipped: list[str]) -> Findings:
+        """Post-install's checks, run by the venv's python, read back as typed findings from
+        the JSON envelope it writes, and shown here (the verdict is judged from them)."""
+        with self.step("post-install", STEPS[5][1]) as result:
+            where = self.state.path("checks.json")
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(where)
             self.run_or_fail(
                 "post-install checks",
-                self.postinstall_command(skipped),
+                self.postinstall_command(skipped, where),
                 self.state.path("checks.log"),
             )
+            found = _read_findings(where)
+            self.findings = found
+            for line in render.checks_text(found.installed + found.readiness).splitlines():
+                self.out.say(f"    {line}" if line else "")
+            result["detail"] = found.verdict.line
+            if found.verdict.code == EXIT_FAILED:  # not installed as bundled
+                result["status"] = "fail"
+        return found
 
     def done(self, skipped: list[str]) -> None:
         with self.step("done", f"done: {self.m.name} is installed in {self.target}") as result:
@@ -337,12 +392,9 @@ class Installer(Steps):
             )
             if skipped:
                 self.out.say(
-                    f"    skipped phases: {', '.join(skipped)} (--skip-phase): their packages are not installed and were not checked"
+                    f"    skipped phases: {', '.join(skipped)} (--skip-phase): their packages "
+                    "are not installed"
                 )
-                from verl_bundle.airgap.postinstall.left_out import left_out
-
-                for item in left_out(self.m, skipped):  # and what that means for readiness
-                    self.out.say(f"    {item.line()}")
                 result["detail"] = f"skipped: {', '.join(skipped)}"
             if self.out.log_path:
                 self.out.say(f"    log: {self.out.log_path}")
@@ -355,7 +407,8 @@ class Installer(Steps):
 
     # -- the whole run ----------------------------------------------------------------------------
 
-    def run(self) -> None:
+    def run(self) -> Verdict:
+        """The whole install; the verdict is judged from post-install's typed findings."""
         self.kind = envs.check_prefix(self.opts, self.target)
         self.existed = os.path.lexists(self.target)
         try:
@@ -367,8 +420,8 @@ class Installer(Steps):
                 self.doctor(python)
                 self.confirm()
                 tools = self.venv(python)
-            except InstallError as exc:  # damage outranks what failed while it was checked
-                if exc.code not in (EXIT_OK, EXIT_DAMAGED) and self.checking is not None:
+            except ServerError as exc:  # damage outranks what failed while it was checked
+                if exc.code != EXIT_DAMAGED and self.checking is not None:
                     self.damaged(self.checking.finish())
                 raise
             skipped = self.phases(tools)
@@ -377,16 +430,37 @@ class Installer(Steps):
                 self.checking.stop()
             if self.early_uv is not None:
                 self.early_uv.close()
-        self.postinstall(skipped)
-        self.done(skipped)
+        found = self.postinstall(skipped)
+        if found.verdict.code != EXIT_FAILED:  # installed as bundled (ready to train or not)
+            self.done(skipped)
+        return found.verdict
 
 
-def _captured(fn: Any, args: list[str]) -> tuple[int, str]:
-    """Run a server tool's main(argv) in-process, its stdout captured."""
-    buf = io.StringIO()
+def _read_findings(path: str) -> Findings:
+    """Post-install's envelope -> its typed findings; a missing or malformed one is a failed
+    step (the checks could not run), never a silent pass."""
     try:
-        with contextlib.redirect_stdout(buf):
-            code = fn(args)
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 2
-    return int(code or 0), buf.getvalue()
+        with open(path, encoding="utf-8") as fh:
+            doc = json.load(fh)
+        if not isinstance(doc, dict) or doc.get("command") != "postinstall":
+            raise ValueError("not a postinstall envelope")
+        return Findings.from_dict(doc["result"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise StepError(
+            f"the post-install checks left no result ({path}: {exc}); run ./install.sh again"
+        ) from None
+
+
+def _summary(problems: list[str], shown: int = 5) -> list[str]:
+    """Problems as counts plus the first few names, so a truncated bundle is a few lines, not
+    one per file (`verify` lists them all)."""
+    missing = [p for p in problems if p.endswith(": missing")]
+    others = [p for p in problems if not p.endswith(": missing")]
+    out = others[:shown]
+    if len(others) > shown:
+        out.append(f"... and {len(others) - shown} more problem(s) (verify lists them all)")
+    if missing:
+        names = ", ".join(p[: -len(": missing")] for p in missing[:shown])
+        more = f" and {len(missing) - shown} more" if len(missing) > shown else ""
+        out.append(f"{len(missing)} file(s) missing: {names}{more}")
+    return out

@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable
 
 from verl_bundle.airgap.contract import manifest as mf
-from verl_bundle.airgap.verify.bundle import Report, judge, parse_sums, scan, workers
+from verl_bundle.airgap.verify.bundle import Problem, Report, judge, parse_sums, scan, workers
 
 READ = 4 << 20  # bytes per read: large reads, few system calls; hashlib drops the GIL on them
 
@@ -56,9 +56,23 @@ class Verification:
 
     # -- hashing ---------------------------------------------------------------------------------
 
+    def absent(self) -> list[str]:
+        """The files SHA256SUMS lists that are not on disk (a truncated copy): known at once,
+        before anything is hashed."""
+        return sorted(p for p in self.sums if p not in self.files)
+
+    def quick(self) -> Report:
+        """The report for a copy with files missing, without hashing the rest first."""
+        report = Report(self.root, len(self.sums), list(self.report.problems))
+        report.problems += [Problem(p, "missing") for p in self.absent()]
+        return report
+
     def begin(self) -> bool:
         """Hash the lists, lib/ and the generated files now; start hashing the rest behind
-        the install. True when what was hashed now is intact."""
+        the install. True when what was hashed now is intact (and no listed file is
+        missing: then nothing more is hashed, see `quick`)."""
+        if self.absent():
+            return False
         with ThreadPoolExecutor(max_workers=workers()) as pool:
             for path, digest in zip(self.first, pool.map(self._hash, self.first)):
                 self._done(path, digest)

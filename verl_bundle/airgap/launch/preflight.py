@@ -15,19 +15,19 @@ Standard library only, Python 3.8+."""
 
 from __future__ import annotations
 
-import argparse
+import math
 import re
 import shutil
-import sys
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from verl_bundle.airgap import render
+from verl_bundle.airgap.checks import Check
 from verl_bundle.airgap.doctor.commands import Run, run
 from verl_bundle.airgap.doctor.devices import Gpu, torchrun_problems, visible_devices
 from verl_bundle.airgap.doctor.gpus import BUSY_MIB, GpuListing, list_gpus
 from verl_bundle.airgap.doctor.node import _open_files
-from verl_bundle.airgap.doctor.registry import Check, found, ok
+from verl_bundle.airgap.doctor.registry import found, ok
 from verl_bundle.airgap.launch import verlconfig as vc
 
 MIN_OPEN_FILES = 65536
@@ -267,7 +267,7 @@ def check_batch(launch: Launch) -> Check:
             (
                 f"data.train_batch_size * rollout.n = {batch} * {rollout_n} = {batch * rollout_n} is "
                 f"not divisible by the {gpus} GPUs ({NGPUS} x {NNODES})",
-                f"choose data.train_batch_size a multiple of {gpus // _gcd(gpus, rollout_n)}",
+                f"choose data.train_batch_size a multiple of {gpus // (math.gcd(gpus, rollout_n) or 1)}",
             )
         )
     if mini is not None and batch < mini:
@@ -316,12 +316,6 @@ def check_batch(launch: Launch) -> Check:
     )
 
 
-def _gcd(a: int, b: int) -> int:
-    while b:
-        a, b = b, a % b
-    return a or 1
-
-
 @dataclass(frozen=True)
 class Preflight:
     checks: list[Check]
@@ -354,28 +348,3 @@ def render_text(result: Preflight) -> str:
 
 def render_json(result: Preflight) -> dict[str, object]:
     return {"ok": result.ok, "checks": render.checks_json(result.checks)}
-
-
-def main(argv: list[str]) -> int:
-    """`preflight [verl overrides...] [--config YAML] [--json]`: 0 ready, 1 not, 2 usage."""
-    import os
-
-    parser = argparse.ArgumentParser(
-        prog="preflight",
-        description="Check this node before ray start / torchrun, against verl's settings given "
-        "as its command-line overrides (trainer.n_gpus_per_node=8 ...) or a YAML file.",
-    )
-    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
-    parser.add_argument("--config", metavar="YAML", help="verl settings (nested maps of scalars)")
-    parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    args = parser.parse_args(argv)
-    try:
-        result = run_preflight(args.overrides, args.config, os.environ)
-    except vc.ConfigError as exc:
-        print(f"preflight: {exc}", file=sys.stderr)
-        return 2
-    if args.json:
-        print(render.dumps(render.envelope("preflight", result.ok, render_json(result))))
-    else:
-        print(render.encodable(render.printable(render_text(result))))
-    return 0 if result.ok else 1

@@ -13,6 +13,8 @@ import re
 from pathlib import Path
 from typing import Iterable
 
+from verl_bundle.airgap.errors import UsageError
+
 # verl's defaults for the keys preflight checks, as verl/trainer/config/ppo_trainer.yaml has them
 # at tag v0.3.0.post1 (the cu118/cu121 profiles' verl); unchanged at v0.4.1, v0.5.0, v0.6.1,
 # v0.7.0 and main of 2026-01-29 (0.8.0.dev, _generated_ppo_trainer.yaml). v0.9.1 (cu130) was not
@@ -29,7 +31,7 @@ DEFAULTS = {
 _KEY = re.compile(r"[A-Za-z_][\w.\-]*")
 
 
-class ConfigError(ValueError):
+class ConfigError(UsageError, ValueError):
     """An override or YAML line that cannot be read: one line, naming it."""
 
 

@@ -1,47 +1,41 @@
 """The post-install checks judged from what the readiness probe found in the target
 interpreter: the profile's imports, torch's build, and the GPU with a tiny flash-attn call.
 
-The probe (readiness_probe.py) imports each module once, isolated from the installer's code;
-these functions only read its findings, so post-install and readiness share one import run.
+The probe (probe.py) imports each module once, isolated from the installer's code; these
+functions only read its findings, so post-install and readiness share one import run.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
+from verl_bundle.airgap.checks import Check
 from verl_bundle.airgap.contract.manifest import Checks
 from verl_bundle.airgap.postinstall.readiness import Facts
 
 
-@dataclass(frozen=True)
-class Result:
-    id: str
-    status: str  # ok, warn, fail, skip
-    summary: str
-    fix: str = ""
-
-
-def check_imports(found: Facts) -> list[Result]:
+def check_imports(found: Facts) -> list[Check]:
     """The profile's imports, as the probe found them (each imported once, in the probe)."""
     out = []
     for item in found.get("checks", []):
         mod = item["module"]
         if item["ok"]:
-            out.append(Result("import:" + mod, "ok", f"import {mod} {item.get('version', '')}"))
+            version = item.get("version", "")
+            out.append(Check("import:" + mod, "ok", f"import {mod} {version}".rstrip()))
             continue
         out.append(
-            Result(
+            Check(
                 "import:" + mod,
                 "fail",
                 f"import {mod} failed: {item['type']}: {item['error']}",
-                f"run `verl-bundle explain` on this output; check the phase that installs {mod}",
+                fix=f"run `verl-bundle explain` on this output; check the phase that installs {mod}",
+                subject=mod,
             )
         )
     return out
 
 
-def check_torch(checks: Checks, found: Facts) -> list[Result]:
+def check_torch(checks: Checks, found: Facts) -> list[Check]:
     want_version = checks.torch_version
     want_cuda = checks.torch_cuda
     wheel = checks.flash_attn_wheel
@@ -49,31 +43,38 @@ def check_torch(checks: Checks, found: Facts) -> list[Result]:
         return []
     torch = found.get("torch") or {"ok": False, "error": "not asked"}
     if not torch["ok"]:
-        return [Result("torch", "fail", f"torch does not import: {torch['error']}")]
+        return [
+            Check(
+                "torch",
+                "fail",
+                f"torch does not import: {torch['error']}",
+                fix="run `verl-bundle explain` on the install log; rerun ./install.sh",
+            )
+        ]
     out = []
     version, cuda = torch["version"], torch["cuda"]
     if want_version and version != want_version:
         out.append(
-            Result(
+            Check(
                 "torch-version",
                 "fail",
                 f"torch is {version}, the bundle's is {want_version}",
-                "another torch shadows the bundled one (check `pip list`, PYTHONPATH, user site)",
+                fix="another torch shadows the bundled one (check `pip list`, PYTHONPATH, user site)",
             )
         )
     elif want_version:
-        out.append(Result("torch-version", "ok", f"torch {version}"))
+        out.append(Check("torch-version", "ok", f"torch {version}"))
     if want_cuda and cuda != want_cuda:
         out.append(
-            Result(
+            Check(
                 "torch-cuda",
                 "fail",
                 f"torch.version.cuda is {cuda}, expected {want_cuda}",
-                "install the bundle's torch (+cu build) again: ./install.sh",
+                fix="install the bundle's torch (+cu build) again: ./install.sh",
             )
         )
     elif want_cuda:
-        out.append(Result("torch-cuda", "ok", f"torch.version.cuda {cuda}"))
+        out.append(Check("torch-cuda", "ok", f"torch.version.cuda {cuda}"))
     if wheel:
         m = re.search(r"cxx11abi(TRUE|FALSE)", wheel, re.IGNORECASE)
         abi = torch.get("abi")
@@ -81,48 +82,49 @@ def check_torch(checks: Checks, found: Facts) -> list[Result]:
             want = m.group(1).upper() == "TRUE"
             if bool(abi) != want:
                 out.append(
-                    Result(
+                    Check(
                         "cxx11abi",
                         "fail",
                         f"torch's C++ ABI (_GLIBCXX_USE_CXX11_ABI={abi}) differs from {wheel}",
-                        "use the flash-attn wheel built for this torch's ABI (cxx11abi%s)"
+                        fix="use the flash-attn wheel built for this torch's ABI (cxx11abi%s)"
                         % ("TRUE" if abi else "FALSE"),
                     )
                 )
             else:
-                out.append(Result("cxx11abi", "ok", f"torch C++ ABI matches {wheel}"))
+                out.append(Check("cxx11abi", "ok", f"torch C++ ABI matches {wheel}"))
     return out
 
 
-def check_gpu(require_gpu: bool, has_flash: bool, found: Facts) -> list[Result]:
-    """torch's view of the GPU and, where one is visible and the bundle has flash-attn, the
-    probe's tiny flash-attn call (run last in the probe: a crash there is reported here)."""
+def check_gpu(require_gpu: bool, flash: bool, found: Facts) -> list[Check]:
+    """torch's view of the GPU and, where one is visible and flash-attn is installed, the
+    probe's tiny flash-attn call (run last in the probe: a crash there is reported here).
+    Without a GPU this is `skip`, or a failure under --require-gpu."""
+    fix = "check the driver (nvidia-smi) and CUDA_VISIBLE_DEVICES; ./doctor --require-gpu"
     if found.get("gpu_error"):
         status = "fail" if require_gpu else "skip"
-        return [Result("gpu", status, f"cannot ask torch: {found['gpu_error']}")]
+        return [Check("gpu", status, f"cannot ask torch: {found['gpu_error']}", fix=fix)]
     if not found.get("gpu_visible"):
-        status = "fail" if require_gpu else "skip"
         return [
-            Result(
+            Check(
                 "gpu",
-                status,
+                "fail" if require_gpu else "skip",
                 "torch.cuda.is_available() is False: no GPU checks on this machine",
-                "check the driver (nvidia-smi) and CUDA_VISIBLE_DEVICES" if require_gpu else "",
+                fix=fix if require_gpu else "",
             )
         ]
-    out = [Result("gpu", "ok", f"torch sees {found.get('gpu_count', 0)} GPU(s)")]
+    out = [Check("gpu", "ok", f"torch sees {found.get('gpu_count', 0)} GPU(s)")]
     smoke = found.get("smoke")
-    if has_flash and smoke is not None:
+    if flash and smoke is not None:
         if smoke["ok"]:
             where = smoke.get("device", "the GPU")
-            out.append(Result("flash-attn-gpu", "ok", f"flash-attn ok on {where}"))
+            out.append(Check("flash-attn-gpu", "ok", f"flash-attn ok on {where}"))
         else:
             out.append(
-                Result(
+                Check(
                     "flash-attn-gpu",
                     "fail",
                     f"a tiny flash-attn call failed: {smoke['type']}: {smoke['error']}",
-                    "run `verl-bundle explain` on the install log",
+                    fix="run `verl-bundle explain` on the install log",
                 )
             )
     return out

@@ -1,4 +1,4 @@
-"""Running readiness in the target interpreter: the probe (readiness_probe.py, isolated) and
+"""Running readiness in the target interpreter: the probe (probe.py, isolated) and
 the pip check, each a subprocess, the pip check started while the probe imports.
 
 Standard library only, Python 3.8+.
@@ -13,17 +13,17 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
+from verl_bundle.airgap.checks import Check
 from verl_bundle.airgap.contract import manifest as mf
 from verl_bundle.airgap.postinstall.readiness import (
     PROBE,
-    Check,
     Facts,
     Plan,
     ReadinessError,
     ReadinessReport,
     load_table,
     plan_for,
-    verdict,
+    report,
 )
 
 # Set for the probe: importing transformers/datasets/huggingface_hub must not try the network.
@@ -51,21 +51,21 @@ def pip_check(python: str) -> Check:
     try:
         run = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return Check("pip-check", "skip", f"{tool} could not run: {exc}", tool)
+        return Check("pip-check", "skip", f"{tool} could not run: {exc}", subject=tool)
     text = (run.stdout + run.stderr).strip()
     if run.returncode == 0:
-        return Check("pip-check", "ok", "no broken requirements", tool)
+        return Check("pip-check", "ok", "no broken requirements", subject=tool)
     if "No module named pip" in text:
-        return Check("pip-check", "skip", "neither uv nor pip in this environment", tool)
+        return Check("pip-check", "skip", "neither uv nor pip in this environment", subject=tool)
     lines = [ln for ln in text.splitlines() if ln.strip()][:5]
     return Check(
         "pip-check",
         "fail",
         "; ".join(lines),
-        tool,
-        cause="installed packages do not satisfy each other's requirements",
-        fix="rerun ./install.sh (it reinstalls unfinished phases); if it persists, the bundle's "
+        "installed packages do not satisfy each other's requirements",
+        "rerun ./install.sh (it reinstalls unfinished phases); if it persists, the bundle's "
         "lock is inconsistent: rebuild it",
+        tool,
     )
 
 
@@ -78,7 +78,7 @@ def probe(
     torch: bool = False,
     smoke: bool = False,
 ) -> Facts:
-    """Run readiness_probe.py in `python` (isolated: no PYTHONPATH, no user site, no cwd, none
+    """Run probe.py in `python` (isolated: no PYTHONPATH, no user site, no cwd, none
     of the installer's code), so the trainer's modules import as the trainer would see them.
     `checks`, `torch` and `smoke` add post-install's imports, torch's build and its GPU smoke
     test to the same run: each heavy module is imported once, in this one interpreter."""
@@ -141,4 +141,4 @@ def run_readiness(
     with ThreadPoolExecutor(max_workers=1) as pool:
         pip = pool.submit(pip_check, python)
         facts = probe(python, plan, require_gpu, timeout)
-        return verdict(manifest, plan, facts, pip.result(), table)
+        return report(manifest, plan, facts, pip.result(), table)

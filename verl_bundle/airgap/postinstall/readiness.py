@@ -3,7 +3,8 @@
 Run by the installed environment's python (`python -m verl_bundle.airgap readiness --bundle
 DIR`), or from post-install (which adds its own import checks to the same probe run). The checks
 are a registry (one function per id) over one probe run in the target interpreter
-(readiness_run.py runs it, and the pip check beside it):
+(probing.py runs it, and the pip check beside it); each returns the one `Check` type, and the one
+`verdict()` (airgap/checks.py) decides:
   imports   the trainer's entry point and the modules behind it for the bundle's purpose,
             verl's own vLLM version gate included, and flash_attn where the bundle has it
   config    verl's Hydra config composes and resolves offline (no run is started)
@@ -16,32 +17,19 @@ Standard library only, Python 3.8+.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
-import sys
-from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Dict
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Sequence
 
-from verl_bundle.airgap import render
+from verl_bundle.airgap.checks import Check, Verdict, verdict
 from verl_bundle.airgap.contract import manifest as mf
+from verl_bundle.airgap.errors import StepError, UsageError
 
 PROBE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "probe.py")
 TABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "readiness.json")
 DEFAULT_PURPOSE = "ppo-fsdp-vllm"
-
-
-@dataclass(frozen=True)
-class Check:
-    """One readiness finding. status: ok, fail, skip, or untested (needs a GPU to tell)."""
-
-    id: str
-    status: str
-    summary: str
-    subject: str = ""  # the module, config or command the finding is about
-    cause: str = ""
-    fix: str = ""
 
 
 @dataclass(frozen=True)
@@ -51,39 +39,34 @@ class Plan:
     purpose: str
     modules: tuple[str, ...]
     config: str
-    flash_attn: bool
+    flash_attn: bool  # the bundle has flash-attn (its phase may be left out: see left_out)
     verl: str | None
+    left_out: dict[str, str] = field(default_factory=dict)  # distribution -> phase left out
 
 
 @dataclass(frozen=True)
 class ReadinessReport:
+    """Readiness's findings for one environment; `verdict` is the one verdict over them."""
+
     purpose: str
-    ready: bool
     checks: tuple[Check, ...]
     limit: str = ""
     versions: dict[str, str | None] = field(default_factory=dict)
 
     @property
-    def headline(self) -> str:
-        if self.ready:
-            untested = [c.subject for c in self.checks if c.status == "untested"]
-            tail = f" ({', '.join(untested)}: imports only with a GPU, not proven here)"
-            return f"ready: {self.purpose}" + (tail if untested else "")
-        first = next(c for c in self.checks if c.status == "fail")
-        return f"not ready: {first.subject}: {first.summary}"
+    def verdict(self) -> Verdict:
+        return verdict(installed=(), readiness=self.checks, purpose=self.purpose, limit=self.limit)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "purpose": self.purpose,
-            "ready": self.ready,
-            "headline": self.headline,
             "limit": self.limit,
             "versions": dict(self.versions),
-            "checks": [asdict(c) for c in self.checks],
+            "checks": [c.to_dict() for c in self.checks],
         }
 
 
-class ReadinessError(Exception):
+class ReadinessError(StepError):
     """Readiness could not run at all (no interpreter, probe crashed); one line."""
 
 
@@ -120,9 +103,14 @@ def _purpose_id(text: str, table: dict[str, Any]) -> str:
 
 
 def plan_for(
-    m: mf.Manifest, purpose: str | None = None, table: dict[str, Any] | None = None
+    m: mf.Manifest,
+    purpose: str | None = None,
+    table: dict[str, Any] | None = None,
+    skipped: Sequence[str] = (),
 ) -> Plan:
-    """The modules and config readiness checks for this bundle (and `--purpose`, if given)."""
+    """The modules and config readiness checks for this bundle (and `--purpose`, if given).
+    `m` is the whole bundle: a phase left out (`skipped`) never removes a module the purpose
+    needs; its distributions are named in `left_out`, so that their failed imports say why."""
     table = table or load_table()
     verl = next((f.version for f in m.installed if f.name == "verl"), None)
     flash = m.has("flash-attn")
@@ -133,7 +121,7 @@ def plan_for(
     else:
         pid = purpose or _purpose_id(declared.purpose, table)
         if pid not in table["purposes"]:
-            raise ValueError(
+            raise UsageError(
                 f"--purpose {pid}: not a known purpose ({', '.join(sorted(table['purposes']))})"
             )
         text = purpose_text(pid, table)
@@ -142,7 +130,13 @@ def plan_for(
         config = str(row["config"]) if row else declared.config
     if flash and "flash_attn" not in modules:
         modules = (*modules, "flash_attn")
-    return Plan(text, tuple(modules), config if verl else "", flash, verl)
+    left_out = {
+        mf.canonical(f.name): phase
+        for phase in skipped
+        for f in m.files_of(phase)
+        if f.kind in ("wheel", "sdist")
+    }
+    return Plan(text, tuple(modules), config if verl else "", flash, verl, left_out)
 
 
 def explain(error: str, table: dict[str, Any] | None = None) -> tuple[str, str]:
@@ -166,7 +160,20 @@ def _gpu_only(error: str, table: dict[str, Any]) -> bool:
 
 # -- the checks (one function per id) ---------------------------------------------------------
 
-Facts = Dict[str, Any]  # what the probe found (readiness_probe.probe's result)
+Facts = Dict[str, Any]  # what the probe found (probe.py's result)
+
+_MISSING = re.compile(r"No module named '([^']+)'")
+
+
+def _left_out(plan: Plan, error: str) -> tuple[str, str] | None:
+    """(the missing module, the phase left out by --skip-phase that installs it) for an import
+    error that misses a distribution of a skipped phase; None otherwise."""
+    hit = _MISSING.search(error)
+    if hit is None:
+        return None
+    top = hit.group(1).split(".")[0]
+    phase = plan.left_out.get(mf.canonical(top))
+    return (top, phase) if phase else None
 
 
 def check_imports(plan: Plan, facts: Facts, table: dict[str, Any]) -> list[Check]:
@@ -178,9 +185,9 @@ def check_imports(plan: Plan, facts: Facts, table: dict[str, Any]) -> list[Check
                 "imports",
                 "fail",
                 f"no readiness modules known for verl {plan.verl}",
-                subject="verl",
-                cause="readiness.json lists no modules for this verl release and purpose",
-                fix="declare them in the profile's [readiness] modules and rebuild the bundle",
+                "readiness.json lists no modules for this verl release and purpose",
+                "declare them in the profile's [readiness] modules and rebuild the bundle",
+                "verl",
             )
         ]
     out = []
@@ -190,19 +197,35 @@ def check_imports(plan: Plan, facts: Facts, table: dict[str, Any]) -> list[Check
             out.append(Check(f"import:{module}", "ok", "imports", subject=module))
             continue
         error = f"{item['type']}: {item['error']}"
+        missing = _left_out(plan, error)
+        if missing is not None:  # a phase left out on purpose: not ready, and the way back
+            top, phase = missing
+            out.append(
+                Check(
+                    f"import:{module}",
+                    "fail",
+                    f"{top} is not installed (phase {phase} was left out)",
+                    f"the trainer imports {module}, which needs {top}; the bundle's phase "
+                    f"{phase} installs it",
+                    f"run ./install.sh again with the same options but without --skip-phase "
+                    f"{phase} (it installs only what is missing)",
+                    module,
+                )
+            )
+            continue
         if facts.get("gpu_visible") is not True and _gpu_only(error, table):
             out.append(
                 Check(
                     f"import:{module}",
                     "untested",
                     f"imports only where a GPU is visible ({error})",
-                    subject=module,
                     fix="run readiness on a GPU server (--require-gpu) to prove it",
+                    subject=module,
                 )
             )
             continue
         cause, fix = explain(error, table)
-        out.append(Check(f"import:{module}", "fail", item["error"], module, cause, fix))
+        out.append(Check(f"import:{module}", "fail", item["error"], cause, fix, module))
     return out
 
 
@@ -212,17 +235,24 @@ def check_config(plan: Plan, facts: Facts, table: dict[str, Any]) -> list[Check]
         return [Check("config", "skip", "no verl config to compose")]
     subject = f"config {plan.config}"
     if got["ok"]:
-        return [Check("config", "ok", f"composes offline ({len(got['keys'])} groups)", subject)]
+        return [
+            Check(
+                "config",
+                "ok",
+                f"composes offline ({len(got['keys'])} groups)",
+                subject=subject,
+            )
+        ]
     return [
         Check(
             "config",
             "fail",
             f"{got['type']}: {got['error']}",
-            subject,
-            cause="verl's Hydra config does not compose or resolve, so main_ppo would stop "
-            "before training",
-            fix="check that hydra-core and omegaconf are the versions the bundle installed "
+            "verl's Hydra config does not compose or resolve, so main_ppo would stop before "
+            "training",
+            "check that hydra-core and omegaconf are the versions the bundle installed "
             "(pip check), and that verl's package holds trainer/config",
+            subject,
         )
     ]
 
@@ -233,79 +263,57 @@ def check_gpu(plan: Plan, facts: Facts, table: dict[str, Any]) -> list[Check]:
         return []
     if got["ok"]:
         what = "a CUDA tensor op" + (" and a flash-attn call" if got.get("flash_attn") else "")
-        return [Check("gpu", "ok", f"{what} on {got.get('device', 'the GPU')}", "gpu")]
+        return [Check("gpu", "ok", f"{what} on {got.get('device', 'the GPU')}", subject="gpu")]
     return [
         Check(
             "gpu",
             "fail",
             f"{got['type']}: {got['error']}",
+            "the GPU smoke test failed: the trainer would fail on its first CUDA call",
+            "run the doctor (./doctor --require-gpu) for the driver and visible devices",
             "gpu smoke test",
-            cause="the GPU smoke test failed: the trainer would fail on its first CUDA call",
-            fix="run the doctor (./doctor --require-gpu) for the driver and visible devices",
         )
     ]
 
 
-CHECKS: dict[str, Callable[[Plan, Facts, dict[str, Any]], list[Check]]] = {
-    "imports": check_imports,
-    "config": check_config,
-    "gpu": check_gpu,
-}
+CHECKS: tuple[Callable[[Plan, Facts, dict[str, Any]], list[Check]], ...] = (
+    check_imports,
+    check_config,
+    check_gpu,
+)
 
 
-# -- the verdict ---------------------------------------------------------------------------
-
-
-def verdict(
+def report(
     manifest: mf.Manifest, plan: Plan, facts: Facts, pip: Check, table: dict[str, Any]
 ) -> ReadinessReport:
-    """The readiness verdict from the probe's facts and the pip check."""
-    checks = [c for fn in CHECKS.values() for c in fn(plan, facts, table)]
+    """Readiness's findings from the probe's facts and the pip check."""
+    checks = [c for fn in CHECKS for c in fn(plan, facts, table)]
     checks.append(pip)
+    # A phase left out on purpose explains what it breaks better than the profile's limit does.
+    left = any(
+        _left_out(plan, f"{item['type']}: {item['error']}")
+        for item in facts.get("imports", [])
+        if not item["ok"]
+    )
     return ReadinessReport(
-        purpose=plan.purpose,
-        ready=not any(c.status == "fail" for c in checks),
+        purpose=plan.purpose if plan.verl else "",
         checks=tuple(checks),
-        limit=manifest.readiness.limit,
+        limit="" if left else manifest.readiness.limit,
         versions=dict(facts.get("versions", {})),
     )
 
 
-def render_text(report: ReadinessReport) -> str:
-    """The headline, each finding, then cause and fix of each failure; the limit last."""
-    lines = [report.headline]
-    for c in report.checks:
+def render_text(r: ReadinessReport, shown: Sequence[str] = ("fail", "untested")) -> str:
+    """Each finding, then the cause and fix of each failure; the limit last (the verdict line
+    is the caller's: it prints it last)."""
+    lines = []
+    for c in r.checks:
         lines.append(f"  {c.status:<8} {c.id}: {c.summary}")
-        if c.status == "fail":
-            lines.append(f"           cause: {c.cause}")
-            lines.append(f"           fix:   {c.fix}")
-    if report.limit:
-        lines.append(f"known limit: {report.limit}")
+        if c.status in shown and (c.detail or c.fix):
+            if c.detail:
+                lines.append(f"           cause: {c.detail}")
+            if c.fix:
+                lines.append(f"           fix:   {c.fix}")
+    if r.limit:
+        lines.append(f"known limit: {r.limit}")
     return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m verl_bundle.airgap readiness",
-        description="Prove offline that this environment can start the bundle's verl trainer.",
-    )
-    ap.add_argument("--bundle", required=True, help="the bundle directory")
-    ap.add_argument("--python", default=sys.executable, help="the environment's python")
-    ap.add_argument("--purpose", help="e.g. ppo-fsdp-vllm (default: the bundle's)")
-    ap.add_argument("--require-gpu", action="store_true", help="add a GPU smoke test")
-    ap.add_argument("--timeout", type=float, default=1800, help="seconds for the probe")
-    ap.add_argument("--json", action="store_true", help="print the versioned JSON envelope")
-    args = ap.parse_args(argv)
-    from verl_bundle.airgap.postinstall.probing import run_readiness  # it imports this module
-
-    try:
-        manifest = mf.load(args.bundle)
-        report = run_readiness(manifest, args.python, args.require_gpu, args.purpose, args.timeout)
-    except (mf.ManifestError, ValueError, ReadinessError) as exc:
-        print(f"readiness: {exc}", file=sys.stderr)
-        return 2 if not isinstance(exc, ReadinessError) else 1
-    if args.json:
-        print(render.dumps(render.envelope("readiness", report.ready, report.to_dict())))
-    else:
-        print(render_text(report))
-    return 0 if report.ready else 1

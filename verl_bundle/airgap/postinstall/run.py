@@ -2,155 +2,27 @@
 
 What the bundle promised must be what is there: every packaged distribution at its version,
 the profile's imports working, torch the expected build (version, CUDA, C++ ABI matching the
-flash-attn wheel), and with a GPU a real CUDA call through flash-attn. The distributions'
-metadata is read here; everything that imports them is found by the readiness probe, in one
-isolated interpreter, and judged in probed.py.
+flash-attn wheel), and whether verl's trainer can start (readiness). The distributions'
+metadata is read here (installed.py); everything that imports them is found by the readiness
+probe, in one isolated interpreter, and judged in judge.py and readiness.py. The findings come
+back as typed `Check`s in two groups (what is installed, whether it can train) for the one
+verdict; the installer reads them from the JSON envelope `--result FILE` writes.
 """
 
 from __future__ import annotations
 
-import argparse
-import base64
-import hashlib
-import json
+import dataclasses
 import sys
 import warnings
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
 
-from verl_bundle.airgap.contract.manifest import (
-    Manifest,
-    ManifestError,
-    canonical,
-    find_root,
-    load,
-)
+from verl_bundle.airgap.checks import Check, Verdict, verdict
+from verl_bundle.airgap.contract.manifest import Manifest
+from verl_bundle.airgap.postinstall import installed, judge, readiness
 from verl_bundle.airgap.postinstall import probing as run
-from verl_bundle.airgap.postinstall import readiness
-from verl_bundle.airgap.postinstall.judge import Result, check_gpu, check_imports, check_torch
 from verl_bundle.airgap.postinstall.readiness import Facts
-
-try:  # Python 3.8+
-    from importlib import metadata as importlib_metadata
-except ImportError:  # pragma: no cover
-    importlib_metadata = None  # type: ignore[assignment]
-
-
-def _norm_version(version: str) -> str:
-    return version.lower()
-
-
-def check_versions(manifest: Manifest) -> list[Result]:
-    """Every distribution the bundle installs is present at the bundled version."""
-    installed: dict[str, str] = {}
-    if importlib_metadata is not None:
-        for dist in importlib_metadata.distributions():
-            name = dist.metadata["Name"]
-            if name:
-                installed[canonical(name)] = dist.version
-    wrong = []
-    missing = []
-    for entry in manifest.installed:
-        name = canonical(entry.name)
-        got = installed.get(name)
-        if got is None:
-            missing.append(name)
-        elif _norm_version(got) != _norm_version(entry.version):
-            wrong.append(f"{name} {got} (bundle: {entry.version})")
-    if missing or wrong:
-        return [
-            Result(
-                "versions",
-                "fail",
-                "not as bundled: "
-                + "; ".join(["missing " + m for m in missing] + ["wrong " + w for w in wrong]),
-                "run ./install.sh again; it reinstalls the phase that did not finish",
-            )
-        ]
-    count = len(manifest.installed)
-    return [Result("versions", "ok", f"{count} distributions installed at the bundled versions")]
-
-
-def check_files(manifest: Manifest) -> list[Result]:
-    """Every installed file of the bundled distributions matches its RECORD hash: nothing was
-    left half-written by an interrupted install."""
-    if importlib_metadata is None:
-        return []
-    wanted = {canonical(e.name) for e in manifest.installed}
-    bad: list[str] = []
-    checked = 0
-    for dist in importlib_metadata.distributions():
-        name = dist.metadata["Name"]
-        if not name or canonical(name) not in wanted:
-            continue
-        for entry in dist.files or []:
-            if entry.hash is None or entry.hash.mode != "sha256":
-                continue
-            path = entry.locate()
-            checked += 1
-            try:
-                with open(str(path), "rb") as fh:
-                    digest = hashlib.sha256(fh.read()).digest()
-            except OSError:
-                bad.append(f"{name}: {entry} missing")
-                continue
-            encoded = base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
-            if encoded != entry.hash.value:
-                bad.append(f"{name}: {entry} differs from its RECORD")
-    if bad:
-        return [
-            Result(
-                "files",
-                "fail",
-                f"{len(bad)} installed files are not as their wheels recorded: "
-                + "; ".join(bad[:5]),
-                "run ./install.sh again; it reinstalls the phase that did not finish",
-            )
-        ]
-    return [Result("files", "ok", f"{checked} installed files match their RECORD hashes")]
-
-
-def check_requirements() -> list[Result]:
-    """What `pip check` does, without starting pip: every installed distribution's declared
-    requirements are installed at versions they accept. Uses the packaging copy inside the
-    environment's pip (the bundle brings pip); skipped where there is none."""
-    try:
-        from pip._vendor.packaging.requirements import InvalidRequirement, Requirement
-        from pip._vendor.packaging.utils import canonicalize_name
-    except ImportError:
-        return [Result("requirements", "skip", "pip is not installed here: not checked")]
-    if importlib_metadata is None:
-        return []
-    dists = [d for d in importlib_metadata.distributions() if d.metadata["Name"]]
-    installed = {canonicalize_name(d.metadata["Name"]): d.version for d in dists}
-    problems: list[str] = []
-    for dist in dists:
-        for text in dist.requires or []:
-            try:
-                req = Requirement(text)
-            except InvalidRequirement:
-                continue
-            if req.marker is not None and not req.marker.evaluate({"extra": ""}):
-                continue
-            have = installed.get(canonicalize_name(req.name))
-            if have is None:
-                problems.append(f"{dist.metadata['Name']} requires {req.name}, not installed")
-            elif not req.specifier.contains(have, prereleases=True):
-                problems.append(f"{dist.metadata['Name']} requires {req}, {have} is installed")
-    if not problems:
-        return [Result("requirements", "ok", f"{len(dists)} distributions' requirements are met")]
-    return [
-        Result(
-            "requirements",
-            "warn",
-            "; ".join(sorted(problems)[:5])
-            + (f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""),
-            "the bundle installs exactly its lock with --no-deps; a requirement the profile "
-            "replaced on purpose (e.g. cupy for CUDA 11) shows up here",
-        )
-    ]
-
 
 # Printed by setuptools' distutils shim when something imports distutils after setuptools: noise
 # for a user, not a finding.
@@ -159,12 +31,45 @@ DISTUTILS_NOISE = "Setuptools is replacing distutils"
 
 @dataclass(frozen=True)
 class Findings:
-    """Every check's result, readiness's (None for a bundle without verl) and, when it is not
-    ready but the install stands, why."""
+    """Post-install's checks in the verdict's two groups: `installed` (is it there as bundled)
+    and `readiness` (can the trainer start); `purpose` is what readiness proves ("" for a
+    bundle without verl), `limit` the profile's declared known limit."""
 
-    results: tuple[Result, ...]
-    readiness: Result | None = None
-    why: str = ""
+    installed: tuple[Check, ...]
+    readiness: tuple[Check, ...]
+    purpose: str = ""
+    limit: str = ""
+
+    @property
+    def verdict(self) -> Verdict:
+        return verdict(
+            installed=self.installed,
+            readiness=self.readiness,
+            purpose=self.purpose,
+            limit=self.limit,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "installed": [c.to_dict() for c in self.installed],
+            "readiness": [c.to_dict() for c in self.readiness],
+            "purpose": self.purpose,
+            "limit": self.limit,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Findings:
+        """Read back from the envelope's result; ValueError for anything malformed."""
+        groups = []
+        for key in ("installed", "readiness"):
+            items = data.get(key)
+            if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+                raise ValueError(f"{key!r} is not a list of checks")
+            groups.append(tuple(Check.from_dict(i) for i in items))
+        purpose, limit = data.get("purpose", ""), data.get("limit", "")
+        if not isinstance(purpose, str) or not isinstance(limit, str):
+            raise ValueError("purpose and limit must be strings")
+        return cls(groups[0], groups[1], purpose, limit)
 
 
 def run_checks(
@@ -174,15 +79,22 @@ def run_checks(
     files: bool = False,
     python: str = sys.executable,
 ) -> Findings:
-    """All post-install checks. Every heavy import (the profile's checks, readiness's trainer
-    modules, torch's build, the GPU smoke test) happens once, in one isolated probe
-    interpreter (readiness_run.probe); the pip check runs beside it as its own subprocess, and
-    this process reads the installed metadata meanwhile."""
+    """All post-install checks. `manifest` is the whole bundle: the phases left out
+    (`skipped`) are not installed, so their distributions are not asked for, but every module
+    readiness needs is still imported, and one that a skipped phase would have brought makes
+    the trainer not ready, saying so. Every heavy import (the profile's checks, readiness's
+    trainer modules, torch's build, the GPU smoke test) happens once, in one isolated probe
+    interpreter (probing.probe); the pip check runs beside it as its own subprocess, and this
+    process reads the installed metadata meanwhile."""
     m = manifest.without_phases(list(skipped))
     table = readiness.load_table()
-    plan = readiness.plan_for(m, None, table) if m.has("verl") else None
-    has_flash = m.has("flash-attn")
-    asked = plan or readiness.Plan("", (), "", has_flash, None)
+    flash = m.has("flash-attn")  # installed: only then is it called in the GPU smoke test
+    plan = readiness.plan_for(manifest, None, table, skipped) if m.has("verl") else None
+    asked = (
+        dataclasses.replace(plan, flash_attn=flash)
+        if plan
+        else readiness.Plan("", (), "", flash, None)
+    )
     c = m.checks
     torch = bool(c.torch_version or c.torch_cuda or c.flash_attn_wheel)
     with ThreadPoolExecutor(max_workers=2) as pool:
@@ -194,101 +106,38 @@ def run_checks(
             1800,
             c.imports,
             torch,
-            has_flash,
+            flash,
         )
         pip = pool.submit(run.pip_check, python) if plan is not None else None
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=DISTUTILS_NOISE)
-            results = check_versions(m)
+            found = installed.check_versions(m)
             if files:
-                results += check_files(m)
-            requirements = check_requirements()
+                found += installed.check_files(m)
+            requirements = installed.check_requirements()
         try:
-            found: Facts = probing.result()
+            facts: Facts = probing.result()
         except readiness.ReadinessError as exc:
-            return _unprobed(results + requirements, require_gpu, plan is not None, str(exc))
+            return _unprobed(found + requirements, plan, require_gpu, str(exc))
         pipped = pip.result() if pip is not None else None
-    results += check_imports(found) + check_torch(c, found) + requirements
-    results += check_gpu(require_gpu, has_flash, found)
+    found += judge.check_imports(facts) + judge.check_torch(c, facts) + requirements
+    gpu = judge.check_gpu(require_gpu, flash, facts)
     if plan is None or pipped is None:
-        return Findings(tuple(results))
-    ready, why = _readiness(readiness.verdict(m, plan, found, pipped, table), list(skipped))
-    return Findings(tuple(results), ready, why)
+        return Findings(tuple(found), tuple(gpu))
+    report = readiness.report(manifest, plan, facts, pipped, table)
+    return Findings(tuple(found), report.checks + tuple(gpu), report.purpose, report.limit)
 
 
-def _unprobed(results: list[Result], require_gpu: bool, verl: bool, error: str) -> Findings:
+def _unprobed(
+    found: list[Check], plan: readiness.Plan | None, require_gpu: bool, error: str
+) -> Findings:
     """The probe could not run at all (no interpreter, a crash before any result)."""
-    results.append(
-        Result("imports", "fail", f"the import checks could not run: {error}", "rerun ./install.sh")
+    found.append(
+        Check(
+            "imports", "fail", f"the import checks could not run: {error}", fix="rerun ./install.sh"
+        )
     )
-    results.append(Result("gpu", "fail" if require_gpu else "skip", f"cannot ask torch: {error}"))
-    ready = Result("readiness", "fail", f"readiness: {error}", "rerun ./install.sh")
-    return Findings(tuple(results), ready if verl else None)
-
-
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="postinstall", description=__doc__)
-    parser.add_argument("--bundle", required=True, help="the extracted bundle directory")
-    parser.add_argument("--require-gpu", action="store_true")
-    parser.add_argument("--skip-phase", action="append", default=[], help="a phase left out")
-    parser.add_argument(
-        "--check-files",
-        action="store_true",
-        help="also check every installed file against its RECORD (after an interrupted install)",
-    )
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args(argv)
-    root = find_root(args.bundle)
-    try:
-        manifest = load(root)
-    except ManifestError as exc:
-        print(f"postinstall: {exc}", file=sys.stderr)
-        return 2
-    found = run_checks(manifest, args.require_gpu, args.skip_phase, args.check_files)
-    results, ready, why = list(found.results), found.readiness, found.why
-    failed = [r for r in results if r.status == "fail"]
-    if ready is not None and ready.status == "fail":
-        failed.append(ready)
-    if args.json:
-        doc: dict[str, Any] = {"ok": not failed, "checks": [asdict(r) for r in results]}
-        doc["readiness"] = asdict(ready) if ready is not None else None
-        print(json.dumps(doc, indent=2))
-    else:
-        # Readiness first: the checks' table and the verdict stay the last lines (a failed
-        # install shows its output's tail).
-        if ready is not None:
-            print(ready.summary)
-        for r in results:
-            print(f"{r.status:<4} {r.id:<18} {r.summary}")
-            if r.fix and r.status in ("fail", "warn"):
-                print(f"     fix: {r.fix}")
-        print("post-install checks: " + _verdict(failed, ready, why))
-    return 1 if failed else 0
-
-
-def _readiness(report: readiness.ReadinessReport, skipped: list[str]) -> tuple[Result, str]:
-    """Ready to train, not just installed (airgap/postinstall/readiness.py), for a bundle with verl.
-
-    Not ready fails the post-install checks, unless the profile declares that limit or phases
-    were skipped on purpose: then it is reported (with why) and the install stands."""
-    text = readiness.render_text(report)
-    if report.ready:
-        return Result("readiness", "ok", text), ""
-    why = ""
-    if report.limit:
-        why = "the profile's known limit"
-    elif skipped:
-        why = f"skipped phases: {', '.join(skipped)}"
-        text += f"\nskipped phases ({', '.join(skipped)}) are not installed: that is why"
-    first = next(c for c in report.checks if c.status == "fail")
-    return Result("readiness", "warn" if why else "fail", text, first.fix), why
-
-
-def _verdict(failed: list[Result], ready: Result | None, why: str) -> str:
-    """The last line; never "all passed" when the trainer cannot start."""
-    if failed:
-        return f"{len(failed)} failed" + ("; not ready to train" if ready in failed else "")
-    if ready is None or ready.status == "ok":
-        head = ready.summary.splitlines()[0] if ready else ""
-        return "all passed" + (f"; {head}" if head else "")
-    return f"passed, but not ready to train ({why})"
+    ready = [Check("gpu", "fail" if require_gpu else "skip", f"cannot ask torch: {error}")]
+    if plan is not None:
+        ready.append(Check("readiness", "fail", f"readiness: {error}", fix="rerun ./install.sh"))
+    return Findings(tuple(found), tuple(ready), plan.purpose if plan else "")

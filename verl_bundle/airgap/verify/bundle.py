@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 import tarfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -205,28 +204,3 @@ def verify_tar(path: str) -> Report:
 
 def verify(path: str) -> Report:
     return verify_dir(path) if os.path.isdir(path) else verify_tar(path)
-
-
-def split_tar_name(path: str) -> tuple[str, str]:
-    base = os.path.basename(path)
-    for suffix in (".tar.zst", ".tar.gz", ".tgz", ".tar"):
-        if base.endswith(suffix):
-            return base[: -len(suffix)], suffix
-    return base, ""
-
-
-def main(argv: list[str]) -> int:
-    """`verify PATH`: print each problem; exit 0 when intact, 1 otherwise, 2 on bad usage."""
-    if len(argv) != 1 or argv[0].startswith("-"):
-        print("usage: verify BUNDLE_DIR|TARBALL", file=sys.stderr)
-        return 2
-    if not os.path.exists(argv[0]):
-        print(f"verify: {argv[0]}: no such file or directory", file=sys.stderr)
-        return 2
-    report = verify(argv[0])
-    for problem in report.problems:
-        print("FAILED: " + problem.line())
-    if report.ok:
-        print(f"OK: {report.checked} files match {SUMS} and the manifest")
-        return 0
-    return 1

@@ -32,7 +32,12 @@ from urllib.parse import unquote, urlsplit
 SUMS = "SHA256SUMS"
 EXECUTABLE = ("install.sh", "doctor")
 # Fetched first, by these fixed names, so that every other name is checked by names.py.
-CORE = ("lib/verl_bundle/__init__.py", "lib/verl_bundle/airgap/__init__.py")
+CORE = (
+    "lib/verl_bundle/__init__.py",
+    "lib/verl_bundle/airgap/__init__.py",
+    "lib/verl_bundle/airgap/errors.py",  # names.py's errors
+    "lib/verl_bundle/airgap/contract/__init__.py",
+)
 NAMES = "lib/verl_bundle/airgap/contract/names.py"
 CHUNK = 1 << 20
 TIMEOUT = 60
@@ -45,8 +50,10 @@ _USE = (
 _SUM_LINE = re.compile(r"^([0-9a-fA-F]{64}) [ *](.+)$")
 
 
-class FetchError(Exception):
-    """Ends the fetch with an exit code and one line."""
+class TransferError(Exception):
+    """Ends the fetch with an exit code and one line. This module runs alone (install.sh
+    --from executes it before any of the bundle's lib/ is here), so it cannot import the
+    server program's errors.py; its codes are the same table's."""
 
     def __init__(self, code: int, message: str) -> None:
         super().__init__(message)
@@ -74,11 +81,11 @@ class Source:
             parts = urlsplit(url)
             parts.port  # noqa: B018 - raises ValueError for a port that is not a number
         except ValueError:
-            raise FetchError(EXIT_USAGE, f"--from: {_USE}") from None
+            raise TransferError(EXIT_USAGE, f"--from: {_USE}") from None
         shown = redact(parts._replace(query="", fragment="").geturl())
         self.shown = shown if shown.endswith("/") else shown + "/"  # names a file when joined
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise FetchError(
+            raise TransferError(
                 EXIT_USAGE,
                 f"--from {self.shown}: {_USE}",
             )
@@ -90,8 +97,8 @@ class Source:
         self.base = parts._replace(netloc=host, path=path, query="", fragment="").geturl()
 
     def open(self, rel: str, missing: int) -> Any:
-        """The response for bundle path `rel`; FetchError(`missing`) when the server has no
-        such file, FetchError(1) when it cannot be reached."""
+        """The response for bundle path `rel`; TransferError(`missing`) when the server has no
+        such file, TransferError(1) when it cannot be reached."""
         where = self.shown + rel
         url = self.base + urllib.request.pathname2url(rel)  # http(s), checked in __init__
         request = urllib.request.Request(url)  # noqa: S310
@@ -101,17 +108,17 @@ class Source:
             return urllib.request.urlopen(request, timeout=TIMEOUT)  # noqa: S310 - http(s) only
         except urllib.error.HTTPError as exc:
             if exc.code == 404:
-                raise FetchError(missing, f"{where}: not found (HTTP 404)") from None
+                raise TransferError(missing, f"{where}: not found (HTTP 404)") from None
             if exc.code in (401, 403):
-                raise FetchError(
+                raise TransferError(
                     EXIT_USAGE,
                     f"{where}: HTTP {exc.code}; give the server's credentials in the URL "
                     "(http://user:password@host/...)",
                 ) from None
-            raise FetchError(EXIT_FAILED, f"{where}: HTTP {exc.code} {exc.reason}") from None
+            raise TransferError(EXIT_FAILED, f"{where}: HTTP {exc.code} {exc.reason}") from None
         except (OSError, http.client.HTTPException, ValueError) as exc:
             reason = getattr(exc, "reason", exc)
-            raise FetchError(
+            raise TransferError(
                 EXIT_FAILED,
                 f"cannot reach {self.shown}: {reason}; is the server up and reachable from this "
                 "node? Run again to continue",
@@ -124,14 +131,14 @@ def read_sums(source: Source) -> tuple[bytes, dict[str, str]]:
         try:
             raw = resp.read(MAX_SUMS + 1)
         except (OSError, http.client.HTTPException) as exc:
-            raise FetchError(EXIT_FAILED, f"{source.shown}{SUMS}: {exc}") from None
+            raise TransferError(EXIT_FAILED, f"{source.shown}{SUMS}: {exc}") from None
     sums = {}
     for line in raw.decode("utf-8", "replace").split("\n"):  # as verify.parse_sums reads it
         m = _SUM_LINE.match(line)
         if m:
             sums[m.group(2)] = m.group(1).lower()
     if not sums or len(raw) > MAX_SUMS:
-        raise FetchError(
+        raise TransferError(
             EXIT_USAGE, f"{source.shown}{SUMS} lists no file: no bundle is served there"
         )
     return raw, sums
@@ -165,7 +172,7 @@ def fetch_file(source: Source, rel: str, sha256: str, work: str) -> int:
                 size += len(block)
     except (OSError, http.client.HTTPException) as exc:
         _remove(part)
-        raise FetchError(
+        raise TransferError(
             EXIT_FAILED, f"{source.shown}{rel}: {exc}; run again to continue"
         ) from None
     except BaseException:
@@ -173,7 +180,7 @@ def fetch_file(source: Source, rel: str, sha256: str, work: str) -> int:
         raise
     if digest.hexdigest() != sha256:
         _remove(part)
-        raise FetchError(
+        raise TransferError(
             EXIT_DAMAGED,
             f"the served bundle is damaged: {rel} has sha256 {digest.hexdigest()}, "
             f"{SUMS} says {sha256}; nothing was installed. Copy the bundle to the server again",
@@ -191,7 +198,7 @@ def prepare(work: str, raw_sums: bytes) -> None:
     """`work` new or empty, or an earlier fetch (it holds SHA256SUMS); then the served
     SHA256SUMS written into it, under its name only once complete."""
     if os.path.isdir(work) and os.listdir(work) and not os.path.isfile(os.path.join(work, SUMS)):
-        raise FetchError(
+        raise TransferError(
             EXIT_USAGE,
             f"--work {work}: not empty and not a bundle fetched before; give a new directory",
         )
@@ -226,7 +233,7 @@ def _checked_names(work: str, sums: dict[str, str]) -> dict[str, str]:
     try:
         return {bundle_path(rel, SUMS): sha for rel, sha in sums.items()}
     except UnsafeNameError as exc:
-        raise FetchError(EXIT_DAMAGED, f"the served bundle is damaged: {exc}") from None
+        raise TransferError(EXIT_DAMAGED, f"the served bundle is damaged: {exc}") from None
 
 
 def fetch(source: Source, work: str, say: Any) -> tuple[int, int]:
@@ -235,7 +242,7 @@ def fetch(source: Source, work: str, say: Any) -> tuple[int, int]:
     prepare(work, raw)
     for rel in (*CORE, NAMES):
         if rel not in sums:
-            raise FetchError(EXIT_DAMAGED, f"the served bundle is damaged: {SUMS} lacks {rel}")
+            raise TransferError(EXIT_DAMAGED, f"the served bundle is damaged: {SUMS} lacks {rel}")
     count = total = 0
     for rel in (*CORE, NAMES):
         got = fetch_file(source, rel, sums[rel], work)
@@ -263,7 +270,7 @@ def split_options(argv: list[str]) -> tuple[str | None, str | None, str | None, 
         if name in ("--from", "--work", "--events"):
             if not eq:
                 if not args:
-                    raise FetchError(EXIT_USAGE, f"{name} needs a value")
+                    raise TransferError(EXIT_USAGE, f"{name} needs a value")
                 value = args.pop(0)
             found[name] = value
             if name != "--events":
@@ -304,12 +311,12 @@ def main(argv: list[str]) -> int:
     try:
         url, work, events, rest = split_options(argv)
         if url is None:
-            raise FetchError(EXIT_USAGE, "--from URL: the URL of a served bundle is missing")
+            raise TransferError(EXIT_USAGE, "--from URL: the URL of a served bundle is missing")
         source = Source(url)
         chosen = os.path.abspath(work) if work else default_work(source)
         say(f"fetching {source.shown} into {chosen}")
         _, total = fetch(source, chosen, say)
-    except FetchError as exc:
+    except TransferError as exc:
         say(exc.message)
         with contextlib.suppress(ImportError, OSError):  # before lib/ or --events exists
             _emit(events, status="fail", detail=exc.message, exit_code=exc.code)

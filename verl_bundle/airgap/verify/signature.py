@@ -20,7 +20,6 @@ import os
 import shutil
 import struct
 import subprocess
-import sys
 from dataclasses import dataclass
 
 from verl_bundle.airgap.contract import manifest as mf
@@ -39,7 +38,7 @@ _KEY_NAMES = {
 
 
 @dataclass(frozen=True)
-class Verdict:
+class Signed:
     """`ok`: signed by an allowed signer and unaltered. `line`: one line saying so, or why it
     is refused and what to do. `signer`: the principal (SSH) or key (GPG) that signed."""
 
@@ -88,22 +87,22 @@ def _said(proc: subprocess.CompletedProcess) -> str:  # type: ignore[type-arg]
     return " ".join(err.split())[-200:]
 
 
-def _check_ssh(signed: str, sig: str, allowed: str) -> Verdict:
+def _check_ssh(signed: str, sig: str, allowed: str) -> Signed:
     name = os.path.basename(signed)
     if shutil.which("ssh-keygen") is None:
-        return Verdict(False, "cannot check the signature: ssh-keygen is not installed here")
+        return Signed(False, "cannot check the signature: ssh-keygen is not installed here")
     with open(sig, "rb") as fh:
         key = ssh_key_of(fh.read()) or "an unreadable key"
     found = _run(["ssh-keygen", "-Y", "find-principals", "-s", sig, "-f", allowed])
     if found.returncode != 0:
         said = _said(found)
         if "illegal option" in said or "unknown option" in said or "usage" in said.lower():
-            return Verdict(
+            return Signed(
                 False,
                 "cannot check the signature: this ssh-keygen has no -Y find-principals "
                 "(OpenSSH 8.2 or newer is needed); check it on a newer machine",
             )
-        return Verdict(
+        return Signed(
             False,
             f"{name} is signed by {key}, which {allowed} does not allow; nothing was installed. Get the "
             "bundle from an allowed signer, or add the key to the file if it is trusted",
@@ -114,49 +113,49 @@ def _check_ssh(signed: str, sig: str, allowed: str) -> Verdict:
         stdin=signed,
     )
     if verified.returncode != 0:
-        return Verdict(
+        return Signed(
             False,
             f"{name} was altered after {principal} ({key}) signed it; nothing was installed. Copy the bundle "
             "again from the approved copy",
         )
-    return Verdict(True, f"{name} signed by {principal} ({key})", principal)
+    return Signed(True, f"{name} signed by {principal} ({key})", principal)
 
 
-def _check_gpg(signed: str, sig: str, allowed: str) -> Verdict:
+def _check_gpg(signed: str, sig: str, allowed: str) -> Signed:
     name = os.path.basename(signed)
     if shutil.which("gpgv") is None:
-        return Verdict(False, "cannot check the signature: gpgv is not installed here")
+        return Signed(False, "cannot check the signature: gpgv is not installed here")
     proc = _run(["gpgv", "--status-fd", "1", "--keyring", os.path.abspath(allowed), sig, signed])
     status = proc.stdout.split("\n")
     good = [s for s in status if s.startswith("[GNUPG:] GOODSIG ")]
     if proc.returncode == 0 and good:
         who = good[0].split(" ", 3)[-1]
-        return Verdict(True, f"{name} signed by {who} (GPG)", who)
+        return Signed(True, f"{name} signed by {who} (GPG)", who)
     if any(" BADSIG " in s + " " for s in status):
-        return Verdict(
+        return Signed(
             False,
             f"{name} was altered after it was signed (GPG); nothing was installed. Copy the bundle "
             "again from the approved copy",
         )
     missing = [s.split()[-1] for s in status if s.startswith("[GNUPG:] NO_PUBKEY ")]
-    return Verdict(
+    return Signed(
         False,
         "{} is signed by GPG key {}, which {} does not hold; nothing was installed. Get the "
         "bundle from an allowed signer".format(name, missing[0] if missing else "?", allowed),
     )
 
 
-def check(signed: str, allowed: str) -> Verdict:
+def check(signed: str, allowed: str) -> Signed:
     """Whether `signed` (manifest.json, or a NAME.tar.sha256 list) carries a good signature by
     a signer `allowed` (an SSH allowed-signers file or a GPG keyring) holds."""
     name = os.path.basename(signed)
     if not os.path.isfile(allowed):
-        return Verdict(False, f"--allowed-signers {allowed}: no such file")
+        return Signed(False, f"--allowed-signers {allowed}: no such file")
     if not os.path.isfile(signed):
-        return Verdict(False, f"{name} is missing, so there is nothing to check a signature of")
+        return Signed(False, f"{name} is missing, so there is nothing to check a signature of")
     sig = signature_of(signed)
     if sig is None:
-        return Verdict(
+        return Signed(
             False,
             f"{name} is not signed (no {name}{SSH_SUFFIX}); nothing was installed. Ask for a bundle built with "
             "`verl-bundle build --sign KEY`",
@@ -166,28 +165,12 @@ def check(signed: str, allowed: str) -> Verdict:
     return _check_gpg(signed, sig, allowed)
 
 
-def check_bundle(root: str, allowed: str) -> Verdict:
+def check_bundle(root: str, allowed: str) -> Signed:
     """An extracted bundle's manifest.json (install.sh --allowed-signers, before anything)."""
     return check(os.path.join(mf.find_root(root), mf.MANIFEST), allowed)
 
 
-def check_tarball(path: str, allowed: str) -> Verdict:
+def check_tarball(path: str, allowed: str) -> Signed:
     """A tarball's (or a volume set's) NAME.tar.sha256 list, before it is extracted."""
     side = path if path.endswith(".sha256") else path + ".sha256"
     return check(side, allowed)
-
-
-def main(argv: list[str]) -> int:
-    """`signature --allowed-signers FILE BUNDLE_DIR|TARBALL`: 0 when signed by an allowed
-    signer, 3 when refused, 2 on bad usage."""
-    if len(argv) != 3 or argv[0] != "--allowed-signers":
-        print("usage: signature --allowed-signers FILE BUNDLE_DIR|TARBALL", file=sys.stderr)
-        return 2
-    allowed, path = argv[1], argv[2]
-    verdict = check_bundle(path, allowed) if os.path.isdir(path) else check_tarball(path, allowed)
-    print(("OK: " if verdict.ok else "REFUSED: ") + verdict.line)
-    return 0 if verdict.ok else 3
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -13,7 +13,6 @@ import hashlib
 import os
 import queue
 import re
-import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -156,31 +155,3 @@ def verify_volumes(path: str) -> VolumeReport:
     if complete and report.ok and whole is not None and whole_got != whole:
         report.problems.append((base, "the joined volumes do not match its first line (-)"))
     return report
-
-
-def main(argv: list[str]) -> int:
-    """`volumes NAME.tar.sha256`: 0 when every volume and the whole match, 3 otherwise."""
-    if len(argv) != 1 or argv[0].startswith("-"):
-        print("usage: volumes NAME.tar.sha256|NAME.tar.000", file=sys.stderr)
-        return 2
-    report = verify_volumes(argv[0])
-    for line in report.lines():
-        print("FAILED: " + line)
-    if report.ok:
-        print(f"OK: {report.checked} volumes and the joined tarball match {report.listing}")
-        return 0
-    return 3
-
-
-def summary(report: VolumeReport) -> dict[str, Any]:
-    """The report as JSON values (for a --json rendering)."""
-    return {
-        "ok": report.ok,
-        "listing": report.listing,
-        "checked": report.checked,
-        "problems": [{"path": p, "problem": w} for p, w in report.problems],
-    }
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

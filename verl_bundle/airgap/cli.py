@@ -1,0 +1,371 @@
+"""`python3 -m verl_bundle.airgap COMMAND ...`: the server program, one parser for every command.
+
+This is the one entry point of the bundle's server side (install.sh, ./doctor and
+install-assets.sh are thin shells that find a Python and call `main`), the one place that
+parses options and the one place that prints a command's result and its verdict. The stage
+packages (verify/, doctor/, install/, postinstall/, explain/, assets/, launch/) take the typed
+manifest and return values; errors a user can act on are `ServerError`s (errors.py), caught
+here, printed as their message, and turned into the exit code of the one table.
+Standard library only, Python 3.8+.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any, Callable, NoReturn, Sequence
+
+from verl_bundle.airgap import render
+from verl_bundle.airgap.checks import Verdict
+from verl_bundle.airgap.errors import (
+    EXIT_DAMAGED,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    ServerError,
+    UsageError,
+    exit_table,
+)
+
+TOP = "python3 -m verl_bundle.airgap"
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that raises UsageError (one line, exit 2) instead of printing and exiting, and
+    takes no abbreviated options (`--pre` is not `--prefix`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
+def say(text: str, stream: Any = None) -> None:
+    """Print text for people: terminal controls neutralised, in the stream's encoding."""
+    out = stream or sys.stdout
+    out.write(render.encodable(render.printable(text), out) + "\n")
+    out.flush()
+
+
+def show(
+    command: str, ok: bool, result: Any, text: str, json_out: bool, verdict: Verdict | None = None
+) -> None:
+    """The one way a command's result is printed: the JSON envelope, or text whose last line
+    is the verdict (when the command has one)."""
+    if json_out:
+        print(render.dumps(render.envelope(command, ok, result, verdict)))
+    else:
+        say(text)
+
+
+# -- the commands ---------------------------------------------------------------------------
+
+
+def _bundle(path: str, command: str) -> Any:
+    """The manifest of the bundle at `path`: a path with no manifest is a usage error (it is not
+    a bundle); a manifest that cannot be read is damage (ManifestError, exit 3)."""
+    from verl_bundle.airgap.contract.manifest import MANIFEST, find_root, load
+
+    root = find_root(path)
+    if not os.path.isfile(os.path.join(root, MANIFEST)):
+        raise UsageError(
+            f"{command}: cannot read {os.path.join(root, MANIFEST)}: not an extracted bundle "
+            "(give the directory install.sh is in)"
+        )
+    return load(root)
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from verl_bundle.airgap.verify import check
+
+    if not os.path.exists(args.path):
+        raise UsageError(f"verify: {args.path}: no such file or directory")
+    found = check.check(args.path, args.allowed_signers)
+    lines = [f"FAILED: {p}" for p in found.problems]
+    if found.signed:
+        lines.insert(0, f"signed: {found.signed}")
+    if found.ok:
+        lines.append(
+            f"OK: {found.checked} {found.what or 'files match SHA256SUMS and the manifest'}"
+        )
+    else:
+        lines.append(f"damaged: {len(found.problems)} problem(s); copy the bundle again")
+    result = {"path": found.subject, "checked": found.checked, "problems": found.problems}
+    result["signed_by"] = found.signer
+    show("verify", found.ok, result, "\n".join(lines), args.json)
+    return EXIT_OK if found.ok else EXIT_DAMAGED
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from verl_bundle.airgap import doctor
+
+    root = doctor.locate(args.bundle)
+    manifest = _bundle(root, "doctor") if root is not None else None
+    if manifest is None and args.skip_phase:
+        raise UsageError("doctor: --skip-phase needs a bundle (--bundle DIR)")
+    report = doctor.run_doctor(
+        manifest, args.python, args.prefix, args.require_gpu, args.skip_phase
+    )
+    v = report.verdict
+    show("doctor", v.ok, doctor.render_json(report), doctor.render_text(report), args.json, v)
+    return v.code
+
+
+def _max_jobs(args: argparse.Namespace) -> int:
+    from verl_bundle.airgap.doctor.resources import max_jobs
+
+    if args.gib_per_job <= 0 or args.limit < 0:
+        raise UsageError("max-jobs: --gib-per-job must be above 0 and --limit at least 0")
+    print(max_jobs(args.gib_per_job, args.limit or None))
+    return EXIT_OK
+
+
+def _postinstall(args: argparse.Namespace) -> int:
+    from verl_bundle.airgap.postinstall.run import run_checks
+
+    manifest = _bundle(args.bundle, "postinstall")
+    found = run_checks(manifest, args.require_gpu, args.skip_phase, args.check_files)
+    v = found.verdict
+    if args.result:  # for the installer: the typed findings, which it renders and judges
+        _write_result(args.result, render.envelope("postinstall", v.ok, found.to_dict(), v))
+        return EXIT_OK
+    text = render.checks_text(found.installed + found.readiness, f"post-install: {v.line}")
+    show("postinstall", v.ok, found.to_dict(), text, args.json, v)
+    return v.code
+
+
+def _write_result(path: str, doc: dict[str, Any]) -> None:
+    """Write the envelope whole or not at all."""
+    with open(path + ".part", "w", encoding="utf-8") as fh:
+        fh.write(render.dumps(doc))
+    os.replace(path + ".part", path)
+
+
+def _readiness(args: argparse.Namespace) -> int:
+    from verl_bundle.airgap.postinstall.probing import run_readiness
+    from verl_bundle.airgap.postinstall.readiness import render_text
+
+    manifest = _bundle(args.bundle, "readiness")
+    report = run_readiness(manifest, args.python, args.require_gpu, args.purpose, args.timeout)
+    v = report.verdict
+    show("readiness", v.ok, report.to_dict(), f"{render_text(report)}\n{v.line}", args.json, v)
+    return v.code
+
+
+def _explain(args: argparse.Namespace) -> int:
+    from verl_bundle.airgap.explain import engine
+
+    try:
+        text = engine.read_log(args.log)
+    except OSError as exc:
+        raise UsageError(f"explain: {args.log}: {exc.strerror or exc}") from None
+    findings = engine.explain_text(text)
+    ok = bool(findings)
+    show(
+        "explain",
+        ok,
+        engine.result_json(findings, text),
+        engine.render_text(findings, text),
+        args.json,
+    )
+    return EXIT_OK if ok else EXIT_FAILED
+
+
+def _assets(args: argparse.Namespace) -> int:
+    from verl_bundle.airgap.assets import place
+
+    if args.action == "install":
+        if not args.bundle:
+            raise UsageError("assets install: give the asset bundle directory")
+        result = place.install_assets(args.bundle, args.prefix, args.assets_dir, args.python)
+    else:
+        result = place.check_prefix(args.prefix, args.python)
+    v = result.verdict
+    text = f"{place.result_text(result)}\n{v.line}"
+    show(f"assets {args.action}", v.ok, place.result_json(result), text, args.json, v)
+    return v.code
+
+
+def _preflight(args: argparse.Namespace) -> int:
+    from verl_bundle.airgap.launch import preflight
+
+    result = preflight.run_preflight(args.overrides, args.config, os.environ)
+    text = render.printable(preflight.render_text(result))
+    show("preflight", result.ok, preflight.render_json(result), text, args.json)
+    return EXIT_OK if result.ok else EXIT_FAILED
+
+
+def _install(args: argparse.Namespace) -> int:
+    from verl_bundle.airgap.install.main import install
+
+    return install(args)
+
+
+# -- the parser -------------------------------------------------------------------------------
+
+
+COMMANDS = (
+    "install",
+    "verify",
+    "doctor",
+    "postinstall",
+    "readiness",
+    "explain",
+    "assets",
+    "preflight",
+    "max-jobs",
+)
+
+
+def parser() -> Parser:
+    top = Parser(
+        prog=TOP,
+        description="The server side of a verl-bundle: verify, doctor, install, post-install.",
+        epilog="Exit codes:\n" + exit_table(),
+    )
+    sub = top.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    sub.required = True
+
+    def command(
+        name: str, run: Callable[[argparse.Namespace], int], text: str, **kw: Any
+    ) -> Parser:
+        p: Parser = sub.add_parser(name, help=text, description=text, prog=f"{TOP} {name}", **kw)
+        p.set_defaults(run=run)
+        return p
+
+    p = command(
+        "install", _install, "install the bundle DIR (what its install.sh runs)", add_help=False
+    )
+    add_install_options(p)
+
+    p = command(
+        "verify",
+        _verify,
+        "check every file of a bundle (a directory, a tarball, or a volume set by its "
+        "NAME.tar.sha256 or one of its volumes)",
+    )
+    p.add_argument("path", metavar="BUNDLE_DIR|TARBALL|NAME.tar.sha256")
+    p.add_argument(
+        "--allowed-signers",
+        metavar="FILE",
+        help="refuse a bundle not signed by a key in FILE (ssh allowed-signers, or a GPG keyring)",
+    )
+    p.add_argument("--json", action="store_true", help="print the versioned JSON envelope")
+
+    p = command("doctor", _doctor, "check this server against the bundle's needs")
+    p.add_argument("--bundle", metavar="DIR", help="the bundle (default: the one I am in)")
+    p.add_argument("--python", metavar="PATH", help="the interpreter the venv will use")
+    p.add_argument("--prefix", metavar="DIR", help="where the bundle will be installed")
+    p.add_argument("--require-gpu", action="store_true", help="no driver or GPU is a failure")
+    p.add_argument(
+        "--skip-phase",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a phase the install leaves out (repeatable): what only it needs is not required",
+    )
+    p.add_argument("--json", action="store_true", help="print the versioned JSON envelope")
+
+    p = command("postinstall", _postinstall, "check the installed environment (venv's python)")
+    p.add_argument("--bundle", required=True, metavar="DIR", help="the extracted bundle")
+    p.add_argument("--require-gpu", action="store_true", help="no GPU is not ready")
+    p.add_argument("--skip-phase", action="append", default=[], metavar="NAME")
+    p.add_argument(
+        "--check-files",
+        action="store_true",
+        help="also check every installed file against its RECORD (after an interrupted install)",
+    )
+    p.add_argument("--json", action="store_true", help="print the versioned JSON envelope")
+    p.add_argument("--result", metavar="FILE", help="write the envelope to FILE (the installer)")
+
+    p = command("readiness", _readiness, "prove the venv can start the bundle's verl trainer")
+    p.add_argument("--bundle", required=True, metavar="DIR", help="the bundle directory")
+    p.add_argument("--python", default=sys.executable, help="the environment's python")
+    p.add_argument("--purpose", help="e.g. ppo-fsdp-vllm (default: the bundle's)")
+    p.add_argument("--require-gpu", action="store_true", help="add a GPU smoke test")
+    p.add_argument("--timeout", type=float, default=1800, help="seconds for the probe")
+    p.add_argument("--json", action="store_true", help="print the versioned JSON envelope")
+
+    p = command("explain", _explain, "match a failed install's log to known causes and fixes")
+    p.add_argument("log", metavar="LOGFILE", help="the log to read; - reads standard input")
+    p.add_argument("--json", action="store_true", help="print the versioned JSON envelope")
+
+    p = command("assets", _assets, "install an asset bundle, or check what was placed")
+    p.add_argument("action", choices=("install", "check"))
+    p.add_argument("bundle", nargs="?", metavar="BUNDLE_DIR")
+    p.add_argument("--prefix", required=True, metavar="DIR", help="the stack's install prefix")
+    p.add_argument("--assets-dir", metavar="DIR", help="a shared directory for the assets")
+    p.add_argument("--python", metavar="PATH", help="the environment's python")
+    p.add_argument("--json", action="store_true", help="print the versioned JSON envelope")
+
+    p = command("preflight", _preflight, "check this node before ray start / torchrun")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="verl's overrides")
+    p.add_argument("--config", metavar="YAML", help="verl settings (nested maps of scalars)")
+    p.add_argument("--json", action="store_true", help="print the versioned JSON envelope")
+
+    p = command("max-jobs", _max_jobs, "the MAX_JOBS a source build should use on this machine")
+    p.add_argument("--gib-per-job", type=float, default=9.0, metavar="F")
+    p.add_argument("--limit", type=int, default=0, metavar="N", help="0 means no limit")
+    return top
+
+
+def add_install_options(p: Parser) -> None:
+    """install.sh's options (its --help text is install/options.py's `usage`)."""
+    p.prog = "install.sh"
+    p.add_argument("bundle", metavar="BUNDLE_DIR")
+    p.add_argument("--prefix", metavar="DIR")
+    p.add_argument("--python", metavar="PATH")
+    p.add_argument("--bundled-python", metavar="DIR")  # given by install.sh, not by people
+    p.add_argument("--into-env", metavar="PATH")
+    p.add_argument("--dry-run", action="store_true")
+    p.add_argument("--skip-doctor", action="store_true")
+    p.add_argument("--require-gpu", action="store_true")
+    p.add_argument("--skip-phase", action="append", default=[], metavar="NAME")
+    p.add_argument("--yes", "-y", action="store_true")
+    p.add_argument("--log", metavar="FILE")
+    p.add_argument("--events", metavar="FILE")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--allowed-signers", metavar="FILE")
+    p.add_argument("--base", metavar="OLD_DIR")
+    p.add_argument("--from", dest="from_url", metavar="URL")
+    p.add_argument("--work", metavar="DIR")
+    p.add_argument("--help", "-h", action="store_true")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse, run one command, print; every ServerError is one message and its exit code."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if (
+        args_list
+        and args_list[0] == "install"
+        and any(a == "--from" or a.startswith("--from=") for a in args_list)
+    ):
+        from verl_bundle.airgap.verify.served import main as from_url
+
+        rest = args_list[1:]  # install.sh passes its own directory first: not the served one's
+        return from_url(rest[1:] if rest and not rest[0].startswith("-") else rest)
+    top = parser()
+    name = args_list[0] if args_list else ""
+    prog = "install.sh" if name == "install" else (name if name in COMMANDS else "error")
+    try:
+        try:
+            args, extra = top.parse_known_args(args_list)
+        except SystemExit as done:  # --help printed its text
+            return done.code if isinstance(done.code, int) else EXIT_OK
+        if extra:
+            shown = "./install.sh" if prog == "install.sh" else f"{TOP} {name}"
+            raise UsageError(f"{prog}: unknown option {extra[0]!r} (see {shown} --help)")
+        code: int = args.run(args)
+        return code
+    except ServerError as exc:
+        for line in exc.message.splitlines() or [""]:
+            said = line.startswith((f"{prog}:", f"{TOP}", "install.sh:"))
+            say(line if said else f"{prog}: {line}", sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        say("interrupted; run the same command again", sys.stderr)
+        return EXIT_INTERRUPTED
