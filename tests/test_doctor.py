@@ -332,20 +332,29 @@ def test_visible_devices_without_a_gpu_list_checks_only_the_form() -> None:
     assert "listed twice" in visible_devices("1,1", [])[1][0]
 
 
+MASTER = {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}
+RANK0 = {"RANK": "0", "WORLD_SIZE": "1", **MASTER}
+
+
 @pytest.mark.parametrize(
     ("env", "visible", "problem"),
     [
-        ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}, 2, None),
-        ({"RANK": "2", "WORLD_SIZE": "2"}, 8, "RANK=2 is not below WORLD_SIZE=2"),
+        (
+            {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", **MASTER},
+            2,
+            None,
+        ),
+        ({"RANK": "3"}, 8, "RANK set but WORLD_SIZE, MASTER_ADDR, MASTER_PORT not"),
+        ({"RANK": "2", "WORLD_SIZE": "2", **MASTER}, 8, "RANK=2 is not below WORLD_SIZE=2"),
         ({"LOCAL_RANK": "2"}, 2, "only 2 GPU(s) are visible"),
         ({"LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "1"}, 8, "not below LOCAL_WORLD_SIZE=1"),
         ({"LOCAL_WORLD_SIZE": "4"}, 2, "LOCAL_WORLD_SIZE=4 processes"),
-        ({"LOCAL_WORLD_SIZE": "4", "WORLD_SIZE": "2"}, 8, "above WORLD_SIZE=2"),
-        ({"WORLD_SIZE": "0"}, 8, "at least one"),
-        ({"RANK": "-1"}, 8, "not a whole number"),
-        ({"MASTER_PORT": "70000"}, 8, "not a port"),
-        ({"MASTER_PORT": "http"}, 8, "not a port"),
-        ({"MASTER_ADDR": " "}, 8, "MASTER_ADDR is set but empty"),
+        ({**RANK0, "LOCAL_WORLD_SIZE": "4", "WORLD_SIZE": "2"}, 8, "above WORLD_SIZE=2"),
+        ({**RANK0, "WORLD_SIZE": "0"}, 8, "at least one"),
+        ({**RANK0, "RANK": "-1"}, 8, "not a whole number"),
+        ({**RANK0, "MASTER_PORT": "70000"}, 8, "not a port"),
+        ({**RANK0, "MASTER_PORT": "http"}, 8, "not a port"),
+        ({**RANK0, "MASTER_ADDR": " "}, 8, "MASTER_ADDR is set but empty"),
         ({"LOCAL_RANK": "5"}, None, None),  # no GPU list: nothing to compare with
     ],
 )
@@ -683,9 +692,9 @@ def test_indices_on_mixed_models_need_pci_bus_order(
 @pytest.mark.parametrize(
     ("env", "problem"),
     [
-        ({"RANK": "2", "WORLD_SIZE": "2"}, "RANK=2 is not below WORLD_SIZE=2"),
+        ({"RANK": "2", "WORLD_SIZE": "2", **MASTER}, "RANK=2 is not below WORLD_SIZE=2"),
         ({"LOCAL_RANK": "2"}, "LOCAL_RANK=2, but only 2 GPU(s) are visible"),
-        ({"MASTER_PORT": "70000"}, "MASTER_PORT='70000' is not a port"),
+        ({**RANK0, "MASTER_PORT": "70000"}, "MASTER_PORT='70000' is not a port"),
         ({"LOCAL_WORLD_SIZE": "3"}, "LOCAL_WORLD_SIZE=3 processes, but only 2 GPU(s)"),
     ],
 )

@@ -276,3 +276,20 @@ def test_unset_keys_take_verls_defaults(tmp_path: Path) -> None:
     assert checks["batch"]["summary"] == (
         "train_batch_size 1024 x rollout.n 1 over 8 GPUs, mini batch 256, tensor parallel 2"
     )
+
+
+@pytest.mark.parametrize(
+    "partial",
+    [
+        {"RANK": "3"},
+        {"WORLD_SIZE": "2"},
+        {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "10.0.0.1"},
+        {"MASTER_PORT": "29500"},
+    ],
+)
+def test_a_partial_torchrun_set_fails_on_one_node(tmp_path: Path, partial: dict[str, str]) -> None:
+    code, checks = preflight(node(tmp_path), tmp_path, *GOOD, **partial)
+    ranks = checks["ranks"]
+    assert code == 1 and ranks["status"] == "fail"
+    unset = [k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k not in partial]
+    assert ranks["summary"].startswith(", ".join(partial) + " set but " + ", ".join(unset))

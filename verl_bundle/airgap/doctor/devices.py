@@ -15,6 +15,9 @@ TORCHRUN_VARS = (
     "MASTER_ADDR",
     "MASTER_PORT",
 )
+# torch.distributed's env:// start reads these four together: one without the others is a
+# launch that hangs or fails at init_process_group.
+ENV_INIT = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,13 @@ def torchrun_problems(env: Mapping[str, str], visible: int | None) -> list[str]:
     """Inconsistencies among the torchrun/verl variables that are set; `visible` is the number
     of GPUs this process would see (None when unknown)."""
     problems: list[str] = []
+    given = [k for k in ENV_INIT if k in env]
+    if given and len(given) < len(ENV_INIT):
+        unset = [k for k in ENV_INIT if k not in env]
+        problems.append(
+            f"{', '.join(given)} set but {', '.join(unset)} not: torch.distributed reads "
+            f"{', '.join(ENV_INIT)} together"
+        )
     nums: dict[str, int] = {}
     for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
         if name in env:
