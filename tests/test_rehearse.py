@@ -34,8 +34,10 @@ def test_rehearse_leaves_out_a_phase_on_request(
     steps = {s["name"]: s for s in doc["steps"]}
     assert steps["phase flash-attn"]["status"] == "not rehearsed", doc
     assert steps["phase flash-attn"]["detail"] == "left out by --skip-phase"
-    for name in ("verify", "phase torch", "phase wheels", "phase verl", "post-install checks"):
+    for name in ("verify", "phase torch", "phase wheels", "phase verl"):
         assert steps[name]["status"] == "pass", (name, doc)
+    # The checks' row says what the verdict says: never "pass" beside "not ready to train".
+    assert steps["post-install checks"]["status"] == "not ready", doc
     assert steps["done"]["detail"] == "skipped: flash-attn"
     # The text's last line: the rehearsal's verdict is install.sh's, with why it is so.
     text = run(args[:-1], capsys)
@@ -45,6 +47,10 @@ def test_rehearse_leaves_out_a_phase_on_request(
     assert "flash_attn is not installed (phase flash-attn was left out)" in last
     assert last.endswith("(phase flash-attn not rehearsed: left out by --skip-phase)")
     assert "rehearsal passed" not in text.out
+    assert any(
+        line.split()[:2] == ["not", "ready"] and "post-install checks" in line
+        for line in text.out.splitlines()
+    ), text.out
 
 
 def test_rehearse_refuses_an_unknown_phase_in_one_line(

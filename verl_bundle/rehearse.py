@@ -39,7 +39,7 @@ _STATUS = {"ok": "pass", "fail": "fail", "skip": "skipped"}
 @dataclass(frozen=True)
 class Step:
     name: str
-    status: str  # pass, fail, skipped, not rehearsed
+    status: str  # pass, fail, skipped, not rehearsed, not ready
     seconds: float
     detail: str = ""
 
@@ -270,9 +270,9 @@ def _rehearse(
         lines = _follow(proc.stdout, str(events), reporter)
     code = proc.wait()
     found = read_events(str(events))
-    ran = steps_from_events(found, skipped)
-    steps += ran
     verdict = verdict_of(found, code)
+    ran = [_judged(s, verdict) for s in steps_from_events(found, skipped)]
+    steps += ran
     if verdict.code not in (EXIT_OK, EXIT_NOT_READY) and not any(s.status == "fail" for s in ran):
         steps.append(Step("install.sh", "fail", 0.0, f"exited {code}"))
     return Rehearsal(
@@ -284,6 +284,14 @@ def _rehearse(
         verdict,
         tuple(skipped.items()),
     )
+
+
+def _judged(step: Step, verdict: Verdict) -> Step:
+    """The post-install row carries the verdict: installed but not ready is "not ready", never a
+    "pass" beside a verdict that says the trainer cannot start."""
+    if step.name == _STEP_NAMES["post-install"] and verdict.code == EXIT_NOT_READY:
+        return Step(step.name, "not ready", step.seconds, step.detail)
+    return step
 
 
 def verdict_of(events: list[Event], code: int) -> Verdict:

@@ -230,7 +230,7 @@ def rehearsal_text(r: Rehearsal) -> str:
     lines = [f"rehearsal of {r.bundle.name} with {r.python or '?'}, network cut ({r.network})"]
     width = max((len(s.name) for s in r.steps), default=10)
     for s in r.steps:
-        timing = f"{s.seconds:7.1f} s" if s.status in ("pass", "fail") else " " * 9
+        timing = f"{s.seconds:7.1f} s" if s.status in ("pass", "fail", "not ready") else " " * 9
         lines.append(f"  {s.status:<13} {s.name:<{width}} {timing}  {s.detail}".rstrip())
     if not r.installed:
         lines.append("the last lines of install.sh:")
