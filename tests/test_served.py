@@ -68,7 +68,8 @@ def test_install_sh_alone_installs_the_served_bundle_and_keeps_its_work_copy(
     # The copy is the bundle, file for file, and --work keeps it.
     listed = set(mf.load(str(bundle)).hashes()) | {"SHA256SUMS", "manifest.json"}
     copied = {p.relative_to(work).as_posix() for p in work.rglob("*") if p.is_file()}
-    assert copied == listed
+    assert {c for c in copied if not c.startswith(".verl-bundle-fetch/")} == listed
+    assert {c for c in copied if c.startswith(".verl-bundle-fetch/")} == {".verl-bundle-fetch/lock"}
     steps = [
         json.loads(line)
         for line in (tmp_path / "events.jsonl").read_text().splitlines()
@@ -155,7 +156,9 @@ def test_a_served_file_that_does_not_match_its_hash_is_damaged_and_never_kept(
     shutil.copytree(bundle, root)
     m = mf.load(str(root))
     bad = next(f.path for f in m.files if f.name == "einops")
-    (root / bad).write_bytes((root / bad).read_bytes() + b"\0")
+    data = bytearray((root / bad).read_bytes())
+    data[-1] ^= 1  # the same size, another hash
+    (root / bad).write_bytes(bytes(data))
     work = tmp_path / "work"
     cmd = f"sh {root / 'install.sh'} --from {BASE}/ --work {work} --prefix {tmp_path / 'p'}"
     proc = serving(root, cmd, _env(tmp_path), tmp_path)
@@ -178,3 +181,25 @@ def test_an_install_sh_from_another_bundle_refuses_its_fetcher(
     proc = serving(root, cmd, _env(tmp_path), tmp_path)
     assert proc.returncode == 3
     assert "is not the fetcher this install.sh was made with" in _one_line(proc)
+
+
+def test_the_install_sh_of_a_checked_bundle_installs_only_that_bundle(
+    bundle: Path, tmp_path: Path
+) -> None:
+    """A served copy whose install.sh, manifest and SHA256SUMS were all replaced, consistently:
+    the install.sh of the node's own checked bundle pins its SHA256SUMS; install.sh alone takes
+    the admin's --bundle-sha256."""
+    import hashlib
+
+    pin = hashlib.sha256((bundle / "SHA256SUMS").read_bytes()).hexdigest()
+    root = tmp_path / "served"
+    shutil.copytree(bundle, root)
+    (root / "install.sh").write_text((root / "install.sh").read_text() + "touch owned\n")
+    resign(root)
+    alone = f"sh {_alone(bundle, tmp_path)} --from {BASE}/ --bundle-sha256 {pin}"
+    own = f"sh {bundle / 'install.sh'} --from {BASE}/"
+    for cmd in (own, alone):
+        proc = serving(root, f"{cmd} --prefix {tmp_path / 'p'}", _env(tmp_path), tmp_path)
+        assert proc.returncode == 3, proc.stderr
+        assert f"not the {pin} this node is pinned to (--bundle-sha256)" in _one_line(proc)
+        assert not (tmp_path / "owned").exists() and not (tmp_path / "p").exists()

@@ -333,6 +333,8 @@ def add_install_options(p: Parser) -> None:
     p.add_argument("--base", metavar="OLD_DIR")
     p.add_argument("--from", dest="from_url", metavar="URL")
     p.add_argument("--work", metavar="DIR")
+    p.add_argument("--bundle-sha256", metavar="H")
+    p.add_argument("--deadline", metavar="SECONDS")
     p.add_argument("--help", "-h", action="store_true")
 
 

@@ -57,6 +57,13 @@ def options(args: argparse.Namespace, m: Manifest | None) -> Options:
         raise UsageError(
             "give --prefix (a new venv) or --into-env (an existing environment), not both"
         )
+    for given, name in (
+        (args.work, "--work"),
+        (args.bundle_sha256, "--bundle-sha256"),
+        (args.deadline, "--deadline"),
+    ):
+        if given is not None:
+            raise UsageError(f"{name} is for a served bundle: give it with --from URL")
     prefix = args.prefix
     if m is not None and prefix is None and args.into_env is None:
         prefix = default_prefix(m)
@@ -130,8 +137,18 @@ Options:
                     http.server or nginx: http://head:8000/<bundle>/): every file is fetched
                     into a local copy, checked against its sha256 as it arrives, then that
                     copy is installed as above. Credentials go in the URL (user:password@)
-  --work DIR        where --from keeps its copy (kept; a rerun fetches only what is missing);
-                    default: a directory in $TMPDIR, removed after a successful install
+  --bundle-sha256 H with --from: install only the bundle whose SHA256SUMS has sha256 H (run
+                    `sha256sum SHA256SUMS` in your own copy, or read it from the build's
+                    output); SHA256SUMS lists every other file, install.sh included, so a
+                    served copy replaced in any file is refused (exit 3). The install.sh of
+                    an extracted bundle pins its own bundle by itself
+  --work DIR        where --from keeps its copy (kept; a rerun fetches only what is missing):
+                    a new or empty directory, or one an earlier fetch made; never another's.
+                    Default: $TMPDIR/verl-bundle-<uid>/served-<host>-<key> (mode 0700),
+                    resumed by a rerun and removed after a successful install
+  --deadline SECONDS
+                    with --from: give up the fetch after this long (default 7200), with a
+                    progress line every 10 s; a rerun continues where it stopped
   --help, -h        this text
 
 Exit codes:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from verl_bundle.airgap.contract import manifest as mf
 from verl_bundle.airgap.contract.hashing import sha256_file
+from verl_bundle.airgap.verify.served import STATE as FETCH_STATE
 from verl_bundle.airgap.verify.tarread import Problem, read_tarball, sidecar, unsafe_member
 
 __all__ = [
@@ -146,6 +147,8 @@ def scan(root: str, problems: list[Problem]) -> tuple[dict[str, str], dict[str, 
     texts: dict[str, str] = {}
     files: dict[str, str] = {}
     for dirpath, dirnames, filenames in os.walk(root):
+        if dirpath == root:  # a served copy's fetch state (verify/served.py), not the bundle's
+            dirnames[:] = [d for d in dirnames if d != FETCH_STATE]
         for name in sorted(dirnames + filenames):
             full = os.path.join(dirpath, name)
             rel = os.path.relpath(full, root).replace(os.sep, "/")

@@ -1,0 +1,252 @@
+"""A served copy that is hostile (issue 22 #1-#4): redirects to another host, bodies sent
+endlessly, cut short or trickled, a copy replaced consistently, a --work directory holding
+someone else's files, a planted default work directory, lists that clash. The server is a real
+threaded HTTP server on a loopback address (tests/hostile_http.py); the node is the real
+`python -m verl_bundle.airgap install --from` subprocess."""
+
+from __future__ import annotations
+
+import base64
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from airgap import python310, resign
+from conftest import ROOT, clean_environ
+from hostile_http import Hostile, hostile
+
+from verl_bundle.airgap.contract import manifest as mf
+
+pytestmark = pytest.mark.slow
+
+SECRET = "s3cret-pass"  # noqa: S105 - must never be shown or sent elsewhere
+
+
+@pytest.fixture
+def bundle(built_bundle: tuple[Path, Path, dict[str, object]]) -> Path:
+    return built_bundle[1]  # served read-only
+
+
+@pytest.fixture
+def head(bundle: Path) -> Iterator[Hostile]:
+    yield from hostile(bundle)
+
+
+@pytest.fixture
+def other(bundle: Path) -> Iterator[Hostile]:
+    yield from hostile(bundle, "127.0.0.2")
+
+
+def node(
+    url: str, tmp: Path, *args: str, timeout: int = 300, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The Python installer's --from on this node: a dry run of the fetched copy."""
+    base = {**clean_environ(tmp), "HOME": str(tmp), "PYTHONPATH": str(ROOT), **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "verl_bundle.airgap", "install", "--from", url, *args],
+        capture_output=True,
+        text=True,
+        env=base,
+        cwd=tmp,
+        timeout=timeout,
+    )
+
+
+def dry(tmp: Path) -> list[str]:
+    return ["--prefix", str(tmp / "p"), "--python", python310(), "--dry-run"]
+
+
+def last_line(proc: subprocess.CompletedProcess[str]) -> str:
+    """The one line a failed fetch says (progress lines aside); never a traceback."""
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = [
+        line
+        for line in proc.stderr.splitlines()
+        if not line.startswith(("install.sh: fetching ", "install.sh: fetching: "))
+    ]
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
+
+
+def a_wheel(bundle: Path) -> tuple[str, int]:
+    f = next(f for f in mf.load(str(bundle)).files if f.name == "einops")
+    return f.path, f.size
+
+
+def test_credentials_go_only_to_their_own_host(
+    bundle: Path, head: Hostile, other: Hostile, tmp_path: Path
+) -> None:
+    head.need_auth = "Basic " + base64.b64encode(f"node:{SECRET}".encode()).decode()
+    same = head.url + "same/"
+    head.behaviours["same/"] = lambda h, rel: h.plain(rel)
+    head.behaviours["lib/"] = lambda h, rel: h.redirect(f"{same}lib/{rel}")
+    head.behaviours["wheels/"] = lambda h, rel: h.redirect(f"{other.url}wheels/{rel}")
+    url = head.url.replace("http://", f"http://node:{SECRET}@")
+    proc = node(url, tmp_path, "--work", str(tmp_path / "w"), *dry(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert SECRET not in proc.stdout + proc.stderr
+    assert [rel for rel, _ in other.seen if rel.startswith("wheels/")]
+    assert all("Authorization" not in headers for _, headers in other.seen)
+    followed = [h for rel, h in head.seen if rel.startswith("same/lib/")]
+    assert followed and all(h.get("Authorization") == head.need_auth for h in followed)
+
+
+def test_a_body_sent_endlessly_is_cut_at_the_size_the_manifest_states(
+    bundle: Path, head: Hostile, tmp_path: Path
+) -> None:
+    wheel, size = a_wheel(bundle)
+    head.behaviours[wheel] = lambda h, rel: h.endless()
+    proc = node(head.url, tmp_path, "--work", str(tmp_path / "w"), *dry(tmp_path), timeout=120)
+    assert proc.returncode == 3
+    assert last_line(proc) == (
+        f"install.sh: the served bundle is damaged: {wheel} is longer than the {size} bytes the "
+        "manifest states; nothing was installed. Copy the bundle to the server again"
+    )
+    assert head.sent < 64 << 20  # the socket buffers, not the endless body
+    assert not (tmp_path / "w" / wheel).exists()
+
+
+def test_a_short_body_is_resumed_and_one_short_every_time_is_a_broken_transfer(
+    bundle: Path, head: Hostile, tmp_path: Path
+) -> None:
+    wheel, size = a_wheel(bundle)
+    work = tmp_path / "w"
+    head.behaviours[wheel] = lambda h, rel: h.short(wheel)
+    proc = node(head.url, tmp_path, "--work", str(work), *dry(tmp_path), timeout=120)
+    assert proc.returncode == 1
+    line = last_line(proc)
+    assert line.startswith(f"install.sh: the transfer of {wheel} broke 4 times (")
+    assert f"{size // 2} of {size} bytes arrived" in line
+    assert line.endswith("run again to continue: what arrived is kept")
+    parts = list((work / ".verl-bundle-fetch" / "parts").iterdir())
+    assert [p.stat().st_size for p in parts] == [size // 2]
+    # The server mends: the rerun asks only for the rest, and the copy installs.
+    del head.behaviours[wheel]
+    head.seen.clear()
+    proc = node(head.url, tmp_path, "--work", str(work), *dry(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    asked = [h.get("Range") for rel, h in head.seen if rel == wheel]
+    assert asked == [f"bytes={size // 2}-"]
+
+
+def test_a_trickling_server_meets_the_deadline_with_progress_lines(
+    bundle: Path, head: Hostile, tmp_path: Path
+) -> None:
+    wheel, _ = a_wheel(bundle)
+    head.behaviours[wheel] = lambda h, rel: h.trickle(wheel)
+    work = str(tmp_path / "w")
+    proc = node(head.url, tmp_path, "--work", work, "--deadline", "12", *dry(tmp_path))
+    assert proc.returncode == 1
+    assert "install.sh: fetching: " in proc.stderr  # a progress line every 10 s
+    line = last_line(proc)
+    assert line.startswith("install.sh: gave up after 1")  # 12 or 13 s
+    assert line.endswith("run again to continue: what arrived is kept")
+
+
+def test_a_copy_replaced_consistently_is_refused_by_the_pin(bundle: Path, tmp_path: Path) -> None:
+    pin = hashlib.sha256((bundle / "SHA256SUMS").read_bytes()).hexdigest()
+    root = tmp_path / "served"
+    shutil.copytree(bundle, root)
+    (root / "install.sh").write_text((root / "install.sh").read_text() + "touch /tmp/owned\n")
+    resign(root)
+    replaced = hashlib.sha256((root / "SHA256SUMS").read_bytes()).hexdigest()
+    for server in hostile(root):
+        work = tmp_path / "w"
+        proc = node(server.url, tmp_path, "--bundle-sha256", pin, "--work", str(work))
+        assert proc.returncode == 3
+        assert last_line(proc) == (
+            f"install.sh: {server.url}SHA256SUMS has sha256 {replaced}, not the {pin} this "
+            "node is pinned to (--bundle-sha256): another bundle is served there; nothing "
+            "was fetched"
+        )
+        assert [p.name for p in work.iterdir()] == [".verl-bundle-fetch"]
+        proc = node(server.url, tmp_path, "--bundle-sha256", "abc", "--work", str(work))
+        assert proc.returncode == 2 and "--bundle-sha256 'abc': give the 64 hex" in proc.stderr
+
+
+def test_work_never_deletes_what_it_did_not_write(
+    bundle: Path, head: Hostile, tmp_path: Path
+) -> None:
+    work = tmp_path / "theirs"
+    (work / "notes").mkdir(parents=True)
+    (work / "SHA256SUMS").write_text("someone else's\n")
+    (work / "notes" / "thesis.tex").write_text("years of work\n")
+    before = sorted(p.relative_to(work).as_posix() for p in work.rglob("*"))
+    proc = node(head.url, tmp_path, "--work", str(work), *dry(tmp_path))
+    assert proc.returncode == 2
+    assert last_line(proc) == (
+        f"install.sh: --work {work}: not empty and not a directory a fetch made (no "
+        ".verl-bundle-fetch/ in it); give a new or empty directory: nothing in it was touched"
+    )
+    assert sorted(p.relative_to(work).as_posix() for p in work.rglob("*")) == before
+    assert head.seen == []
+
+
+def test_the_default_work_directory_is_never_one_another_user_planted(
+    bundle: Path, head: Hostile, tmp_path: Path
+) -> None:
+    tmpdir, theirs = tmp_path / "tmp", tmp_path / "theirs"
+    tmpdir.mkdir()
+    theirs.mkdir(mode=0o777)
+    planted = tmpdir / f"verl-bundle-{os.getuid()}"
+    planted.symlink_to(theirs)  # the predictable name, pointing at their directory
+    proc = node(head.url, tmp_path, *dry(tmp_path), env={"TMPDIR": str(tmpdir)})
+    assert proc.returncode == 0, proc.stderr
+    assert f"{planted} is not a directory of ours with mode 0700: a fresh one" in proc.stderr
+    assert list(theirs.iterdir()) == []
+    assert [p.name for p in tmpdir.iterdir()] == [planted.name]  # the fresh copy went after
+    # Ours (mode 0700): the stable place, named per host, removed after success.
+    planted.unlink()
+    proc = node(head.url, tmp_path, *dry(tmp_path), env={"TMPDIR": str(tmpdir)})
+    assert proc.returncode == 0, proc.stderr
+    assert f"into {planted}/served-" in proc.stderr
+    assert list(tmpdir.iterdir()) == []
+
+
+def test_a_second_fetch_into_one_work_directory_is_refused_in_one_line(
+    bundle: Path, head: Hostile, tmp_path: Path
+) -> None:
+    work = tmp_path / "w"
+    (work / ".verl-bundle-fetch").mkdir(parents=True)
+    with open(work / ".verl-bundle-fetch" / "lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # another install.sh, still fetching
+        proc = node(head.url, tmp_path, "--work", str(work), *dry(tmp_path))
+    assert proc.returncode == 1
+    assert last_line(proc) == (
+        f"install.sh: another install.sh is fetching into {work}; wait for it to end, or "
+        "give another --work"
+    )
+
+
+def test_clashing_names_proc_paths_and_redirect_loops_are_one_line(
+    bundle: Path, head: Hostile, tmp_path: Path
+) -> None:
+    root = tmp_path / "served"
+    shutil.copytree(bundle, root)
+    wheel, _ = a_wheel(bundle)
+    digest = hashlib.sha256(b"x").hexdigest()
+    with open(root / "SHA256SUMS", "a") as fh:
+        fh.write(f"{digest}  {wheel}/x\n")  # the wheel, and a file inside it
+    for server in hostile(root):
+        proc = node(server.url, tmp_path, "--work", str(tmp_path / "w"))
+        assert proc.returncode == 3
+        assert last_line(proc) == (
+            f"install.sh: the served bundle is damaged: SHA256SUMS lists {wheel} both as a "
+            f"file and as the directory of {wheel}/x"
+        )
+    proc = node(head.url, tmp_path, "--work", "/proc/self/verl-work")
+    assert proc.returncode == 2
+    assert last_line(proc).startswith("install.sh: --work /proc/self/verl-work: ")
+    head.behaviours["SHA256SUMS"] = lambda h, rel: h.redirect(head.url + "SHA256SUMS")
+    proc = node(head.url, tmp_path, "--work", str(tmp_path / "w2"))
+    assert proc.returncode == 1
+    assert last_line(proc) == (
+        f"install.sh: {head.url}SHA256SUMS: the server redirects in a loop or more than 5 "
+        "times (HTTP 302); serve the bundle itself at --from URL"
+    )
