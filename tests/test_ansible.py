@@ -115,12 +115,26 @@ def test_the_playbook_passes_ansibles_syntax_check(
     url = playbook(tmp_path, tarball, capsys, "--url", "http://head/b.tar")
     digest = __import__("hashlib").sha256(tarball.read_bytes()).hexdigest()
     assert f'verl_sha256: !unsafe "{digest}"' in url.read_text()
+    served = run(
+        [
+            *("ansible", "install", "--from-url", "http://head/b/", "--bundle-sha256", digest),
+            *("--hosts", "nodes", "-o", str(tmp_path / "s.yml")),
+        ],
+        capsys,
+    )
+    assert served.code == 0 and f'verl_pin: !unsafe "{digest}"' in (tmp_path / "s.yml").read_text()
+    check = ansible(
+        tmp_path, "-i", str(inventory(tmp_path)), "--syntax-check", str(tmp_path / "s.yml")
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
     for args, says in [
         (["nope.tar"], "no such tarball"),
         ([str(tarball), "--hosts", "{{ x }}"], "not an inventory pattern"),
         ([str(tarball), "--serial", "all"], "give a host count (64) or a percentage"),
         ([str(tarball), "--url", "http://head/\n"], "holds spaces or control characters"),
         ([str(tarball), "--prefix", "/opt/a\nb"], "control character"),
+        ([str(tarball), "--bundle-sha256", "a" * 64], "pins a served bundle"),
+        (["--from-url", "http://head/b/", "--bundle-sha256", "{{ x }}"], "64 hex digits"),
     ]:
         bad = run(["ansible", "install", *args, "-o", str(tmp_path / "x.yml")], capsys)
         assert bad.code == 2 and says in bad.err and len(bad.err.splitlines()) == 1, bad.err
@@ -278,9 +292,11 @@ def test_two_hosts_install_from_one_served_copy_with_no_other_network(
     from served import BASE, serving
 
     out = tmp_path / "install.yml"
+    pin = __import__("hashlib").sha256((built_bundle[1] / "SHA256SUMS").read_bytes()).hexdigest()
     r = run(
         [
             *("ansible", "install", "--from-url", f"{BASE}/", "--hosts", "nodes"),
+            *("--bundle-sha256", pin),
             *("--gather", str(tmp_path / "results"), "-o", str(out)),
         ],
         capsys,
@@ -297,6 +313,9 @@ def test_two_hosts_install_from_one_served_copy_with_no_other_network(
         assert (tmp_path / f"prefix-{host}" / "bin" / "python").exists()
         (work,) = (tmp_path / f"work-{host}").iterdir()
         assert (work / "bundle" / "SHA256SUMS").is_file() and len(work.name) == 64
+        assert (work / "SHA256SUMS.pinned").read_bytes() == (
+            work / "bundle" / "SHA256SUMS"
+        ).read_bytes()
         record = json.loads((tmp_path / "results" / f"{host}.json").read_text())["result"]
         assert (
             record["install"]["rc"] == 0

@@ -250,3 +250,56 @@ def test_clashing_names_proc_paths_and_redirect_loops_are_one_line(
         f"install.sh: {head.url}SHA256SUMS: the server redirects in a loop or more than 5 "
         "times (HTTP 302); serve the bundle itself at --from URL"
     )
+
+
+def test_serve_gives_each_bundle_its_pin_ranges_and_nothing_outside_it(
+    bundle: Path, tmp_path: Path
+) -> None:
+    """`python3 -m verl_bundle.airgap serve DIR`: the line a node needs (URL and pin), HTTP
+    Range for resuming, no file outside DIR through a link, and a pinned install through it."""
+    import urllib.error
+    import urllib.request
+
+    root = tmp_path / "srv"
+    root.mkdir()
+    shutil.copytree(bundle, root / bundle.name)
+    (tmp_path / "secret.txt").write_text("not served\n")
+    (root / "leak").symlink_to(tmp_path / "secret.txt")
+    env = {**clean_environ(tmp_path), "PYTHONPATH": str(ROOT)}
+    argv = [sys.executable, "-m", "verl_bundle.airgap", "serve", str(root), "--bind", "127.0.0.1"]
+    server = subprocess.Popen(
+        [*argv, "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        assert server.stdout is not None
+        first, second = server.stdout.readline(), server.stdout.readline()
+        base = first.split(" at ")[1].split(" ")[0]
+        assert first.startswith(f"serving {root} at http://127.0.0.1:") and "backlog 1024" in first
+        pin = hashlib.sha256((bundle / "SHA256SUMS").read_bytes()).hexdigest()
+        url = f"{base}{bundle.name}/"
+        assert second.strip() == f"install.sh --from {url} --bundle-sha256 {pin}"
+        wheel, size = a_wheel(bundle)
+        request = urllib.request.Request(url + wheel, headers={"Range": "bytes=100-"})  # noqa: S310
+        with urllib.request.urlopen(request, timeout=30) as resp:  # noqa: S310 - loopback
+            assert resp.status == 206
+            assert resp.headers["Content-Range"] == f"bytes 100-{size - 1}/{size}"
+            assert resp.read() == (bundle / wheel).read_bytes()[100:]
+        with pytest.raises(urllib.error.HTTPError) as leak:
+            urllib.request.urlopen(base + "leak", timeout=30)  # noqa: S310 - loopback
+        assert leak.value.code == 404
+        leak.value.close()
+        proc = node(url, tmp_path, "--bundle-sha256", pin, *dry(tmp_path))
+        assert proc.returncode == 0, proc.stderr
+        assert f"pinned to SHA256SUMS {pin[:16]}" in proc.stderr
+    finally:
+        server.terminate()
+        server.communicate(timeout=30)  # and its pipes closed
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = str(busy.getsockname()[1])
+        taken = subprocess.run([*argv, "--port", port], capture_output=True, text=True, env=env)
+    assert taken.returncode == 2 and len(taken.stderr.splitlines()) == 1
+    assert "cannot listen on 127.0.0.1:" in taken.stderr

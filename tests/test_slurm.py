@@ -6,6 +6,7 @@ URLs) are refused or travel quoted: nothing in them runs. The Ray script is test
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -101,6 +102,13 @@ def test_the_served_mode_fetches_on_every_node_and_needs_an_http_url(
     text = out.read_text()
     assert "FROM_URL=http://head:8000/verl-bundle-x  #" in text and "MODE=url" in text
     assert 'args=(--from "$FROM_URL" --work "$root")' in text
+    assert "EXPECT_BUNDLE=''  #" in text  # not pinned
+    pinned = run(
+        ["slurm", "install", "--from-url", url, "--bundle-sha256", "AB" * 32, "-o", str(out)],
+        capsys,
+    )
+    assert pinned.code == 0 and f"EXPECT_BUNDLE={'ab' * 32}  #" in out.read_text()
+    lint(out)
     assert subprocess.run(["bash", "-n", str(out)], check=False).returncode == 0
     lint(out)
     secret = run(["slurm", "install", "--from-url", "http://u:pw@head/b/", "-o", str(out)], capsys)
@@ -111,6 +119,8 @@ def test_the_served_mode_fetches_on_every_node_and_needs_an_http_url(
         (["--from-url", url, "--no-network"], "--from-url needs the network"),
         (["--from-url", "http://head/a b/"], "holds spaces or control characters"),
         (["--from-url", "http://head/x$(touch%20PWNED)/"], "is not a plain bundle name"),
+        (["--from-url", url, "--bundle-sha256", "$(touch PWNED)"], "give the 64 hex digits"),
+        (["--bundle-sha256", "a" * 64, str(out)], "pins a served bundle: give it with --from-url"),
     ]:
         bad = run(["slurm", "install", *args, "-o", str(out)], capsys)
         assert bad.code == 2 and says in bad.err and len(bad.err.splitlines()) == 1, bad.err
@@ -300,9 +310,11 @@ def test_two_nodes_install_from_one_served_copy(
                 time.sleep(0.05)
         gather, out = tmp_path / "results", tmp_path / "install.sbatch"
         url = f"http://127.0.0.1:{port}/{root.name}/"
+        pin = hashlib.sha256((root / "SHA256SUMS").read_bytes()).hexdigest()
         r = run(
             [
                 *("slurm", "install", "--from-url", url, "--nodes", "2"),
+                *("--bundle-sha256", pin),
                 *("--prefix", str(tmp_path / "prefix-%n"), "--gather", str(gather)),
                 *("--python", python310(), "-o", str(out)),
             ],
@@ -316,7 +328,8 @@ def test_two_nodes_install_from_one_served_copy(
     log = "\n".join(p.read_text(errors="replace") for p in gather.glob("*.log"))
     assert job.returncode == 0, job.stdout + job.stderr + log
     for node in NODES:
-        assert "install.sh: fetched " in (gather / f"{node}.install.log").read_text()
+        said = (gather / f"{node}.install.log").read_text()
+        assert "install.sh: fetched " in said and f"pinned to SHA256SUMS {pin[:16]}" in said
         record = json.loads((gather / f"{node}.json").read_text())["result"]
         assert (
             record["install"]["rc"] == 0

@@ -98,6 +98,18 @@ FromUrl = Annotated[
 ]
 
 
+BundleSha256 = Annotated[
+    str,
+    typer.Option(
+        "--bundle-sha256",
+        help="With --from-url: the sha256 of the bundle's SHA256SUMS (sha256sum SHA256SUMS in "
+        "your own extracted copy). Each node installs only that bundle (install.sh "
+        "--bundle-sha256), and checks the install.sh it fetched against it first.",
+        metavar="H",
+    ),
+]
+
+
 def _tarball(tarball: Path | None, from_url: str) -> Path:
     from verl_bundle.errors import UsageError
 
@@ -129,6 +141,7 @@ def slurm_install_cmd(
         str, typer.Option(help="The Python each node's venv is made from (install.sh --python).")
     ] = "",
     from_url: FromUrl = "",
+    bundle_sha256: BundleSha256 = "",
     output: Written = Path("verl-bundle-install.sbatch"),
 ) -> None:
     """Write an sbatch script that copies the tarball onto every node (sbcast --compress, read
@@ -150,6 +163,7 @@ def slurm_install_cmd(
         no_network,
         python,
         from_url,
+        bundle_sha256,
     )
     typer.echo(write_install(req).submit)
 
@@ -224,6 +238,7 @@ def ansible_install_cmd(
     ] = "",
     gather: Gather = Path("verl-bundle-results"),  # on this controller
     from_url: FromUrl = "",
+    bundle_sha256: BundleSha256 = "",
     serial: Annotated[
         str,
         typer.Option(
@@ -250,6 +265,7 @@ def ansible_install_cmd(
         url,
         from_url,
         serial,
+        bundle_sha256,
     )
     typer.echo(write_playbook(req).submit)
 

@@ -199,6 +199,24 @@ def _preflight(args: argparse.Namespace) -> int:
     return EXIT_OK if result.ok else EXIT_FAILED
 
 
+def _serve(args: argparse.Namespace) -> int:
+    from verl_bundle.airgap import serve
+
+    root = os.path.abspath(args.dir)
+    server = serve.make_server(root, args.bind, args.port)
+    port = server.server_address[1]
+    everywhere = args.bind in ("", "0.0.0.0", "::")  # noqa: S104 - the nodes' addresses
+    url = f"http://{os.uname().nodename if everywhere else args.bind}:{port}/"
+    say(f"serving {root} at {url} (threaded, backlog {serve.BACKLOG}, HTTP Range); Ctrl-C stops")
+    for b in serve.bundles(root):
+        say(f"  install.sh --from {url}{b.path} --bundle-sha256 {b.pin}")
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
+    return EXIT_OK
+
+
 def _install(args: argparse.Namespace) -> int:
     from verl_bundle.airgap.install.main import install
 
@@ -218,6 +236,7 @@ COMMANDS = (
     "assets",
     "preflight",
     "max-jobs",
+    "serve",
 )
 
 
@@ -306,6 +325,21 @@ def parser() -> Parser:
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="verl's overrides")
     p.add_argument("--config", metavar="YAML", help="verl settings (nested maps of scalars)")
     p.add_argument("--json", action="store_true", help="print the versioned JSON envelope")
+
+    p = command(
+        "serve",
+        _serve,
+        "serve extracted bundles to the nodes (install.sh --from URL): a threaded server with "
+        "a backlog of 1024 and HTTP Range; prints each bundle's --from and --bundle-sha256",
+    )
+    p.add_argument("dir", metavar="DIR", help="the directory above the extracted bundle(s)")
+    p.add_argument("--port", type=int, default=8000, help="the port (0: any free one)")
+    p.add_argument(
+        "--bind",
+        default="0.0.0.0",  # noqa: S104 - served to the cluster's nodes
+        metavar="ADDR",
+        help="the address to listen on (default: every interface)",
+    )
 
     p = command("max-jobs", _max_jobs, "the MAX_JOBS a source build should use on this machine")
     p.add_argument("--gib-per-job", type=float, default=9.0, metavar="F")

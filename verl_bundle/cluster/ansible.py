@@ -28,6 +28,7 @@ class AnsibleInstall:
     url: str = ""  # fetch the tarball from here instead of copying it from the controller
     from_url: str = ""  # a served, extracted bundle each host installs from (install.sh --from)
     serial: str = ""  # hosts per batch (a count or a percentage); '': all at once
+    bundle_sha256: str = ""  # with from_url: the sha256 of the bundle's SHA256SUMS, its pin
 
 
 def _sha256(path: Path) -> str:
@@ -39,10 +40,14 @@ def _sha256(path: Path) -> str:
 
 
 def _source(req: AnsibleInstall) -> tuple[str, str, str, str]:
-    """(mode, bundle name, tarball path, sha256 for url mode), each checked."""
+    """(mode, bundle name, tarball path, sha256: the tarball's in url mode, the pin of
+    SHA256SUMS in served mode), each checked."""
     if req.from_url:
         url = values.url_value(req.from_url.rstrip("/"), "--from-url")
-        return "served", values.served_name(url), "", ""
+        pin = values.pin_value(req.bundle_sha256) if req.bundle_sha256 else ""
+        return "served", values.served_name(url), "", pin
+    if req.bundle_sha256:
+        raise UsageError("--bundle-sha256 pins a served bundle: give it with --from-url")
     tarball = Path(values.path_value(req.tarball.absolute(), "the tarball"))
     if not tarball.is_file():
         raise UsageError(f"{req.tarball}: no such tarball")
@@ -64,9 +69,10 @@ def write_playbook(req: AnsibleInstall) -> Written:
             "hosts": values.host_pattern(req.hosts),
             "serial": values.serial_value(req.serial),
             "tarball": tarball,
-            "sha256": sha256,
+            "sha256": sha256 if mode == "url" else "",
             "url": req.url,
             "from_url": req.from_url.rstrip("/"),
+            "pin": sha256 if mode == "served" else "",
             "gather": values.path_value(req.gather.absolute(), "--gather"),
             "prefix": values.path_value(req.prefix, "--prefix"),
             "reporter": values.path_value(sys.executable, "this Python"),

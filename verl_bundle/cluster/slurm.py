@@ -31,6 +31,7 @@ class SlurmInstall:
     no_network: bool = False  # each node's install and doctor run under `unshare -n`
     python: str = ""  # the Python each node's venv is made from (default: install.sh's choice)
     from_url: str = ""  # a served, extracted bundle each node installs from (install.sh --from)
+    bundle_sha256: str = ""  # with from_url: the sha256 of the bundle's SHA256SUMS, its pin
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,10 @@ def _source(req: SlurmInstall) -> tuple[str, str, str, str]:
         url = values.url_value(req.from_url.rstrip("/"), "--from-url")
         if req.no_network:
             raise UsageError("--from-url needs the network; leave out --no-network")
-        return "url", "", values.served_name(url), ""
+        pin = values.pin_value(req.bundle_sha256) if req.bundle_sha256 else ""
+        return "url", "", values.served_name(url), pin
+    if req.bundle_sha256:
+        raise UsageError("--bundle-sha256 pins a served bundle: give it with --from-url")
     if req.shared_path is not None:
         shared = Path(values.path_value(req.shared_path.absolute(), "--shared-path"))
         if shared.is_dir():

@@ -72,6 +72,17 @@ def url_value(url: str, what: str) -> str:
     return url
 
 
+def pin_value(value: str, what: str = "--bundle-sha256") -> str:
+    """The sha256 of a bundle's SHA256SUMS (64 hex digits), lower-case; a one-line UsageError
+    for anything else."""
+    if not re.fullmatch(r"[0-9a-fA-F]{64}", value):
+        raise UsageError(
+            f"{what} {value[:80]!r}: give the 64 hex digits of the bundle's SHA256SUMS sha256 "
+            "(sha256sum SHA256SUMS in your extracted copy)"
+        )
+    return value.lower()
+
+
 def has_credentials(url: str) -> bool:
     return bool(url) and "@" in urlsplit(url).netloc
 
