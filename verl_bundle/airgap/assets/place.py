@@ -5,22 +5,31 @@ checks every file against the asset manifest and SHA256SUMS while copying it, pl
 and dataset under <prefix>/assets (or a shared --assets-dir) in a directory named for its
 commit, writes <prefix>/verl-env.sh (the Hugging Face offline variables, which must be set
 before transformers is imported) and hooks it into the venv's bin/activate, checks readiness,
-and prints the verl overrides that point at the placed files. A copy is made under a temporary
-name and renamed only when every byte matched, so nothing partial ever has a final name.
+and prints the verl overrides that point at the placed files. A copy is made in a directory of
+its own beside the final one (`.<commit>.partial-<host>-<random>`, held by an flock on its
+`.lock` so that a later run, on any node sharing --assets-dir, removes what a killed one left
+and nothing a live one is writing) and renamed only when every byte matched, so nothing
+partial ever has a final name; a member that is a symbolic link or not a regular file is never
+followed. The installer's record of each placed directory lives beside it
+(`.<commit>.verl-asset.json`), where no file of the asset can collide with it.
 Standard library only, Python 3.8+.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
 import os
+import secrets
 import shlex
 import shutil
+import stat
 from dataclasses import dataclass
 from typing import Sequence
 
+from verl_bundle.airgap.assets.partial import claim_partial, host_name, sweep_partials
 from verl_bundle.airgap.assets.ready import check_placed, readiness
 from verl_bundle.airgap.checks import Check, Verdict, failures, verdict
 from verl_bundle.airgap.contract import assets as am
@@ -30,7 +39,7 @@ from verl_bundle.airgap.errors import EXIT_DAMAGED, EXIT_FAILED, EXIT_USAGE, Ser
 from verl_bundle.airgap.render import checks_json, checks_text
 from verl_bundle.airgap.verify.bundle import parse_sums
 
-RECORD = ".verl-asset.json"  # in each placed directory: the asset's manifest entry
+RECORD = ".verl-asset.json"  # .<commit>.verl-asset.json beside each placed directory
 INDEX = "verl-assets.json"  # in the prefix: what was placed where (for `assets check`)
 ENV_FILE = "verl-env.sh"
 HOOK_MARK = "# verl-bundle: offline Hugging Face settings"
@@ -104,16 +113,38 @@ def _check_lists(root: str, m: am.AssetsManifest) -> None:
             raise AssetsError(f"{g.path}: altered (sha256 does not match)", EXIT_DAMAGED)
 
 
-def _copy_checked(src: str, dst: str, expected: str, shown: str) -> None:
+def _copy_checked(src: str, dst: str, expected: str, size: int, shown: str) -> None:
+    """`src` (a regular file, never followed through a link, read to at most `size` + 1 bytes)
+    into the new file `dst`, checked against `expected`."""
     h = hashlib.sha256()
     try:
-        fin = open(src, "rb")  # noqa: SIM115 - closed below, with dst
+        fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
         raise AssetsError(f"{shown}: missing from the bundle", EXIT_DAMAGED) from None
-    with fin, open(dst, "wb") as fout:
-        for chunk in iter(lambda: fin.read(CHUNK), b""):
+    except OSError:
+        fd = -1
+    if fd < 0 or not stat.S_ISREG(os.fstat(fd).st_mode):
+        if fd >= 0:
+            os.close(fd)
+        raise AssetsError(
+            f"{shown}: not a regular file (a symbolic link, a device or a directory): the "
+            "bundle is damaged; extract the asset tarball again",
+            EXIT_DAMAGED,
+        )
+    done = 0
+    out = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "rb") as fin, os.fdopen(out, "wb") as fout:
+        while done <= size:
+            chunk = fin.read(min(CHUNK, size + 1 - done))
+            if not chunk:
+                break
             h.update(chunk)
             fout.write(chunk)
+            done += len(chunk)
+    if done > size:
+        raise AssetsError(
+            f"{shown}: altered (longer than the {size} bytes the manifest states)", EXIT_DAMAGED
+        )
     if h.hexdigest() != expected:
         raise AssetsError(
             f"{shown}: altered (sha256 {h.hexdigest()}, expected {expected})", EXIT_DAMAGED
@@ -124,32 +155,50 @@ def _intact(final: str, asset: am.Asset) -> bool:
     return not check_placed(final, asset)
 
 
+def record_path(directory: str) -> str:
+    """Where the installer's record of a placed directory lives: beside it."""
+    parent, commit = os.path.split(os.path.normpath(directory))
+    return os.path.join(parent, f".{commit}{RECORD}")
+
+
 def _place(root: str, asset: am.Asset, dest: str) -> Placed:
     final = os.path.join(dest, asset.path, asset.commit)
-    if os.path.isdir(final) and _intact(final, asset):
-        return Placed(asset.kind, asset.repo_id, asset.commit, final, len(asset.files), True)
     parent = os.path.dirname(final)
+
+    def done(reused: bool) -> Placed:
+        _write_atomic(record_path(final), json.dumps(_record(asset), indent=2))
+        return Placed(asset.kind, asset.repo_id, asset.commit, final, len(asset.files), reused)
+
+    if os.path.isdir(final) and _intact(final, asset):
+        return done(True)
     os.makedirs(parent, exist_ok=True)
-    tmp = os.path.join(parent, f".{asset.commit}.partial-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
+    sweep_partials(parent, asset.commit)
+    lock, tmp = claim_partial(parent, asset.commit)
     try:
         for f in asset.files:
             out = os.path.join(tmp, f.path[len(asset.path) + 1 :])
             os.makedirs(os.path.dirname(out), exist_ok=True)
-            _copy_checked(os.path.join(root, f.path), out, f.sha256, f.path)
-        with open(os.path.join(tmp, RECORD), "w", encoding="utf-8") as fh:
-            json.dump(_record(asset), fh, indent=2)
+            _copy_checked(os.path.join(root, f.path), out, f.sha256, f.size, f.path)
+        if os.path.isdir(final) and _intact(final, asset):
+            return done(True)  # another node placed it meanwhile: theirs stays
         if os.path.isdir(final):  # a damaged or older copy: swap it out
-            old = os.path.join(parent, f".{asset.commit}.old-{os.getpid()}")
+            old = tmp + "-old"
             os.replace(final, old)
             os.replace(tmp, final)
             shutil.rmtree(old, ignore_errors=True)
         else:
-            os.replace(tmp, final)
-    except BaseException:
+            try:
+                os.replace(tmp, final)
+            except OSError:
+                if not (os.path.isdir(final) and _intact(final, asset)):
+                    raise
+                return done(True)  # another node's rename came first
+        return done(False)
+    finally:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return Placed(asset.kind, asset.repo_id, asset.commit, final, len(asset.files), False)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp + ".lock")
+        os.close(lock)
 
 
 def _record(asset: am.Asset) -> dict[str, object]:
@@ -159,8 +208,11 @@ def _record(asset: am.Asset) -> dict[str, object]:
 
 
 def load_record(directory: str) -> am.Asset:
-    """The asset a placed directory holds, from its record; ManifestError when unreadable."""
-    where = os.path.join(directory, RECORD)
+    """The asset a placed directory holds, from its record (beside it; inside it for what an
+    older installer placed); ManifestError when unreadable."""
+    where = record_path(directory)
+    if not os.path.isfile(where) and os.path.isfile(os.path.join(directory, RECORD)):
+        where = os.path.join(directory, RECORD)
     try:
         with open(where, encoding="utf-8") as fh:
             data = json.load(fh)
@@ -171,7 +223,7 @@ def load_record(directory: str) -> am.Asset:
 
 
 def _write_atomic(path: str, text: str) -> None:
-    tmp = f"{path}.partial-{os.getpid()}"
+    tmp = f"{path}.partial-{host_name()}-{secrets.token_hex(8)}"
     try:
         with open(tmp, "w", encoding="utf-8") as fh:
             fh.write(text)
