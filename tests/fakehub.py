@@ -37,6 +37,7 @@ class Repo:
     commit: str = ""
     revisions: dict[str, str] = field(default_factory=dict)
     gated: bool = False
+    unstated: set[str] = field(default_factory=set)  # listed with no size, blob id or LFS hash
 
     def __post_init__(self) -> None:
         if not self.commit:
@@ -56,6 +57,8 @@ class Repo:
 
     def sibling(self, name: str) -> dict[str, object]:
         data = self.files[name]
+        if name in self.unstated:  # a mirror that lists the file and nothing about it
+            return {"rfilename": name}
         entry: dict[str, object] = {
             "rfilename": name,
             "size": len(data),

@@ -311,6 +311,26 @@ def test_small_file_checked_against_git_blob_id(
     assert code == 1 and "config.json: hash mismatch (git blob id" in one_line(err)
 
 
+def test_a_file_the_hub_states_no_hash_for_is_hashed_here_and_said_so(
+    hub: FakeHub, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    hub.add(Repo("model", "tiny/bare", tiny_model(), unstated={"model.safetensors"}))
+    code, out, err = assets(tmp_path, capsys, "--model", "tiny/bare")
+    assert code == 0, err
+    assert (
+        "hash computed here; the Hub stated none: models/tiny--bare/model.safetensors "
+        "(pinned by this bundle; compare with the publisher's if it matters)"
+    ) in out
+    root = extract(Path(out.strip().splitlines()[-1]), tmp_path / "carried")
+    files = json.loads((root / "manifest.json").read_text())["assets"][0]["files"]
+    by = {f["path"].rsplit("/", 1)[-1]: f.get("hash_by", "hub") for f in files}
+    assert by["model.safetensors"] == "host" and by["config.json"] == "hub"
+    from verl_bundle.airgap.contract import assets as am
+
+    (asset,) = am.load(str(root)).assets  # the server reads what the host wrote
+    assert {f.hash_by for f in asset.files} == {"hub", "host"}
+
+
 def test_cut_connection_resumes_with_range(
     hub: FakeHub, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

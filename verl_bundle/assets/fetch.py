@@ -3,7 +3,8 @@
 The revision asked for is resolved to its commit sha through the repository info, and every file
 is downloaded at that commit into the client's own cache (under --cache-dir), so a rerun reuses
 every finished file. Each file is then checked against what the Hub states: the LFS sha256 for
-large files, the git blob id for the rest. HF_ENDPOINT / --hf-endpoint (an intranet mirror) and
+large files, the git blob id for the rest; a file for which the mirror states neither is hashed
+here, pinned by that hash, and marked so in the manifest (`hash_by: host`). HF_ENDPOINT / --hf-endpoint (an intranet mirror) and
 HF_TOKEN (gated repositories) are honoured; the token is never printed, logged or stored.
 """
 
@@ -82,6 +83,7 @@ class FetchedFile:
     path: Path  # the cached file
     sha256: str
     size: int
+    hub_stated: bool = True  # False: the Hub stated no hash (no LFS sha256, no blob id)
 
 
 @dataclass(frozen=True)
@@ -269,4 +271,4 @@ def _checked(spec: AssetSpec, name: str, path: Path, sibling: Any) -> FetchedFil
             f"{spec.label}: {name}: hash mismatch ({bad}); the cached copy was removed: run again, "
             "and if it repeats, the mirror serves a different file than it lists"
         )
-    return FetchedFile(name, real, digest, size)
+    return FetchedFile(name, real, digest, size, lfs is not None or bool(sibling.blob_id))

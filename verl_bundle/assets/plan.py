@@ -76,7 +76,7 @@ def _model(f: Fetched) -> tuple[am.Asset, list[Entry]]:
         except UnsafeNameError as exc:
             raise FetchError(str(exc)) from None
         entries.append(Entry(arc, x.sha256, x.size, source=str(x.path)))
-        files.append(am.AssetFile(arc, x.sha256, x.size, x.name))
+        files.append(am.AssetFile(arc, x.sha256, x.size, x.name, "hub" if x.hub_stated else "host"))
     asset = am.Asset(
         "model",
         f.spec.repo_id,
@@ -219,6 +219,15 @@ def shown(built: AssetsBuilt) -> Shown:
         )
         for a in m.assets
     ]
+    unstated = [
+        f.path for a in m.assets if a.kind == "model" for f in a.files if f.hash_by == "host"
+    ]
+    if unstated:
+        lines.append(
+            f"hash computed here; the Hub stated none: {', '.join(unstated[:5])}"
+            + (f" and {len(unstated) - 5} more" if len(unstated) > 5 else "")
+            + " (pinned by this bundle; compare with the publisher's if it matters)"
+        )
     lines += [f"asset bundle: {human_size(b.size)}, sha256 {b.sha256}", str(b.path)]
     result = {
         "bundle": str(b.path),

@@ -36,6 +36,7 @@ class AssetFile:
     sha256: str
     size: int
     source: str  # the file's name in the repository ("" for a converted split)
+    hash_by: str = "hub"  # "host": computed where it was fetched; the Hub stated none
 
 
 @dataclass(frozen=True)
@@ -110,7 +111,13 @@ def to_dict(m: AssetsManifest) -> dict[str, Any]:
                 "commit": a.commit,
                 "path": a.path,
                 "files": [
-                    {"path": f.path, "sha256": f.sha256, "size": f.size, "source": f.source}
+                    {
+                        "path": f.path,
+                        "sha256": f.sha256,
+                        "size": f.size,
+                        "source": f.source,
+                        **({"hash_by": f.hash_by} if f.hash_by != "hub" else {}),
+                    }
                     for f in a.files
                 ],
                 "splits": dict(a.splits),
@@ -147,7 +154,12 @@ def _asset(r: _Reader) -> Asset:
         fpath = f.path("path")
         if not fpath.startswith(path + "/"):
             raise ManifestError(f"{f.where}.path {fpath!r} is not inside {path!r}")
-        files.append(AssetFile(fpath, f.sha256("sha256"), f.number("size"), f.text("source", "")))
+        by = f.text("hash_by", "hub")
+        if by not in ("hub", "host"):
+            raise ManifestError(f"{f.where}.hash_by must be hub or host, not {by!r}")
+        files.append(
+            AssetFile(fpath, f.sha256("sha256"), f.number("size"), f.text("source", ""), by)
+        )
     splits = r.table("splits", required=False)
     pairs = []
     for split in sorted(splits.data):
