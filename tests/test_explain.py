@@ -957,6 +957,35 @@ def test_unknown_log_is_said_honestly_with_its_tail() -> None:
     assert doc == {"schema": 1, "command": "explain", "ok": False, "result": result}
 
 
+@pytest.mark.parametrize("kind", ["binary", "one endless line"])
+def test_a_hostile_log_prints_a_bounded_answer(tmp_path: Path, kind: str) -> None:
+    """Binary junk, or a log that is one 20 MB line: the answer stays small, no traceback."""
+    log = tmp_path / "x.log"
+    if kind == "binary":
+        log.write_bytes(os.urandom(8 << 20))
+    else:
+        log.write_bytes(b"building " + b"#" * (20 << 20) + b"\nend " + b"=" * (1 << 20))
+    proc = subprocess.run(
+        [sys.executable, "-m", "verl_bundle.airgap", "explain", str(log)],
+        capture_output=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+        check=False,
+    )
+    assert proc.returncode == 1 and b"Traceback" not in proc.stderr
+    assert len(proc.stdout) < 4096, len(proc.stdout)
+    text = proc.stdout.decode()
+    if kind == "binary":
+        assert text.startswith("explain: no known cause; this is not a text log (")
+        assert len(text.splitlines()) == 1
+    else:
+        lines = text.splitlines()
+        assert (
+            lines[1]
+            == "    building " + "#" * 291 + f" ... ({(20 << 20) + 9 - 300} more characters)"
+        )
+        assert lines[2].endswith(f" ... ({(1 << 20) + 4 - 300} more characters)")
+
+
 def test_tail_of_a_short_log_and_of_progress_lines() -> None:
     assert explain.tail("") == []
     assert explain.tail("one\ntwo") == ["one", "two"]

@@ -20,6 +20,8 @@ from verl_bundle.airgap import render
 from verl_bundle.airgap.explain.signatures import SIGNATURES, Signature, values_near
 
 TAIL_LINES = 20
+TAIL_CHARS = 300  # each tail line is cut here, with a marker: a log may be one endless line
+BINARY_SHARE = 0.3  # more than this share of the tail not text: the file is not a log
 EVIDENCE_CHARS = 240
 # A pattern is matched this far, in characters, around its needle: a multi-megabyte line (a
 # progress display without newlines) is not scanned in full for every needle on it.
@@ -137,7 +139,23 @@ def tail(text: str, n: int = TAIL_LINES) -> list[str]:
         if pos == -1:
             break
     lines = text[pos + 1 : end].split("\n")
-    return [_shown(line.rstrip("\r").rsplit("\r", 1)[-1]) for line in lines]
+    return [_cut(line.rstrip("\r").rsplit("\r", 1)[-1]) for line in lines]
+
+
+def _cut(line: str) -> str:
+    if len(line) <= TAIL_CHARS:
+        return _shown(line)
+    return _shown(line[:TAIL_CHARS]) + f" ... ({len(line) - TAIL_CHARS} more characters)"
+
+
+def not_text(text: str) -> float:
+    """The share of the log's last 64 KiB that is not text (undecodable bytes, NULs, other
+    controls than tab, newline and carriage return)."""
+    sample = text[-65536:]
+    if not sample:
+        return 0.0
+    bad = sum(1 for ch in sample if ch == "\ufffd" or (ch < " " and ch not in "\t\n\r\x1b"))
+    return bad / len(sample)
 
 
 # -- rendering and the command --------------------------------------------------------------
@@ -147,6 +165,12 @@ def render_text(findings: list[Finding], text: str) -> str:
     """For people: each finding's title, cause, fix and where it was seen; or the log's tail.
     Nothing from the log reaches the terminal as a control sequence."""
     if not findings:
+        share = not_text(text)
+        if share > BINARY_SHARE:
+            return (
+                f"explain: no known cause; this is not a text log ({share:.0%} of its end is not "
+                "text): give the install log (<prefix>/.verl-bundle/install.log or --log FILE)"
+            )
         last = tail(text)
         out = [f"explain: no known cause for this log; its last {len(last)} lines:"]
         out += ["    " + line for line in last]
