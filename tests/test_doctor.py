@@ -7,6 +7,7 @@ import copy
 import ctypes.util
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -801,6 +802,39 @@ def test_a_hung_driver_cannot_hang_the_doctor(
     assert f"nvidia-smi did not answer within {TIMEOUT:g} s" in driver.detail
     assert report.check("gpus").summary == (
         f"no GPU listed: nvidia-smi did not answer within {TIMEOUT:g} s"
+    )
+
+
+def test_an_nvidia_smi_field_that_is_not_a_number_is_a_warning_naming_it(
+    machine: FakeMachine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`²`.isdigit() is True in Python: a superscript in a field once stopped the doctor."""
+    rows = gpu_csv(EIGHT_GPUS[:2], "535.104.05").splitlines()
+    rows[0] = rows[0].replace(", 81559,", ", 8155²,", 1)
+    rows.append("¹, GPU-ffff, 1, 1, 535.104.05, odd")
+    machine.script(
+        "nvidia-smi",
+        'case "$*" in\n'
+        f"  *query-gpu*) printf '%s\\n' {' '.join(shlex.quote(r) for r in rows)} ;;\n"
+        "  *) exit 0 ;;\nesac\n",
+    )
+    gpus = examine(machine, monkeypatch, needs()).check("gpus")
+    assert gpus.status == "warn"
+    assert "GPU 0: memory.total '8155²' is not a number" in gpus.detail
+    assert "index '¹' is not a number (row left out)" in gpus.detail
+    assert gpus.summary.startswith("2 of 2 GPUs visible")
+
+
+@pytest.mark.slow
+def test_an_nvidia_smi_that_floods_its_output_is_stopped(
+    machine: FakeMachine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    machine.script("nvidia-smi", "while :; do echo 0123456789abcdef0123456789abcdef; done\n")
+    start = time.monotonic()
+    report = examine(machine, monkeypatch, needs())
+    assert time.monotonic() - start < TIMEOUT  # stopped at the cap, not at the deadline
+    assert (
+        report.check("gpus").summary == "no GPU listed: nvidia-smi printed more than 4 MiB: stopped"
     )
 
 

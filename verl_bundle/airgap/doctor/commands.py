@@ -11,10 +11,12 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 TIMEOUT = 10.0  # seconds any one external command may take
+MAX_OUTPUT = 4 << 20  # bytes of each stream kept; a command printing more is stopped
 
 
 @dataclass(frozen=True)
@@ -54,21 +56,45 @@ def run(argv: Sequence[str], timeout: float = TIMEOUT) -> Run:
         return Run(tuple(argv), problem="not found")
     except OSError as exc:
         return Run(tuple(argv), problem=f"cannot run: {exc.strerror or exc}")
+    over = threading.Event()
+    bufs = (bytearray(), bytearray())
+    readers = [
+        threading.Thread(target=_drain, args=(stream, buf, over, proc.pid), daemon=True)
+        for stream, buf in zip((proc.stdout, proc.stderr), bufs)
+    ]
+    for t in readers:
+        t.start()
     try:
-        out, err = proc.communicate(timeout=timeout)
+        proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         with contextlib.suppress(OSError):
             os.killpg(proc.pid, signal.SIGKILL)
         # A process stuck inside the kernel (a hung driver) cannot be reaped: leave it.
         with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.communicate(timeout=2)
+            proc.wait(timeout=2)
         return Run(tuple(argv), problem=f"did not answer within {timeout:g} s")
+    for t in readers:
+        t.join(timeout=2)
+    if over.is_set():
+        return Run(tuple(argv), problem=f"printed more than {MAX_OUTPUT >> 20} MiB: stopped")
     return Run(
         tuple(argv),
         proc.returncode,
-        out.decode("utf-8", "replace"),
-        err.decode("utf-8", "replace"),
+        bytes(bufs[0]).decode("utf-8", "replace"),
+        bytes(bufs[1]).decode("utf-8", "replace"),
     )
+
+
+def _drain(stream: Any, buf: bytearray, over: threading.Event, pid: int) -> None:
+    """Read `stream` into `buf`, at most MAX_OUTPUT bytes; past that, stop the command."""
+    with stream:
+        for chunk in iter(lambda: stream.read1(1 << 16), b""):
+            if len(buf) + len(chunk) > MAX_OUTPUT:
+                over.set()
+                with contextlib.suppress(OSError):
+                    os.killpg(pid, signal.SIGKILL)
+                return
+            buf += chunk
 
 
 def probe(code: str, *args: str, python: str | None = None) -> tuple[dict[str, Any] | None, Run]:

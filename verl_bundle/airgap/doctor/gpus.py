@@ -72,6 +72,7 @@ class GpuListing:
     gpus: tuple[Gpu, ...] = ()
     apps: tuple[App, ...] = ()
     problem: str = ""  # why there is no listing
+    unreadable: tuple[str, ...] = ()  # fields nvidia-smi printed that could not be read
 
 
 @dataclass(frozen=True)
@@ -83,20 +84,43 @@ class DriverProbe:
     run: Run
 
 
+_NUMBER = re.compile(r"[0-9]{1,12}")  # ASCII digits only: "²".isdigit() is True
+_FIELD = 120  # characters of a field kept (a name, a UUID): nvidia-smi's output is not trusted
+
+
 def _int(text: str) -> int | None:
     text = text.strip()
-    return int(text) if text.isdigit() else None
+    return int(text) if _NUMBER.fullmatch(text) else None
 
 
-def parse_gpus(text: str) -> list[Gpu]:
-    """Rows of `nvidia-smi GPU_QUERY --format=csv,noheader,nounits`."""
+def parse_gpus(text: str, unreadable: list[str] | None = None) -> list[Gpu]:
+    """Rows of `nvidia-smi GPU_QUERY --format=csv,noheader,nounits`. A row whose index is not
+    a number is left out, and a number field that is not one is None; each is noted in
+    `unreadable` (naming the field) when given."""
+    notes = unreadable if unreadable is not None else []
     gpus = []
     for line in text.splitlines():
-        parts = [p.strip() for p in line.split(",", 5)]
-        if len(parts) == 6 and parts[0].isdigit():
-            gpus.append(
-                Gpu(int(parts[0]), parts[1], _int(parts[2]), _int(parts[3]), parts[4], parts[5])
+        parts = [p.strip()[:_FIELD] for p in line.split(",", 5)]
+        if len(parts) != 6:
+            continue
+        if not _NUMBER.fullmatch(parts[0]):
+            notes.append(f"index {parts[0]!r} is not a number (row left out)")
+            continue
+        numbers = {"memory.total": _int(parts[2]), "memory.used": _int(parts[3])}
+        for field, value in numbers.items():
+            given = parts[2 if field == "memory.total" else 3]
+            if value is None and given not in ("[N/A]", "N/A", "[Not Supported]"):
+                notes.append(f"GPU {parts[0]}: {field} {given!r} is not a number")
+        gpus.append(
+            Gpu(
+                int(parts[0]),
+                parts[1],
+                numbers["memory.total"],
+                numbers["memory.used"],
+                parts[4],
+                parts[5],
             )
+        )
     return gpus
 
 
@@ -118,11 +142,14 @@ def list_gpus() -> GpuListing:
     if not r.ok:
         why = r.problem or last_line(r.out) or r.why()
         return GpuListing(problem=f"nvidia-smi {why}" if r.problem else f"nvidia-smi: {why}")
-    gpus = parse_gpus(r.out)
+    notes: list[str] = []
+    gpus = parse_gpus(r.out, notes)
     if not gpus:
-        return GpuListing(problem=f"nvidia-smi lists no GPU ({last_line(r.out) or 'no output'})")
+        said = last_line(r.out)[:_FIELD] or "no output"
+        return GpuListing(problem=f"nvidia-smi lists no GPU ({said!r})", unreadable=tuple(notes))
     apps = run([smi, APPS_QUERY, CSV])
-    return GpuListing(tuple(gpus), tuple(parse_apps(apps.out)) if apps.ok else ())
+    listed = tuple(parse_apps(apps.out)) if apps.ok else ()
+    return GpuListing(tuple(gpus), listed, unreadable=tuple(notes))
 
 
 def probe_driver() -> DriverProbe:
@@ -279,6 +306,9 @@ def check_gpus(plan: Plan, facts: Facts, opts: Options) -> Check:
         )
     busy, problems = _busy(visible, listing)
     fixes: list[str] = []
+    if listing.unreadable:
+        problems.append("nvidia-smi printed what cannot be read: " + "; ".join(listing.unreadable))
+        fixes.append("check the driver (nvidia-smi -q); those fields were not used")
     if busy:
         free = [g for g in visible if g not in busy]
         fixes.append(
