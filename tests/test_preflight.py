@@ -284,7 +284,7 @@ def test_unset_keys_take_verls_defaults(tmp_path: Path) -> None:
         {"RANK": "3"},
         {"WORLD_SIZE": "2"},
         {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "10.0.0.1"},
-        {"MASTER_PORT": "29500"},
+        {"RANK": "1", "MASTER_PORT": "29500"},
     ],
 )
 def test_a_partial_torchrun_set_fails_on_one_node(tmp_path: Path, partial: dict[str, str]) -> None:

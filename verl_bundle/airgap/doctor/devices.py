@@ -15,8 +15,9 @@ TORCHRUN_VARS = (
     "MASTER_ADDR",
     "MASTER_PORT",
 )
-# torch.distributed's env:// start reads these four together: one without the others is a
-# launch that hangs or fails at init_process_group.
+# torch.distributed's env:// start reads these four together: a rank or world size without the
+# others is a launch that hangs or fails at init_process_group. (MASTER_ADDR and MASTER_PORT
+# alone are defaults for a later torchrun, which sets the rest itself.)
 ENV_INIT = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
@@ -88,7 +89,7 @@ def torchrun_problems(env: Mapping[str, str], visible: int | None) -> list[str]:
     of GPUs this process would see (None when unknown)."""
     problems: list[str] = []
     given = [k for k in ENV_INIT if k in env]
-    if given and len(given) < len(ENV_INIT):
+    if ("RANK" in env or "WORLD_SIZE" in env) and len(given) < len(ENV_INIT):
         unset = [k for k in ENV_INIT if k not in env]
         problems.append(
             f"{', '.join(given)} set but {', '.join(unset)} not: torch.distributed reads "
