@@ -128,7 +128,10 @@ def _postinstall(args: argparse.Namespace) -> int:
     from verl_bundle.airgap.postinstall.run import run_checks
 
     manifest = _bundle(args.bundle, "postinstall")
-    found = run_checks(manifest, args.require_gpu, args.skip_phase, args.check_files)
+    deep = _deep(args)
+    found = run_checks(
+        manifest, args.require_gpu, args.skip_phase, args.check_files, sys.executable, deep
+    )
     v = found.verdict
     if args.result:  # for the installer: the typed findings, which it renders and judges
         _write_result(args.result, render.envelope("postinstall", v.ok, found.to_dict(), v))
@@ -150,10 +153,52 @@ def _readiness(args: argparse.Namespace) -> int:
     from verl_bundle.airgap.postinstall.readiness import render_text
 
     manifest = _bundle(args.bundle, "readiness")
-    report = run_readiness(manifest, args.python, args.require_gpu, args.purpose, args.timeout)
+    deep = _deep(args)
+    report = run_readiness(
+        manifest, args.python, args.require_gpu, args.purpose, args.timeout, deep
+    )
     v = report.verdict
     show("readiness", v.ok, report.to_dict(), f"{render_text(report)}\n{v.line}", args.json, v)
     return v.code
+
+
+def _deep(args: argparse.Namespace) -> Any:
+    """The trainer dry run's request (--deep and its options), or None; bad input is a usage
+    error before anything runs."""
+    from verl_bundle.airgap.postinstall.dryrun import dry_run_request
+
+    given = args.model or args.data or args.override
+    if not args.deep:
+        if given:
+            raise UsageError("--model, --data and --override go with --deep (the dry run)")
+        return None
+    return dry_run_request(args.model, args.data, args.deadline, 0, args.override)
+
+
+def add_deep_options(p: Parser) -> None:
+    """The trainer dry run's options (readiness and postinstall)."""
+    p.add_argument(
+        "--deep",
+        action="store_true",
+        help="also start verl's own PPO trainer offline on a tiny model and dataset, up to the "
+        "GPU boundary on a host without a GPU, one PPO step where a GPU is visible",
+    )
+    p.add_argument("--model", metavar="DIR", help="with --deep: your own model directory")
+    p.add_argument("--data", metavar="FILE", help="with --deep: your own parquet (verl's format)")
+    p.add_argument(
+        "--deadline",
+        type=float,
+        default=900,
+        metavar="S",
+        help="with --deep: seconds before the dry run is stopped and reported not ready (900)",
+    )
+    p.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="with --deep: one more verl override for the dry run (repeatable)",
+    )
 
 
 def _explain(args: argparse.Namespace) -> int:
@@ -300,6 +345,7 @@ def parser() -> Parser:
     )
     p.add_argument("--json", action="store_true", help="print the versioned JSON envelope")
     p.add_argument("--result", metavar="FILE", help="write the envelope to FILE (the installer)")
+    add_deep_options(p)
 
     p = command("readiness", _readiness, "prove the venv can start the bundle's verl trainer")
     p.add_argument("--bundle", required=True, metavar="DIR", help="the bundle directory")
@@ -308,6 +354,7 @@ def parser() -> Parser:
     p.add_argument("--require-gpu", action="store_true", help="add a GPU smoke test")
     p.add_argument("--timeout", type=float, default=1800, help="seconds for the probe")
     p.add_argument("--json", action="store_true", help="print the versioned JSON envelope")
+    add_deep_options(p)
 
     p = command("explain", _explain, "match a failed install's log to known causes and fixes")
     p.add_argument("log", metavar="LOGFILE", help="the log to read; - reads standard input")

@@ -6,6 +6,7 @@ Standard library only, Python 3.8+.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -15,6 +16,8 @@ from typing import Sequence
 
 from verl_bundle.airgap.checks import Check
 from verl_bundle.airgap.contract import manifest as mf
+from verl_bundle.airgap.postinstall import dryrun, dryrun_report
+from verl_bundle.airgap.postinstall.dryrun import DryRunRequest
 from verl_bundle.airgap.postinstall.readiness import (
     PROBE,
     Facts,
@@ -133,12 +136,36 @@ def run_readiness(
     require_gpu: bool = False,
     purpose: str | None = None,
     timeout: float = 1800,
+    deep: DryRunRequest | None = None,
 ) -> ReadinessReport:
     """Prove the installed environment of `python` can start the bundle's trainer. The pip
-    check (a subprocess of its own) runs while the probe imports."""
+    check (a subprocess of its own) runs while the probe imports. `deep`: then start verl's
+    own trainer on a tiny model and dataset (the trainer dry run), when the probe found
+    nothing that already stops it."""
     table = load_table()
     plan = plan_for(manifest, purpose, table)
     with ThreadPoolExecutor(max_workers=1) as pool:
         pip = pool.submit(pip_check, python)
         facts = probe(python, plan, require_gpu, timeout)
-        return report(manifest, plan, facts, pip.result(), table)
+        found = report(manifest, plan, facts, pip.result(), table)
+    if deep is None:
+        return found
+    extra = dry_run_checks(python, plan, facts, found.checks, deep)
+    return dataclasses.replace(found, checks=found.checks + tuple(extra))
+
+
+def dry_run_checks(
+    python: str, plan: Plan, facts: Facts, before: Sequence[Check], deep: DryRunRequest
+) -> list[Check]:
+    """The trainer dry run's checks, after readiness's own (`before`): not run when those
+    already make the trainer not ready, or this verl release has no recipe."""
+    if plan.verl is None:
+        return []
+    if any(c.status == "fail" for c in before):
+        return [dryrun_report.unavailable(plan.verl, "readiness already failed above")]
+    gpus = int(facts.get("gpu_count") or 0) if facts.get("gpu_visible") else 0
+    table = dryrun.load_table()
+    run = dryrun.run_dry(python, plan.verl, dataclasses.replace(deep, gpus=gpus), table)
+    if run is None:
+        return [dryrun_report.unavailable(plan.verl, f"no recipe for verl {plan.verl}")]
+    return dryrun_report.checks(run, table)

@@ -22,6 +22,7 @@ from verl_bundle.airgap.checks import Check, Verdict, verdict
 from verl_bundle.airgap.contract.manifest import Manifest
 from verl_bundle.airgap.postinstall import installed, judge, readiness
 from verl_bundle.airgap.postinstall import probing as run
+from verl_bundle.airgap.postinstall.dryrun import DryRunRequest
 from verl_bundle.airgap.postinstall.readiness import Facts
 
 # Printed by setuptools' distutils shim when something imports distutils after setuptools: noise
@@ -78,6 +79,7 @@ def run_checks(
     skipped: Sequence[str] = (),
     files: bool = False,
     python: str = sys.executable,
+    deep: DryRunRequest | None = None,
 ) -> Findings:
     """All post-install checks. `manifest` is the whole bundle: the phases left out
     (`skipped`) are not installed, so their distributions are not asked for, but every module
@@ -85,7 +87,8 @@ def run_checks(
     the trainer not ready, saying so. Every heavy import (the profile's checks, readiness's
     trainer modules, torch's build, the GPU smoke test) happens once, in one isolated probe
     interpreter (probing.probe); the pip check runs beside it as its own subprocess, and this
-    process reads the installed metadata meanwhile."""
+    process reads the installed metadata meanwhile. `deep`: then the trainer dry run
+    (dryrun.py), when nothing before it already failed."""
     m = manifest.without_phases(list(skipped))
     table = readiness.load_table()
     flash = m.has("flash-attn")  # installed: only then is it called in the GPU smoke test
@@ -125,7 +128,11 @@ def run_checks(
     if plan is None or pipped is None:
         return Findings(tuple(found), tuple(gpu))
     report = readiness.report(manifest, plan, facts, pipped, table)
-    return Findings(tuple(found), report.checks + tuple(gpu), report.purpose, report.limit)
+    ready = report.checks + tuple(gpu)
+    if deep is not None:
+        before = (*found, *ready)
+        ready += tuple(run.dry_run_checks(python, plan, facts, before, deep))
+    return Findings(tuple(found), ready, report.purpose, report.limit)
 
 
 def _unprobed(

@@ -1,0 +1,544 @@
+"""The trainer dry run: verl's own entry started offline, reported step by step.
+
+A fake verl 0.3 whose entry has verl's shape (run_ppo: ray.init when Ray is not up, a task
+runner in another process that loads the tokenizer with verl.utils.hf_tokenizer, builds
+RLHFDataset from the parquet, and calls RayPPOTrainer.init_workers, whose resource check raises
+verl's own "Total available GPUs 0" error), installed with uv into a real venv beside the real
+Hydra and pyarrow of this test environment. Its `ray` runs each remote task in a real child
+process of the same interpreter, so the step markers are proven to work across processes as
+they must in Ray's workers. FAKE_VERL_FAIL picks the step where the fake raises (or hangs).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import ROOT, clean_environ
+from test_readiness import GATE_V03, ROLLOUT_V02, bundle, fake_torch, make_env, packages, wheel
+
+from verl_bundle.airgap.checks import verdict
+from verl_bundle.airgap.postinstall import dryrun, dryrun_report
+
+# The keys dryrun.json's verl 0.3/0.4 overrides set (ppo_trainer.yaml's shape, abridged).
+CONFIG = """\
+data:
+  train_files: ~/data/train.parquet
+  val_files: ~/data/test.parquet
+  prompt_key: prompt
+  max_prompt_length: 512
+  max_response_length: 512
+  train_batch_size: 1024
+actor_rollout_ref:
+  model:
+    path: ~/models/deepseek-llm-7b-chat
+  actor:
+    strategy: fsdp
+    ppo_mini_batch_size: 256
+    ppo_micro_batch_size_per_gpu: null
+  rollout:
+    name: vllm
+    log_prob_micro_batch_size_per_gpu: null
+    tensor_model_parallel_size: 2
+    gpu_memory_utilization: 0.5
+  ref:
+    log_prob_micro_batch_size_per_gpu: null
+critic:
+  strategy: ${actor_rollout_ref.actor.strategy}
+  ppo_micro_batch_size_per_gpu: null
+  model:
+    path: ~/models/deepseek-llm-7b-chat
+trainer:
+  total_epochs: 30
+  total_training_steps: null
+  project_name: verl_examples
+  logger: [ 'console', 'wandb' ]
+  nnodes: 1
+  n_gpus_per_node: 8
+  save_freq: -1
+  test_freq: -1
+  default_local_dir: checkpoints/${trainer.project_name}
+"""
+MAIN_PPO = """
+import os
+import hydra
+import ray
+
+
+@hydra.main(config_path='config', config_name='ppo_trainer', version_base=None)
+def main(config):
+    run_ppo(config)
+
+
+def run_ppo(config) -> None:
+    if not ray.is_initialized():
+        ray.init(runtime_env={'env_vars': {'TOKENIZERS_PARALLELISM': 'true'}})
+    runner = TaskRunner.remote()
+    ray.get(runner.run.remote(config))
+
+
+@ray.remote
+class TaskRunner:
+    def run(self, config):
+        from verl.utils import hf_tokenizer
+        from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+        tokenizer = hf_tokenizer(config.actor_rollout_ref.model.path)
+        trainer = RayPPOTrainer(config, tokenizer)
+        trainer.init_workers()
+        trainer.fit()
+"""
+TOKENIZER = """
+import json, os
+
+
+def hf_tokenizer(path, **kwargs):
+    if os.environ.get('FAKE_VERL_FAIL') == 'tokenizer':
+        raise OSError(f"Can't load tokenizer for '{path}'.")
+    with open(os.path.join(path, 'tokenizer_config.json')) as fh:
+        doc = json.load(fh)
+    if not doc.get('chat_template'):
+        raise ValueError('Cannot use chat template functions because tokenizer.chat_template is '
+                         'not set and no template argument was passed!')
+    return doc
+"""
+RL_DATASET = """
+import pyarrow.parquet as pq
+
+
+class RLHFDataset:
+    def __init__(self, parquet_files, tokenizer, prompt_key='prompt'):
+        table = pq.read_table(parquet_files)
+        self.rows = table.to_pylist()
+        for row in self.rows:
+            row[prompt_key]
+
+    def __len__(self):
+        return len(self.rows)
+"""
+RAY_TRAINER = """
+import os, time
+from verl.utils.dataset.rl_dataset import RLHFDataset
+
+
+class RayPPOTrainer:
+    def __init__(self, config, tokenizer):
+        self.config = config
+        self.train_dataset = RLHFDataset(config.data.train_files, tokenizer, config.data.prompt_key)
+
+    def init_workers(self):
+        fail = os.environ.get('FAKE_VERL_FAIL')
+        if fail == 'hang':
+            with open(os.environ['FAKE_VERL_PIDS'], 'a') as fh:
+                fh.write(f'{os.getpid()}\\n')
+            time.sleep(3600)
+        if fail == 'flash-attn':
+            raise ImportError('FlashAttention2 has been toggled on, but it cannot be used due to '
+                              'the following error: the package flash_attn seems to be not '
+                              'installed.')
+        import torch
+        available = 0 if not torch.cuda.is_available() else 1
+        desired = self.config.trainer.n_gpus_per_node * self.config.trainer.nnodes
+        if available < desired:
+            raise ValueError(f'Total available GPUs {available} is less than total desired GPUs '
+                             f'{desired}')
+
+    def fit(self):
+        pass
+"""
+# A Ray whose remote calls run in a real child process of the same interpreter (as Ray's
+# workers are), the config handed over as YAML; a failure there raises in the caller, like
+# ray.get raising a RayTaskError.
+FAKE_RAY = """
+import os, subprocess, sys, tempfile
+_up = False
+
+
+def init(**kwargs):
+    global _up
+    if os.environ.get('FAKE_VERL_FAIL') == 'ray':
+        raise RuntimeError('Failed to connect to GCS at address 127.0.0.1:6379 within 60 seconds')
+    _up = True
+
+
+def is_initialized():
+    return _up
+
+
+def shutdown():
+    global _up
+    _up = False
+
+
+class _Method:
+    def __init__(self, cls, name):
+        self.cls, self.name = cls, name
+
+    def remote(self, config):
+        from omegaconf import OmegaConf
+        fd, path = tempfile.mkstemp(suffix='.yaml')
+        os.close(fd)
+        OmegaConf.save(config, path)
+        code = ('import sys; from omegaconf import OmegaConf; import importlib; '
+                f'm = importlib.import_module({self.cls.__module__!r}); '
+                f'c = getattr(m, {self.cls.__name__!r}); '
+                f'getattr(c.__ray_cls__(), {self.name!r})(OmegaConf.load({path!r}))')
+        return subprocess.run([sys.executable, '-c', code], capture_output=True, text=True)
+
+
+class _Actor:
+    def __init__(self, cls):
+        self.cls = cls
+
+    def __getattr__(self, name):
+        return _Method(self.cls, name)
+
+
+def remote(cls):
+    class Handle:
+        __ray_cls__ = cls
+        __module__ = cls.__module__
+        __name__ = cls.__name__
+
+        @staticmethod
+        def remote():
+            return _Actor(Handle)
+    Handle.__name__ = cls.__name__
+    return Handle
+
+
+def get(done):
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ['no output'])[-1]
+        raise RuntimeError(f'ray::TaskRunner.run() failed: {last}')
+    return None
+"""
+
+
+def fake_verl_03() -> dict[str, str]:
+    return packages(
+        {
+            "verl/trainer/main_ppo.py": MAIN_PPO,
+            "verl/trainer/config/ppo_trainer.yaml": CONFIG,
+            "verl/trainer/ppo/ray_trainer.py": RAY_TRAINER,
+            "verl/utils/tokenizer.py": TOKENIZER,
+            "verl/utils/dataset/rl_dataset.py": RL_DATASET,
+            "verl/third_party/vllm/__init__.py": GATE_V03,
+            "verl/workers/rollout/vllm_rollout/__init__.py": ROLLOUT_V02,
+            "verl/workers/fsdp_workers.py": "import torch\n",
+            "verl/workers/actor/dp_actor.py": "\n",
+        }
+    ) | {"verl/utils/__init__.py": "from .tokenizer import hf_tokenizer\n"}
+
+
+def link_pyarrow(py: Path) -> None:
+    """This test environment's real pyarrow, linked into the venv (the fake RLHFDataset and
+    the wrapper's row count read the parquet with it)."""
+    import pyarrow
+
+    site = next((py.parent.parent / "lib").glob("python*/site-packages"))
+    (site / "pyarrow").symlink_to(Path(pyarrow.__file__).parent)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path, Path]:
+    """(python, bundle, model dir, data file): the fake verl 0.3 venv and a user's model and
+    data (a tokenizer with a chat template, a parquet of 8 rows in verl's RL format)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root = tmp_path_factory.mktemp("dryrun")
+    w = root / "wheels"
+    py = make_env(
+        root,
+        [
+            wheel(w, "torch", "2.5.1", fake_torch("2.5.1", device_mesh=True)),
+            wheel(w, "vllm", "0.7.3", {"vllm/__init__.py": "LLM = object\n"}),
+            wheel(w, "ray", "2.40.0", {"ray/__init__.py": FAKE_RAY}),
+            wheel(w, "verl", "0.3.0.post1", fake_verl_03()),
+        ],
+    )
+    link_pyarrow(py)
+    model = root / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
+    (model / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ messages }}"}))
+    rows = [
+        {
+            "data_source": "openai/gsm8k",
+            "prompt": [{"role": "user", "content": f"What is {i} + {i}?"}],
+            "ability": "math",
+            "reward_model": {"style": "rule", "ground_truth": str(2 * i)},
+            "extra_info": {"split": "train", "index": i},
+        }
+        for i in range(8)
+    ]
+    data = root / "train.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), data)
+    where = bundle(root, {"torch": "2.5.1", "vllm": "0.7.3", "verl": "0.3.0.post1"})
+    return py, where, model, data
+
+
+def deep(
+    stack: tuple[Path, Path, Path, Path], *args: str, fail: str = "", **env: str
+) -> subprocess.CompletedProcess[str]:
+    """`readiness --deep --json` on the user's model and data, by the environment's python."""
+    py, where, model, data = stack
+    environ = clean_environ(where.parent)
+    environ.update(PYTHONPATH=str(ROOT), FAKE_VERL_FAIL=fail, **env)
+    cmd = [str(py), "-m", "verl_bundle.airgap", "readiness", "--bundle", str(where), "--deep"]
+    cmd += ["--model", str(model), "--data", str(data), "--json", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, env=environ, timeout=600)
+
+
+def statuses(out: subprocess.CompletedProcess[str]) -> tuple[dict[str, Any], dict[str, str]]:
+    doc = json.loads(out.stdout)
+    checks = {c["id"]: c for c in doc["result"]["checks"] if c["id"].startswith("dryrun")}
+    return doc, {k: c["status"] for k, c in checks.items()}
+
+
+@pytest.mark.slow
+def test_a_trainer_that_reaches_the_gpu_boundary_is_ready_on_the_cpu_side(
+    stack: tuple[Path, Path, Path, Path],
+) -> None:
+    out = deep(stack)
+    assert out.returncode == 0, out.stdout + out.stderr
+    doc, status = statuses(out)
+    assert status == {
+        "dryrun:assets": "ok",
+        "dryrun:config": "ok",
+        "dryrun:tokenizer": "ok",
+        "dryrun:dataset": "ok",
+        "dryrun:ray": "ok",
+        "dryrun:workers": "ok",
+        "dryrun:step": "untested",
+    }
+    checks = {c["id"]: c for c in doc["result"]["checks"]}
+    assert checks["dryrun:dataset"]["summary"].startswith("verl's RLHFDataset loaded (8 rows)")
+    assert "reached the GPU boundary" in checks["dryrun:workers"]["summary"]
+    assert "Total available GPUs 0 is less than total desired GPUs 1" in (
+        checks["dryrun:workers"]["summary"]
+    )
+    # Never a bare "ready": the step a GPU would prove is named.
+    assert doc["verdict"]["state"] == "ready-cpu"
+    assert "one PPO step" in doc["verdict"]["line"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("fail", "step", "words"),
+    [
+        ("tokenizer", "tokenizer", "OSError: Can't load tokenizer"),
+        ("ray", "ray", "RuntimeError: Failed to connect to GCS"),
+        ("flash-attn", "workers", "ImportError: FlashAttention2 has been toggled on"),
+    ],
+)
+def test_each_step_that_raises_is_not_ready_with_its_step_and_fix(
+    stack: tuple[Path, Path, Path, Path], fail: str, step: str, words: str
+) -> None:
+    out = deep(stack, fail=fail)
+    assert out.returncode == 5, out.stdout + out.stderr
+    doc, status = statuses(out)
+    failed = [k for k, v in status.items() if v == "fail"]
+    assert failed == [f"dryrun:{step}"]
+    check = next(c for c in doc["result"]["checks"] if c["id"] == f"dryrun:{step}")
+    assert words in check["summary"]
+    assert check["fix"]
+    assert doc["verdict"]["line"].startswith(f"not ready to train: trainer dry run: {check['summary'][:20]}")
+    assert status["dryrun:step"] == "skip"  # nothing after a failure is claimed
+    if fail == "flash-attn":
+        assert "flash-attn phase" in check["fix"]
+    if fail == "ray":
+        assert "ip link set lo up" in check["fix"]
+        assert status["dryrun:tokenizer"] == "skip"
+
+
+@pytest.mark.slow
+def test_a_dataset_in_the_wrong_shape_fails_at_the_dataset(
+    stack: tuple[Path, Path, Path, Path], tmp_path: Path
+) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    wrong = tmp_path / "wrong.parquet"
+    pq.write_table(pa.Table.from_pylist([{"question": "1 + 1?", "answer": "2"}] * 4), wrong)
+    py, where, model, _ = stack
+    out = deep((py, where, model, wrong))
+    assert out.returncode == 5, out.stdout + out.stderr
+    doc, status = statuses(out)
+    assert status["dryrun:dataset"] == "fail"
+    assert status["dryrun:tokenizer"] == "ok"
+    check = next(c for c in doc["result"]["checks"] if c["id"] == "dryrun:dataset")
+    assert "KeyError: 'prompt'" in check["summary"]
+    assert "verl's RL format" in check["detail"]
+
+
+@pytest.mark.slow
+def test_an_override_verl_does_not_know_fails_at_the_config(
+    stack: tuple[Path, Path, Path, Path],
+) -> None:
+    out = deep(stack, "--override", "trainer.no_such_key=1")
+    assert out.returncode == 5, out.stdout + out.stderr
+    _, status = statuses(out)
+    assert status["dryrun:config"] == "fail"
+    assert status["dryrun:ray"] == "skip"
+
+
+@pytest.mark.slow
+def test_the_deadline_turns_a_hang_into_not_ready_and_leaves_nothing_running(
+    stack: tuple[Path, Path, Path, Path], tmp_path: Path
+) -> None:
+    pids = tmp_path / "pids"
+    started = time.monotonic()
+    out = deep(stack, "--deadline", "25", fail="hang", FAKE_VERL_PIDS=str(pids))
+    assert out.returncode == 5, out.stdout + out.stderr
+    assert time.monotonic() - started < 300
+    doc, status = statuses(out)
+    assert status["dryrun:workers"] == "fail"
+    assert status["dryrun:dataset"] == "ok"
+    check = next(c for c in doc["result"]["checks"] if c["id"] == "dryrun:workers")
+    assert "no progress before the deadline" in check["summary"]
+    hung = [int(p) for p in pids.read_text().split()]
+    assert hung
+    for pid in hung:  # the task runner's child process: killed with the run
+        assert not alive(pid), pid
+
+
+def alive(pid: int) -> bool:
+    """Running (a zombie waiting for init to reap it is not)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_usage_errors_are_one_line(stack_free_bundle: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from verl_bundle.airgap.cli import main
+
+    code = main(["readiness", "--bundle", str(stack_free_bundle), "--deep", "--model", "/nowhere"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "--model and --data go together" in err
+    code = main(["readiness", "--bundle", str(stack_free_bundle), "--model", "/m", "--data", "/d"])
+    assert code == 2
+    assert "go with --deep" in capsys.readouterr().err
+
+
+@pytest.fixture
+def stack_free_bundle(tmp_path: Path) -> Path:
+    return bundle(tmp_path, {"verl": "0.3.0.post1"})
+
+
+# -- the report, from events (the GPU path is proven here on its events) ------------------------
+
+
+def events(*items: tuple[str, str, dict[str, Any]]) -> tuple[dict[str, Any], ...]:
+    return tuple(
+        {"step": step, "event": ev, "t": float(i), "pid": 1, **extra}
+        for i, (step, ev, extra) in enumerate(items)
+    )
+
+
+def test_one_ppo_step_on_a_gpu_reports_its_time_and_memory() -> None:
+    table = dryrun.load_table()
+    done = [
+        (s, "done", {"seconds": 1.0})
+        for s in ("assets", "config", "ray", "tokenizer", "dataset", "workers")
+    ]
+    ran = dryrun.DryRun(
+        "0.9.1",
+        events(*done, ("step", "done", {"seconds": 12.5}), ("run", "end", {"ok": True})),
+        False,
+        0,
+        40.0,
+        gpus=1,
+        cpus=16,
+        memory_mib=5120,
+    )
+    checks = dryrun_report.checks(ran, table)
+    step = next(c for c in checks if c.id == "dryrun:step")
+    assert (step.status, step.summary) == (
+        "ok",
+        "one PPO step in 12.5 s, at most 5120 MiB of GPU memory in use",
+    )
+    v = verdict(installed=(), readiness=checks, purpose="PPO with FSDP and vLLM rollout")
+    assert v.state == "ready"
+
+
+def test_a_hang_in_verl_09_workers_names_the_cpu_override() -> None:
+    table = dryrun.load_table()
+    ran = dryrun.DryRun(
+        "0.9.1",
+        events(
+            *[(s, "done", {}) for s in ("assets", "config", "ray", "tokenizer", "dataset")],
+            ("workers", "start", {}),
+        ),
+        True,
+        None,
+        900.0,
+        gpus=0,
+        cpus=2,
+    )
+    failed = [c for c in dryrun_report.checks(ran, table) if c.status == "fail"]
+    assert [c.id for c in failed] == ["dryrun:workers"]
+    assert "ray_kwargs.ray_init.num_cpus=16" in failed[0].fix
+
+
+def test_every_known_failure_matches_its_sample() -> None:
+    table = dryrun.load_table()
+    assert table["boundary"]["match"] in table["boundary"]["sample"]
+    generic = dryrun_report.explain("nothing known", "config", "0.3.0.post1", False, table)
+    for entry in table["causes"]:
+        if entry.get("on") == "deadline":
+            got = dryrun_report.explain("", entry["step"], "0.9.1", True, table)
+        else:
+            got = dryrun_report.explain(entry["sample"], "workers", "0.9.1", False, table)
+        assert got == (entry["cause"], entry["fix"]) or "{" in entry["cause"], entry["id"]
+        assert got != generic, entry["id"]
+        assert "{" not in got[0] + got[1], entry["id"]
+
+
+@pytest.mark.parametrize(("verl", "entry"), [("0.3.0.post1", "run_ppo"), ("0.4.1", "run_ppo"), ("0.9.1", "main.__wrapped__"), ("0.2.0.post2", None)])
+def test_each_verl_release_has_its_entry(verl: str, entry: str | None) -> None:
+    row = dryrun.row_for(verl, dryrun.load_table())
+    assert (row["entry"] if row else None) == entry
+    if row:
+        steps = {s["id"] for s in dryrun.load_table()["steps"]}
+        assert set(row["sites"]) <= steps
+        assert any(o.startswith("trainer.n_gpus_per_node=") for o in row["overrides"])
+
+
+def test_the_hooks_mark_a_call_in_a_child_process(tmp_path: Path) -> None:
+    """The markers work in any process that starts with them on its path (as Ray's workers
+    do): a module loaded after start-up has its site wrapped before anyone imports it."""
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    src = Path(dryrun.HERE)
+    (hooks / "dryrun_hooks.py").write_text((src / "dryrun_hooks.py").read_text())
+    (hooks / "sitecustomize.py").write_text("import dryrun_hooks\n")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "data.py").write_text(
+        "class Data:\n    def __init__(self, n):\n        self.n = n\n"
+        "    def __len__(self):\n        return self.n\n"
+    )
+    (tmp_path / "pkg" / "use.py").write_text("from pkg.data import Data\nDATA = Data(5)\n")
+    log = tmp_path / "events.jsonl"
+    env = clean_environ(tmp_path)
+    env.update(
+        PYTHONPATH=f"{hooks}{os.pathsep}{tmp_path}",
+        VERL_BUNDLE_DRYRUN_EVENTS=str(log),
+        VERL_BUNDLE_DRYRUN_SITES=json.dumps({"dataset": ["pkg.data:Data.__init__"]}),
+    )
+    subprocess.run([sys.executable, "-c", "import pkg.use"], check=True, env=env, cwd=tmp_path)
+    got = dryrun.read_events(str(log))
+    assert [(e["step"], e["event"], e.get("rows")) for e in got] == [
+        ("dataset", "start", None),
+        ("dataset", "done", 5),
+    ]

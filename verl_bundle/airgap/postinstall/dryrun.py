@@ -1,0 +1,361 @@
+"""The trainer dry run: start verl's own PPO entry in the installed environment, offline, on a
+tiny model and dataset, and see how far it gets.
+
+Readiness's probe proves that the trainer's modules import and its config composes; this goes
+on: dryrun_entry.py (run by the environment's python, in its own process group, under a
+deadline) makes a tiny random model, a tokenizer with a chat template and a parquet in verl's
+RL format (or takes the user's own: `--model DIR --data FILE`, or the asset bundle installed
+for this environment), composes verl's real config with overrides pointing at them and calls
+verl's entry (dryrun.json: per verl release, the entry, the overrides, the sites that mark each
+step, the GPU boundary and known failures). Every process of the run writes JSON-line events
+(dryrun_hooks.py, installed as sitecustomize); dryrun_report.py turns them into `Check`s. On a
+host without a GPU the run ends at verl's own "Total available GPUs 0" error: the GPU boundary.
+Where a GPU is visible it goes on to one PPO step. Standard library only, Python 3.8+.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from verl_bundle.airgap.errors import UsageError
+from verl_bundle.airgap.postinstall.readiness import ReadinessError, _in_range, _release
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TABLE = os.path.join(HERE, "dryrun.json")
+ENTRY, HOOKS = "dryrun_entry.py", "dryrun_hooks.py"
+DEADLINE = 900.0
+EVENTS_VAR, SITES_VAR = "VERL_BUNDLE_DRYRUN_EVENTS", "VERL_BUNDLE_DRYRUN_SITES"
+
+
+@dataclass(frozen=True)
+class DryRunRequest:
+    """What to run: the user's own model and data (None: made here, or the asset bundle's),
+    the deadline in seconds, the GPUs the trainer asks for (0: none visible, so the run is
+    expected to stop at the GPU boundary) and extra verl overrides."""
+
+    model: str | None = None
+    data: str | None = None
+    deadline: float = DEADLINE
+    gpus: int = 0
+    overrides: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class DryRun:
+    """What happened: the events every process wrote, in time order; whether the deadline
+    stopped it; the exit code (None when killed); the seconds; the wrapper's last lines."""
+
+    verl: str
+    events: tuple[dict[str, Any], ...]
+    timed_out: bool
+    code: int | None
+    seconds: float
+    gpus: int
+    cpus: int | None
+    tail: tuple[str, ...] = ()
+    memory_mib: int | None = None  # the most GPU memory in use while it ran (nvidia-smi)
+    left: tuple[int, ...] = field(default_factory=tuple)  # processes that had to be killed
+
+
+def load_table(path: str = TABLE) -> dict[str, Any]:
+    with open(path, encoding="utf-8") as fh:
+        table: dict[str, Any] = json.load(fh)
+    return table
+
+
+def row_for(verl: str | None, table: dict[str, Any]) -> dict[str, Any] | None:
+    """The dry-run recipe for this verl release; None when there is none (verl 0.2)."""
+
+    return next((r for r in table["verl"] if verl and _in_range(verl, r)), None)
+
+
+def installed_assets(python: str) -> tuple[str, str] | None:
+    """(model dir, train file) of the asset bundle placed for the environment of `python`
+    (assets install --prefix, its index); None when there is none, or it has no model and
+    dataset."""
+    from verl_bundle.airgap.assets.place import INDEX, load_record
+    from verl_bundle.airgap.contract.manifest import ManifestError
+
+    prefix = os.path.dirname(os.path.dirname(os.path.abspath(python)))
+    try:
+        with open(os.path.join(prefix, INDEX), encoding="utf-8") as fh:
+            index = json.load(fh)
+        model = next(str(r["path"]) for r in index if r.get("kind") == "model")
+        data_dir = next(str(r["path"]) for r in index if r.get("kind") == "dataset")
+        name = load_record(data_dir).split("train")
+    except (OSError, ValueError, KeyError, StopIteration, ManifestError):
+        return None
+    return (model, os.path.join(data_dir, name)) if name else None
+
+
+def check_request(req: DryRunRequest) -> None:
+    """Bad input is one line (a usage error), before anything starts."""
+    if (req.model is None) != (req.data is None):
+        raise UsageError("--model and --data go together (your model and its data)")
+    if req.model is not None and not os.path.isfile(os.path.join(req.model, "config.json")):
+        raise UsageError(f"--model {req.model}: no config.json there (a model dir)")
+    if req.data is not None and not os.path.isfile(req.data):
+        raise UsageError(f"--data {req.data}: no such file (a parquet in verl's format)")
+    if req.deadline <= 0:
+        raise UsageError("--deadline must be above 0 seconds")
+    bad = [o for o in req.overrides if "=" not in o]
+    if bad:
+        raise UsageError(f"--override {bad[0]!r}: give KEY=VALUE (verl's own keys)")
+
+
+def _cpus(row: dict[str, Any]) -> int:
+    """Ray's CPUs: at least what the release's actors ask for at start (verl 0.9's
+    transfer_queue alone asks for 8), whatever the host has, so the run cannot deadlock."""
+    return max(os.cpu_count() or 1, int(row.get("min_ray_cpus", 1)))
+
+
+def _cpus_key(row: dict[str, Any], verl: str) -> str | None:
+    """verl's config key for Ray's CPU count, where this release has one."""
+    given = row.get("ray_cpus") or {}
+    if not given or _release(verl) < _release(str(given.get("from", "0"))):
+        return None
+    return str(given["key"])
+
+
+def _private_dir() -> str:
+    """A short private directory: Ray's unix socket paths must stay under 108 bytes."""
+    base = "/tmp" if os.path.isdir("/tmp") and os.access("/tmp", os.W_OK) else None
+    return tempfile.mkdtemp(prefix="vbr-", dir=base)
+
+
+def _environment(work: str, events: str, row: dict[str, Any], base: dict[str, str]) -> dict[str, str]:
+    from verl_bundle.airgap.postinstall.probing import OFFLINE_ENV
+
+    env = {k: v for k, v in base.items() if k not in ("RAY_ADDRESS", "PYTHONHOME")}
+    env.update(OFFLINE_ENV)
+    env.update(
+        {
+            EVENTS_VAR: events,
+            SITES_VAR: json.dumps(row["sites"]),
+            # The run's own Ray session directory: a stale /tmp/ray/ray_current_cluster from a
+            # killed Ray elsewhere can neither hang it nor be touched by it.
+            "RAY_TMPDIR": os.path.join(work, "ray"),
+            "RAY_USAGE_STATS_ENABLED": "0",
+            "HYDRA_FULL_ERROR": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+            "HOME": work,  # caches and ~/.cache writes stay in the throwaway directory
+            "HF_HOME": os.path.join(work, "hf"),
+            "PYTHONPATH": os.path.join(work, "hooks"),
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
+    )
+    return env
+
+
+def _marked(marker: str) -> list[int]:
+    """Every process (of this user) whose environment holds `marker`: the run's processes,
+    Ray's daemons and workers included, even those re-parented after their parent died."""
+    out = []
+    needle = marker.encode()
+    for name in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as fh:
+                if needle in fh.read():
+                    out.append(int(name))
+        except OSError:
+            continue
+    return out
+
+
+def _kill_all(proc: subprocess.Popen[bytes], marker: str) -> tuple[int, ...]:
+    """The wrapper's process group, then every process still carrying the run's marker."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+    left: list[int] = []
+    for _ in range(20):  # Ray's daemons may start a worker while we kill: until none is left
+        found = _marked(marker)
+        if not found:
+            break
+        for pid in found:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                continue
+            left.append(pid)
+        time.sleep(0.1)
+    return tuple(dict.fromkeys(left))
+
+
+class _MemoryWatch:
+    """The most GPU memory in use while the run goes on (nvidia-smi every 2 s); None without
+    nvidia-smi or a GPU."""
+
+    def __init__(self, gpus: int) -> None:
+        self.most: int | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        if gpus > 0 and shutil.which("nvidia-smi"):
+            self._thread.start()
+
+    def _watch(self) -> None:
+        cmd = ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"]
+        while not self._stop.wait(2.0):
+            try:
+                out = subprocess.run(cmd, capture_output=True, text=True, timeout=10).stdout
+                used = sum(int(x) for x in out.split() if x.strip().isdigit())
+            except (OSError, subprocess.SubprocessError, ValueError):
+                return
+            self.most = max(self.most or 0, used)
+
+    def stop(self) -> int | None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=15)
+        return self.most
+
+
+def read_events(path: str) -> tuple[dict[str, Any], ...]:
+    """The events every process wrote, in time order; a torn last line (a killed writer) is
+    left out."""
+    out = []
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                try:
+                    doc = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(doc, dict) and isinstance(doc.get("step"), str):
+                    out.append(doc)
+    except OSError:
+        return ()
+    return tuple(sorted(out, key=lambda d: float(d.get("t", 0.0))))
+
+
+def run_dry(
+    python: str,
+    verl: str,
+    request: DryRunRequest,
+    table: dict[str, Any] | None = None,
+    environ: dict[str, str] | None = None,
+) -> DryRun | None:
+    """Run verl's entry once, under the deadline, and collect its events; None when this verl
+    release has no recipe (dryrun.json). Nothing is left running afterwards, and the private
+    directory (model, data, Ray's session) is removed."""
+    table = table or load_table()
+    row = row_for(verl, table)
+    if row is None:
+        return None
+    check_request(request)
+    model, data = request.model, request.data
+    if model is None:
+        found = installed_assets(python)
+        if found is not None:
+            model, data = found
+    work = _private_dir()
+    try:
+        hooks = os.path.join(work, "hooks")
+        os.makedirs(hooks)
+        for name in (ENTRY, HOOKS):
+            shutil.copyfile(os.path.join(HERE, name), os.path.join(hooks, name))
+        with open(os.path.join(hooks, "sitecustomize.py"), "w", encoding="utf-8") as fh:
+            fh.write("import dryrun_hooks  # noqa: F401 - marks the trainer's steps\n")
+        events = os.path.join(work, "events.jsonl")
+        key = _cpus_key(row, verl)
+        cpus = _cpus(row) if key else None
+        spec = {
+            "events": events,
+            "work": work,
+            "model": model,
+            "data": data,
+            "entry": row["entry"],
+            "config": row["config"],
+            "overrides": row["overrides"],
+            "ray_cpus_key": key,
+            "cpus": cpus,
+            "gpus": max(request.gpus, 1),
+            "nodes": 1,
+            "extra": list(request.overrides),
+        }
+        spec_path = os.path.join(work, "spec.json")
+        with open(spec_path, "w", encoding="utf-8") as fh:
+            json.dump(spec, fh)
+        env = _environment(work, events, row, dict(os.environ if environ is None else environ))
+        return _supervise(python, work, spec_path, events, env, request, verl, cpus)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _supervise(
+    python: str,
+    work: str,
+    spec_path: str,
+    events: str,
+    env: dict[str, str],
+    request: DryRunRequest,
+    verl: str,
+    cpus: int | None,
+) -> DryRun:
+    log = os.path.join(work, "run.log")
+    watch = _MemoryWatch(request.gpus)
+    started = time.monotonic()
+    with open(log, "wb") as out:
+        try:
+            proc = subprocess.Popen(
+                [python, "-B", os.path.join(work, "hooks", ENTRY), spec_path],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                cwd=work,
+                start_new_session=True,  # its own process group, killed whole on the deadline
+            )
+        except OSError as exc:
+            watch.stop()
+            raise ReadinessError(f"cannot run {python}: {exc.strerror or exc}") from None
+        timed_out = False
+        try:
+            proc.wait(timeout=request.deadline)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        except BaseException:
+            _kill_all(proc, events)
+            raise
+        code = None if timed_out else proc.returncode
+        left = _kill_all(proc, events)  # Ray's daemons outlive a driver that exits: never
+    seconds = time.monotonic() - started
+    with open(log, encoding="utf-8", errors="replace") as fh:
+        tail = tuple(ln.rstrip() for ln in fh.readlines()[-12:])
+    return DryRun(
+        verl,
+        read_events(events),
+        timed_out,
+        code,
+        seconds,
+        request.gpus,
+        cpus,
+        tail,
+        watch.stop(),
+        left,
+    )
+
+
+def dry_run_request(
+    model: str | None,
+    data: str | None,
+    deadline: float,
+    gpus: int,
+    overrides: Sequence[str] = (),
+) -> DryRunRequest:
+    req = DryRunRequest(model, data, deadline, gpus, tuple(overrides))
+    check_request(req)
+    return req

@@ -1,0 +1,230 @@
+"""The trainer dry run's entry wrapper: run as a script by the installed environment's python.
+
+`python -B dryrun_entry.py SPEC.json`, with dryrun_hooks.py on PYTHONPATH as sitecustomize (so
+the tokenizer, dataset, workers and step sites are marked in this process and in every Ray
+worker). In order, each a step with JSON-line events in SPEC's `events` file:
+  assets   a tiny random model (the Qwen2 family, written with transformers' own save_pretrained),
+           a byte-level BPE tokenizer with a chat template, and a parquet of a few rows in verl's
+           RL format (examples/data_preprocess/gsm8k.py) -- or the user's own model and data
+  config   verl's own Hydra config, composed with the overrides that point it at them
+  ray      ray.init, as verl's entry calls it (marked here, in the driver)
+  then verl's own PPO entry (run_ppo(cfg), or main.__wrapped__(cfg)), whose tokenizer, dataset,
+  workers and step are marked by the hooks. The last event is `run/end`. Nothing of verl_bundle
+  is imported: the environment is seen exactly as the trainer sees it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+# `python script.py` puts the script's directory first on sys.path: drop it, so our sibling
+# modules can never shadow what the environment holds.
+if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
+    del sys.path[0]
+
+from dryrun_hooks import emit, error_fields, marked  # noqa: E402 - the sitecustomize beside us
+
+# ChatML, as Qwen2's instruct tokenizers carry it (verl applies the chat template to every
+# prompt, with add_generation_prompt=True).
+CHAT_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + "
+    "message['content'] + '<|im_end|>' + '\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+QUESTIONS = [
+    ("Tom has 3 apples and buys 4 more. How many apples does he have?", "7"),
+    ("A box holds 6 eggs. How many eggs are in 5 boxes?", "30"),
+    ("Sara read 12 pages on Monday and 15 on Tuesday. How many pages in all?", "27"),
+    ("There are 20 birds and 8 fly away. How many birds are left?", "12"),
+    ("A pen costs 2 dollars. How much do 9 pens cost?", "18"),
+    ("Ben had 50 marbles and gave half to Ann. How many does he keep?", "25"),
+    ("A class has 4 rows of 7 desks. How many desks are there?", "28"),
+    ("Mia walks 3 miles a day for 6 days. How far does she walk?", "18"),
+]
+INSTRUCTION = "Let's think step by step and output the final answer after \"####\"."
+
+
+def make_tokenizer(where: str) -> Any:
+    """A byte-level BPE trained here on the questions, with ChatML's special tokens and
+    template, saved with transformers' save_pretrained (nothing is downloaded)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=1000,
+        special_tokens=SPECIAL,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    corpus = [f"{q} {INSTRUCTION} #### {a}" for q, a in QUESTIONS] * 4
+    bpe.train_from_iterator(corpus, trainer)
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>"
+    )
+    tok.chat_template = CHAT_TEMPLATE
+    tok.save_pretrained(where)
+    return tok
+
+
+def make_model(where: str, tok: Any) -> int:
+    """A random two-layer Qwen2 (head size 64, as the attention kernels want), saved with
+    transformers' own save_pretrained; returns its parameter count."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(
+        vocab_size=((len(tok) + 63) // 64) * 64,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=None,
+    )
+    model = Qwen2ForCausalLM(config)
+    model.save_pretrained(where)
+    return int(sum(p.numel() for p in model.parameters()))
+
+
+def make_data(path: str) -> int:
+    """A parquet of a few rows in verl's RL format (examples/data_preprocess/gsm8k.py)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [
+        {
+            "data_source": "openai/gsm8k",
+            "prompt": [{"role": "user", "content": f"{q} {INSTRUCTION}"}],
+            "ability": "math",
+            "reward_model": {"style": "rule", "ground_truth": a},
+            "extra_info": {"split": "train", "index": i, "answer": f"#### {a}", "question": q},
+        }
+        for i, (q, a) in enumerate(QUESTIONS)
+    ]
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return len(rows)
+
+
+def count_rows(path: str) -> int:
+    import pyarrow.parquet as pq
+
+    return int(pq.read_metadata(path).num_rows)
+
+
+def assets(spec: dict[str, Any], events: str) -> tuple[str, str, int]:
+    """(model dir, data file, rows): made here, or the user's own."""
+    emit(events, "assets", "start", made=not spec.get("model"))
+    started = time.monotonic()
+    if spec.get("model"):
+        model, data = spec["model"], spec["data"]
+        rows = count_rows(data)
+        emit(events, "assets", "done", seconds=time.monotonic() - started, rows=rows, own=True)
+        return model, data, rows
+    model = os.path.join(spec["work"], "model")
+    data = os.path.join(spec["work"], "train.parquet")
+    tok = make_tokenizer(model)
+    params = make_model(model, tok)
+    rows = make_data(data)
+    size = sum(os.path.getsize(os.path.join(model, f)) for f in os.listdir(model))
+    emit(
+        events,
+        "assets",
+        "done",
+        seconds=time.monotonic() - started,
+        rows=rows,
+        params=params,
+        bytes=size,
+        own=False,
+    )
+    return model, data, rows
+
+
+def compose(spec: dict[str, Any], overrides: list[str]) -> Any:
+    """verl's own config, composed with the overrides as its hydra.main would."""
+    import importlib
+
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    root = os.path.dirname(os.path.abspath(importlib.import_module("verl").__file__ or ""))
+    config_dir = os.path.join(root, "trainer", "config")
+    with initialize_config_dir(config_dir=config_dir, version_base=None):
+        return hydra_compose(config_name=spec["config"], overrides=overrides)
+
+
+def overrides_for(spec: dict[str, Any], model: str, data: str, rows: int) -> list[str]:
+    values = {
+        "model": model,
+        "data": data,
+        "rows": min(rows, 4),
+        "work": spec["work"],
+        "gpus": spec["gpus"],
+        "nodes": spec["nodes"],
+    }
+    out = [o.format(**values) for o in spec["overrides"]]
+    if spec.get("ray_cpus_key"):
+        out.append(f"{spec['ray_cpus_key']}={spec['cpus']}")
+    return out + list(spec.get("extra", []))
+
+
+def run(spec: dict[str, Any]) -> bool:
+    """Every step in order; True when verl's entry returned (a whole step, on a GPU host)."""
+    events = spec["events"]
+    step = "assets"
+    try:
+        model, data, rows = assets(spec, events)
+        step = "config"
+        emit(events, step, "start")
+        cfg = compose(spec, overrides_for(spec, model, data, rows))
+        emit(events, step, "done", groups=len(cfg))
+        step = "entry"
+        import ray
+
+        ray.init = marked(events, "ray", ray.init)
+        from verl.trainer import main_ppo
+
+        emit(events, step, "start", entry=spec["entry"])
+        if spec["entry"] == "main.__wrapped__":
+            main_ppo.main.__wrapped__(cfg)
+        else:
+            main_ppo.run_ppo(cfg)
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        emit(events, step, "error", **error_fields(exc))
+        emit(events, "run", "end", ok=False)
+        return False
+    finally:
+        _shutdown_ray()
+    emit(events, step, "done")
+    emit(events, "run", "end", ok=True)
+    return True
+
+
+def _shutdown_ray() -> None:
+    ray = sys.modules.get("ray")
+    if ray is not None and getattr(ray, "is_initialized", lambda: False)():
+        try:
+            ray.shutdown()
+        except Exception:  # noqa: BLE001, S110 - the parent kills the group anyway
+            pass
+
+
+def main(argv: list[str]) -> int:
+    with open(argv[0], encoding="utf-8") as fh:
+        spec = json.load(fh)
+    return 0 if run(spec) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,147 @@
+"""The trainer dry run's step markers: installed in every process of the run as sitecustomize.
+
+dryrun.py copies this file as `sitecustomize.py` into the run's private directory and puts that
+directory on PYTHONPATH, so the entry wrapper and every Ray worker it starts (they inherit the
+environment) import it at start-up. When VERL_BUNDLE_DRYRUN_EVENTS names a file, it wraps the
+call sites VERL_BUNDLE_DRYRUN_SITES lists ({step: ["module:Class.method" | "module:function"]},
+from dryrun.json) right after their module is loaded, before anything imports the name from
+it, and appends one JSON line per start, end and error of each call: how far the trainer got
+comes from these events, never from verl's log text. Standard library only; it imports nothing
+of verl_bundle, and nothing at all when the variables are unset.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.abc
+import importlib.machinery
+import json
+import os
+import sys
+import time
+import traceback
+from typing import Any, Callable, Sequence
+
+EVENTS = "VERL_BUNDLE_DRYRUN_EVENTS"
+SITES = "VERL_BUNDLE_DRYRUN_SITES"
+
+
+def emit(path: str, step: str, event: str, **fields: Any) -> None:
+    """Append one event (one short write on an O_APPEND file: lines from many processes never
+    interleave)."""
+    doc = {"step": step, "event": event, "pid": os.getpid(), "t": time.time(), **fields}
+    line = (json.dumps(doc, default=str) + "\n").encode("utf-8")
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
+def error_fields(exc: BaseException) -> dict[str, Any]:
+    """The exception's type, first line and where it was raised (file:line)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    text = str(exc).strip() or type(exc).__name__
+    return {
+        "type": type(exc).__name__,
+        "error": text.splitlines()[0][:2000],
+        "at": f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "",
+    }
+
+
+def _size(result: Any, args: Sequence[Any]) -> dict[str, Any]:
+    """Rows of a dataset: the constructed object (`self` of an __init__) or the result."""
+    for thing in (*args[:1], result):
+        try:
+            return {"rows": len(thing)}
+        except Exception:  # noqa: BLE001, S112 - not sized: try the next candidate
+            continue
+    return {}
+
+
+def marked(path: str, step: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn`, writing a start event, then done (with its size where it has one) or error."""
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        started = time.monotonic()
+        emit(path, step, "start", site=getattr(fn, "__qualname__", str(fn)))
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException as exc:
+            emit(path, step, "error", seconds=time.monotonic() - started, **error_fields(exc))
+            raise
+        extra = _size(result, args) if step == "dataset" else {}
+        emit(path, step, "done", seconds=time.monotonic() - started, **extra)
+        return result
+
+    call.__verl_bundle_marked__ = True  # type: ignore[attr-defined]
+    return call
+
+
+def patch(module: Any, target: str, path: str, step: str) -> bool:
+    """Wrap `target` ("func" or "Class.method") in `module`; False when it is not there."""
+    owner: Any = module
+    *parents, name = target.split(".")
+    for part in parents:
+        owner = getattr(owner, part, None)
+        if owner is None:
+            return False
+    fn = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name, None)
+    if fn is None or getattr(fn, "__verl_bundle_marked__", False) or not callable(fn):
+        return False
+    setattr(owner, name, marked(path, step, fn))
+    return True
+
+
+class _Loader(importlib.abc.Loader):
+    """Runs the real loader, then wraps the module's sites before anyone imports from it."""
+
+    def __init__(self, real: Any, targets: list[tuple[str, str]], path: str) -> None:
+        self.real, self.targets, self.path = real, targets, path
+
+    def create_module(self, spec: Any) -> Any:
+        return self.real.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        self.real.exec_module(module)
+        for target, step in self.targets:
+            patch(module, target, self.path, step)
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    def __init__(self, sites: dict[str, list[tuple[str, str]]], path: str) -> None:
+        self.sites, self.path = sites, path
+
+    def find_spec(self, name: str, import_path: Any, target: Any = None) -> Any:
+        if name not in self.sites:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, import_path)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        spec.loader = _Loader(spec.loader, self.sites[name], self.path)
+        return spec
+
+
+def install(environ: Any = os.environ) -> bool:
+    """Wrap the listed sites in this process; False (and nothing changed) when not a dry run."""
+    path, raw = environ.get(EVENTS), environ.get(SITES)
+    if not path or not raw:
+        return False
+    sites: dict[str, list[tuple[str, str]]] = {}
+    for step, places in json.loads(raw).items():
+        for place in places:
+            module, _, target = place.partition(":")
+            sites.setdefault(module, []).append((target, step))
+    for module, targets in sites.items():  # already loaded (unlikely at start-up): now
+        if module in sys.modules:
+            for target, step in targets:
+                patch(sys.modules[module], target, path, step)
+    sys.meta_path.insert(0, _Finder(sites, path))
+    return True
+
+
+try:
+    install()
+except Exception:  # noqa: BLE001, S110 - a marker must never stop the trainer it watches
+    pass
