@@ -321,8 +321,9 @@ def test_a_trainer_that_reaches_the_gpu_boundary_is_ready_on_the_cpu_side(
     checks = {c["id"]: c for c in doc["result"]["checks"]}
     assert checks["dryrun:dataset"]["summary"].startswith("verl's RLHFDataset loaded (8 rows)")
     assert "reached the GPU boundary" in checks["dryrun:workers"]["summary"]
-    assert "Total available GPUs 0 is less than total desired GPUs 1" in (
-        checks["dryrun:workers"]["summary"]
+    assert (
+        "Total available GPUs 0 is less than total desired GPUs 1"
+        in (checks["dryrun:workers"]["summary"])
     )
     # Never a bare "ready": the step a GPU would prove is named.
     assert doc["verdict"]["state"] == "ready-cpu"
@@ -349,7 +350,9 @@ def test_each_step_that_raises_is_not_ready_with_its_step_and_fix(
     check = next(c for c in doc["result"]["checks"] if c["id"] == f"dryrun:{step}")
     assert words in check["summary"]
     assert check["fix"]
-    assert doc["verdict"]["line"].startswith(f"not ready to train: trainer dry run: {check['summary'][:20]}")
+    assert doc["verdict"]["line"].startswith(
+        f"not ready to train: trainer dry run: {check['summary'][:20]}"
+    )
     assert status["dryrun:step"] == "skip"  # nothing after a failure is claimed
     if fail == "flash-attn":
         assert "flash-attn phase" in check["fix"]
@@ -418,7 +421,9 @@ def alive(pid: int) -> bool:
         return False
 
 
-def test_usage_errors_are_one_line(stack_free_bundle: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_usage_errors_are_one_line(
+    stack_free_bundle: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from verl_bundle.airgap.cli import main
 
     code = main(["readiness", "--bundle", str(stack_free_bundle), "--deep", "--model", "/nowhere"])
@@ -504,7 +509,15 @@ def test_every_known_failure_matches_its_sample() -> None:
         assert "{" not in got[0] + got[1], entry["id"]
 
 
-@pytest.mark.parametrize(("verl", "entry"), [("0.3.0.post1", "run_ppo"), ("0.4.1", "run_ppo"), ("0.9.1", "main.__wrapped__"), ("0.2.0.post2", None)])
+@pytest.mark.parametrize(
+    ("verl", "entry"),
+    [
+        ("0.3.0.post1", "run_ppo"),
+        ("0.4.1", "run_ppo"),
+        ("0.9.1", "main.__wrapped__"),
+        ("0.2.0.post2", None),
+    ],
+)
 def test_each_verl_release_has_its_entry(verl: str, entry: str | None) -> None:
     row = dryrun.row_for(verl, dryrun.load_table())
     assert (row["entry"] if row else None) == entry
@@ -542,3 +555,36 @@ def test_the_hooks_mark_a_call_in_a_child_process(tmp_path: Path) -> None:
         ("dataset", "start", None),
         ("dataset", "done", 5),
     ]
+
+
+def test_the_tiny_tokenizer_and_dataset_are_what_verl_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wrapper's own assets, made offline with the real transformers, tokenizers and
+    pyarrow of this test environment: a tokenizer whose chat template renders a prompt the way
+    verl applies it, saved and loaded back with transformers, and a parquet in verl's RL format
+    (the model itself needs torch: the real-stack rehearsal makes it)."""
+    import pyarrow.parquet as pq
+    from transformers import AutoTokenizer
+
+    for name in (dryrun.HOOKS, dryrun.ENTRY):  # as the run has them: hooks on the path
+        copy = tmp_path / name.split(".")[0]
+        copy.mkdir()
+        (copy / name).write_text((Path(dryrun.HERE) / name).read_text())
+        monkeypatch.syspath_prepend(str(copy))
+    import dryrun_entry  # type: ignore[import-not-found]
+
+    made = dryrun_entry.make_tokenizer(str(tmp_path / "model"))
+    tok = AutoTokenizer.from_pretrained(str(tmp_path / "model"))
+    assert len(tok) == len(made) and tok.eos_token == "<|im_end|>"  # noqa: S105 - a token
+    chat = [{"role": "user", "content": "What is 2 + 2?"}]
+    text = tok.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
+    assert text == "<|im_start|>user\nWhat is 2 + 2?<|im_end|>\n<|im_start|>assistant\n"
+    ids = tok.apply_chat_template(chat, add_generation_prompt=True, tokenize=True)
+    assert 0 < len(ids) < 128  # within the dry run's max_prompt_length
+    rows = dryrun_entry.make_data(str(tmp_path / "train.parquet"))
+    table = pq.read_table(tmp_path / "train.parquet").to_pylist()
+    assert len(table) == rows == dryrun_entry.count_rows(str(tmp_path / "train.parquet"))
+    assert set(table[0]) == {"data_source", "prompt", "ability", "reward_model", "extra_info"}
+    assert table[0]["prompt"][0]["role"] == "user"
+    assert table[0]["reward_model"]["style"] == "rule"

@@ -19,9 +19,9 @@ from verl_bundle.airgap.doctor import catalog, registry
 from verl_bundle.airgap.errors import EXIT_CODES, ServerError
 
 AIRGAP = ROOT / "verl_bundle" / "airgap"
-# Run as scripts on their own (not through the CLI): the probe in the venv's python, and the
-# --from fetcher before any of lib/ exists on the node.
-STANDALONE = {"postinstall/probe.py", "verify/served.py"}
+# Run as scripts on their own (not through the CLI): the probe and the trainer dry run's entry
+# wrapper in the venv's python, and the --from fetcher before any of lib/ exists on the node.
+STANDALONE = {"postinstall/probe.py", "postinstall/dryrun_entry.py", "verify/served.py"}
 
 
 def modules() -> dict[str, ast.Module]:

@@ -10,6 +10,7 @@ install.sh's own verdict, read from its events (never from its text), and its ex
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -275,6 +276,12 @@ def _rehearse(
     steps += ran
     if verdict.code not in (EXIT_OK, EXIT_NOT_READY) and not any(s.status == "fail" for s in ran):
         steps.append(Step("install.sh", "fail", 0.0, f"exited {code}"))
+    if verdict.code in (EXIT_OK, EXIT_NOT_READY) and has_dry_run(manifest):
+        reporter.status("starting verl's trainer offline (the dry run) ...")
+        step, deep = dry_run([*prefix, *LOOPBACK_UP], root, work, verdict)
+        steps.append(step)
+        # install.sh's own not-ready verdict knows which phases were left out: it stays.
+        verdict = deep if verdict.ok else verdict
     return Rehearsal(
         tarball,
         py,
@@ -292,6 +299,41 @@ def _judged(step: Step, verdict: Verdict) -> Step:
     if step.name == _STEP_NAMES["post-install"] and verdict.code == EXIT_NOT_READY:
         return Step(step.name, "not ready", step.seconds, step.detail)
     return step
+
+
+def has_dry_run(manifest: Manifest) -> bool:
+    """The bundle's verl has a trainer dry run (dryrun.json: verl 0.3 and later)."""
+    from verl_bundle.airgap.postinstall import dryrun
+
+    verl = next((f.version for f in manifest.installed if f.name == "verl"), None)
+    return dryrun.row_for(verl, dryrun.load_table()) is not None
+
+
+def dry_run(cut: list[str], root: Path, work: Path, installed: Verdict) -> tuple[Step, Verdict]:
+    """`readiness --deep` in the rehearsed venv, in a network namespace of its own with its
+    loopback up (Ray needs it): verl's own trainer started on a tiny model and dataset, up to
+    the GPU boundary here. Its verdict (readiness's checks and the dry run's) replaces the
+    install's, which it includes; a run that gives no verdict keeps the install's and fails."""
+    python = work / "venv" / "bin" / "python"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
+    env.update(HOME=str(work), PYTHONPATH=str(root / "lib"))
+    started = time.monotonic()
+    cmd = [str(python), "-m", "verl_bundle.airgap", "readiness", "--bundle", str(root)]
+    proc = subprocess.run(
+        [*cut, *cmd, "--deep", "--json"], capture_output=True, text=True, env=env, cwd=work
+    )
+    seconds = time.monotonic() - started
+    try:
+        doc = json.loads(proc.stdout)
+        verdict = Verdict.from_dict(doc["verdict"])
+        checks = [c for c in doc["result"]["checks"] if str(c["id"]).startswith("dryrun")]
+    except (ValueError, KeyError, TypeError):
+        tail = (proc.stderr.strip().splitlines() or [f"exited {proc.returncode}"])[-1]
+        return Step("trainer dry run", "fail", seconds, f"no result: {tail}"), installed
+    failed = next((c for c in checks if c["status"] == "fail"), None)
+    last = failed or next((c for c in reversed(checks) if c["status"] == "ok"), None)
+    detail = f"{last['id']}: {last['summary']}" if last else verdict.line
+    return Step("trainer dry run", "not ready" if failed else "pass", seconds, detail), verdict
 
 
 def verdict_of(events: list[Event], code: int) -> Verdict:

@@ -15,6 +15,7 @@ Where a GPU is visible it goes on to one PPO step. Standard library only, Python
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -27,7 +28,12 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from verl_bundle.airgap.errors import UsageError
-from verl_bundle.airgap.postinstall.readiness import ReadinessError, _in_range, _release
+from verl_bundle.airgap.postinstall.readiness import (
+    OFFLINE_ENV,
+    ReadinessError,
+    _in_range,
+    _release,
+)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TABLE = os.path.join(HERE, "dryrun.json")
@@ -128,13 +134,14 @@ def _cpus_key(row: dict[str, Any], verl: str) -> str | None:
 
 def _private_dir() -> str:
     """A short private directory: Ray's unix socket paths must stay under 108 bytes."""
-    base = "/tmp" if os.path.isdir("/tmp") and os.access("/tmp", os.W_OK) else None
+    short = "/tmp"  # noqa: S108 - a private mkdtemp below it (mode 0700), for the short path
+    base = short if os.path.isdir(short) and os.access(short, os.W_OK) else None
     return tempfile.mkdtemp(prefix="vbr-", dir=base)
 
 
-def _environment(work: str, events: str, row: dict[str, Any], base: dict[str, str]) -> dict[str, str]:
-    from verl_bundle.airgap.postinstall.probing import OFFLINE_ENV
-
+def _environment(
+    work: str, events: str, row: dict[str, Any], base: dict[str, str]
+) -> dict[str, str]:
     env = {k: v for k, v in base.items() if k not in ("RAY_ADDRESS", "PYTHONHOME")}
     env.update(OFFLINE_ENV)
     env.update(
@@ -175,10 +182,8 @@ def _marked(marker: str) -> list[int]:
 
 def _kill_all(proc: subprocess.Popen[bytes], marker: str) -> tuple[int, ...]:
     """The wrapper's process group, then every process still carrying the run's marker."""
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
     proc.wait()
     left: list[int] = []
     for _ in range(20):  # Ray's daemons may start a worker while we kill: until none is left

@@ -15,6 +15,7 @@ worker). In order, each a step with JSON-line events in SPEC's `events` file:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -26,7 +27,7 @@ from typing import Any
 if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
     del sys.path[0]
 
-from dryrun_hooks import emit, error_fields, marked  # noqa: E402 - the sitecustomize beside us
+from dryrun_hooks import emit, error_fields, marked
 
 # ChatML, as Qwen2's instruct tokenizers carry it (verl applies the chat template to every
 # prompt, with add_generation_prompt=True).
@@ -46,7 +47,7 @@ QUESTIONS = [
     ("A class has 4 rows of 7 desks. How many desks are there?", "28"),
     ("Mia walks 3 miles a day for 6 days. How far does she walk?", "18"),
 ]
-INSTRUCTION = "Let's think step by step and output the final answer after \"####\"."
+INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'
 
 
 def make_tokenizer(where: str) -> Any:
@@ -65,8 +66,10 @@ def make_tokenizer(where: str) -> Any:
     )
     corpus = [f"{q} {INSTRUCTION} #### {a}" for q, a in QUESTIONS] * 4
     bpe.train_from_iterator(corpus, trainer)
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>"
+    tok = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
+        tokenizer_object=bpe,
+        eos_token="<|im_end|>",  # noqa: S106 - a token, not a password
+        pad_token="<|endoftext|>",  # noqa: S106 - a token, not a password
     )
     tok.chat_template = CHAT_TEMPLATE
     tok.save_pretrained(where)
@@ -214,10 +217,8 @@ def run(spec: dict[str, Any]) -> bool:
 def _shutdown_ray() -> None:
     ray = sys.modules.get("ray")
     if ray is not None and getattr(ray, "is_initialized", lambda: False)():
-        try:
+        with contextlib.suppress(Exception):  # the parent kills the group anyway
             ray.shutdown()
-        except Exception:  # noqa: BLE001, S110 - the parent kills the group anyway
-            pass
 
 
 def main(argv: list[str]) -> int:

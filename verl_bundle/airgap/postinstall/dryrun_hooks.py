@@ -12,6 +12,7 @@ of verl_bundle, and nothing at all when the variables are unset.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.abc
 import importlib.machinery
@@ -54,7 +55,7 @@ def _size(result: Any, args: Sequence[Any]) -> dict[str, Any]:
     for thing in (*args[:1], result):
         try:
             return {"rows": len(thing)}
-        except Exception:  # noqa: BLE001, S112 - not sized: try the next candidate
+        except Exception:  # noqa: S112 - not sized: try the next candidate
             continue
     return {}
 
@@ -141,7 +142,5 @@ def install(environ: Any = os.environ) -> bool:
     return True
 
 
-try:
+with contextlib.suppress(Exception):  # a marker must never stop the trainer it watches
     install()
-except Exception:  # noqa: BLE001, S110 - a marker must never stop the trainer it watches
-    pass

@@ -22,7 +22,9 @@ SUBJECT = "trainer dry run"
 DRIVER = ("entry", "run")  # the wrapper's own events around verl's entry, not steps
 
 
-def explain(text: str, step: str, verl: str, deadline: bool, table: dict[str, Any]) -> tuple[str, str]:
+def explain(
+    text: str, step: str, verl: str, deadline: bool, table: dict[str, Any]
+) -> tuple[str, str]:
     """(cause, fix) for a failed step: a known error, or a deadline at a known step."""
     for entry in table["causes"]:
         if entry.get("on") == "deadline":
@@ -39,7 +41,7 @@ def explain(text: str, step: str, verl: str, deadline: bool, table: dict[str, An
             return entry["cause"].format(**words), entry["fix"].format(**words)
     if deadline:
         return (
-            f"verl's trainer did not get past this step before the deadline",
+            "verl's trainer did not get past this step before the deadline",
             "rerun with a longer --deadline; if it still stops here, run verl's main_ppo by hand "
             "with the same overrides and look at where it waits",
         )
@@ -81,7 +83,7 @@ def _in_progress(run: DryRun, order: Sequence[str], done: set[str]) -> str:
     started = [e["step"] for e in run.events if e["event"] == "start" and e["step"] in order]
     for step in reversed(started):
         if step not in done:
-            return step
+            return str(step)
     return next((s for s in order if s not in done), order[-1])
 
 
@@ -117,9 +119,7 @@ def checks(run: DryRun, table: dict[str, Any]) -> list[Check]:
     what = {s["id"]: s["what"] for s in table["steps"]}
     failed = _failure(run, order, table)
     done = {e["step"] for e in run.events if e["event"] == "done"}
-    boundary = next(
-        (e for e in run.events if e["event"] == "error" and _boundary(e, table)), None
-    )
+    boundary = next((e for e in run.events if e["event"] == "error" and _boundary(e, table)), None)
     out: list[Check] = []
     reached = True
     for step in order:

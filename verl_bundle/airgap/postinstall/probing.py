@@ -19,6 +19,7 @@ from verl_bundle.airgap.contract import manifest as mf
 from verl_bundle.airgap.postinstall import dryrun, dryrun_report
 from verl_bundle.airgap.postinstall.dryrun import DryRunRequest
 from verl_bundle.airgap.postinstall.readiness import (
+    OFFLINE_ENV,
     PROBE,
     Facts,
     Plan,
@@ -28,19 +29,6 @@ from verl_bundle.airgap.postinstall.readiness import (
     plan_for,
     report,
 )
-
-# Set for the probe: importing transformers/datasets/huggingface_hub must not try the network.
-OFFLINE_ENV = {
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "HF_DATASETS_OFFLINE": "1",
-    "WANDB_MODE": "offline",
-    "PIP_NO_INDEX": "1",
-    "PIP_CONFIG_FILE": os.devnull,
-    "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-    "UV_OFFLINE": "1",
-    "UV_NO_CONFIG": "1",
-}
 
 
 def pip_check(python: str) -> Check:
@@ -154,15 +142,23 @@ def run_readiness(
     return dataclasses.replace(found, checks=found.checks + tuple(extra))
 
 
+# Failures that stop verl's entry before its first step: then the dry run cannot tell more.
+# Others (flash_attn missing, a rollout that does not import) leave it worth running: it shows
+# how far the trainer gets regardless, e.g. up to the model load that needs flash-attn.
+STOPPERS = ("import:verl.trainer.main_ppo", "config")
+
+
 def dry_run_checks(
     python: str, plan: Plan, facts: Facts, before: Sequence[Check], deep: DryRunRequest
 ) -> list[Check]:
     """The trainer dry run's checks, after readiness's own (`before`): not run when those
-    already make the trainer not ready, or this verl release has no recipe."""
+    show that verl's entry cannot start at all, or this verl release has no recipe."""
     if plan.verl is None:
         return []
-    if any(c.status == "fail" for c in before):
-        return [dryrun_report.unavailable(plan.verl, "readiness already failed above")]
+    stopped = [c for c in before if c.status == "fail" and c.id in STOPPERS]
+    if stopped:
+        why = f"{stopped[0].about} failed above, so verl's entry cannot start"
+        return [dryrun_report.unavailable(plan.verl, why)]
     gpus = int(facts.get("gpu_count") or 0) if facts.get("gpu_visible") else 0
     table = dryrun.load_table()
     run = dryrun.run_dry(python, plan.verl, dataclasses.replace(deep, gpus=gpus), table)

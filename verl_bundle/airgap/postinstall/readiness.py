@@ -31,6 +31,20 @@ PROBE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "probe.py")
 TABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "readiness.json")
 DEFAULT_PURPOSE = "ppo-fsdp-vllm"
 
+# Set for the probe and the trainer dry run: importing transformers, datasets or
+# huggingface_hub must not try the network.
+OFFLINE_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "WANDB_MODE": "offline",
+    "PIP_NO_INDEX": "1",
+    "PIP_CONFIG_FILE": os.devnull,
+    "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+    "UV_OFFLINE": "1",
+    "UV_NO_CONFIG": "1",
+}
+
 
 @dataclass(frozen=True)
 class Plan:
