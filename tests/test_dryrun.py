@@ -21,6 +21,8 @@ from typing import Any
 
 import pytest
 from conftest import ROOT, clean_environ
+from test_assets import carried, hub  # noqa: F401 - fixtures: a real asset bundle
+from test_assets import install as install_assets
 from test_readiness import GATE_V03, ROLLOUT_V02, bundle, fake_torch, make_env, packages, wheel
 
 from verl_bundle.airgap.checks import verdict
@@ -588,3 +590,33 @@ def test_the_tiny_tokenizer_and_dataset_are_what_verl_reads(
     assert set(table[0]) == {"data_source", "prompt", "ability", "reward_model", "extra_info"}
     assert table[0]["prompt"][0]["role"] == "user"
     assert table[0]["reward_model"]["style"] == "rule"
+
+
+def test_the_asset_bundles_model_and_data_are_the_default(
+    carried: Path,  # noqa: F811 - the fixture imported from test_assets
+    tmp_path: Path,
+) -> None:
+    """Without --model/--data, the dry run trains on what `assets install --prefix` placed for
+    the venv (its index and records), found from the venv's python."""
+    prefix = tmp_path / "prefix"
+    proc = install_assets(carried, prefix)
+    assert proc.returncode == 0, proc.stderr
+    found = dryrun.installed_assets(str(prefix / "bin" / "python"))
+    assert found is not None
+    model, data = found
+    assert Path(model, "config.json").is_file()
+    assert data.endswith(".parquet") and Path(data).is_file()
+    assert dryrun.installed_assets(str(tmp_path / "elsewhere" / "bin" / "python")) is None
+
+
+def test_no_dry_run_when_verls_entry_cannot_start() -> None:
+    """A config that does not compose (or main_ppo that does not import) stops verl's entry
+    before its first step: the dry run is not started, and says why."""
+    from verl_bundle.airgap.checks import Check
+    from verl_bundle.airgap.postinstall import probing, readiness
+
+    plan = readiness.Plan("PPO", ("verl.trainer.main_ppo",), "ppo_trainer", False, "0.9.1")
+    before = [Check("import:flash_attn", "fail", "missing"), Check("config", "fail", "broken")]
+    got = probing.dry_run_checks("/nowhere/python", plan, {}, before, dryrun.DryRunRequest())
+    assert [(c.id, c.status) for c in got] == [("dryrun", "skip")]
+    assert "config failed above" in got[0].summary

@@ -170,6 +170,6 @@ def _step(run: DryRun, clean: bool, boundary: bool) -> Check:
     return Check("dryrun:step", "ok", f"one PPO step in {secs}{mem}", subject=SUBJECT)
 
 
-def unavailable(verl: str | None, why: str) -> Check:
+def unavailable(why: str) -> Check:
     """The dry run did not run: no recipe for this release, or readiness failed before it."""
     return Check("dryrun", "skip", f"trainer dry run not run: {why}", subject=SUBJECT)

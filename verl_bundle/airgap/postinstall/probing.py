@@ -158,10 +158,10 @@ def dry_run_checks(
     stopped = [c for c in before if c.status == "fail" and c.id in STOPPERS]
     if stopped:
         why = f"{stopped[0].about} failed above, so verl's entry cannot start"
-        return [dryrun_report.unavailable(plan.verl, why)]
+        return [dryrun_report.unavailable(why)]
     gpus = int(facts.get("gpu_count") or 0) if facts.get("gpu_visible") else 0
     table = dryrun.load_table()
     run = dryrun.run_dry(python, plan.verl, dataclasses.replace(deep, gpus=gpus), table)
     if run is None:
-        return [dryrun_report.unavailable(plan.verl, f"no recipe for verl {plan.verl}")]
+        return [dryrun_report.unavailable(f"no recipe for verl {plan.verl}")]
     return dryrun_report.checks(run, table)
