@@ -876,6 +876,10 @@ def test_json_shape(machine: FakeMachine, monkeypatch: pytest.MonkeyPatch) -> No
         "master_addr",
         "master_addr_resolves",
         "fingerprint",
+        "distributions",
+        "installed_fingerprint",
+        "changed_since_install",
+        "env",
     }
     assert isinstance(host["os"], str) and isinstance(host["arch"], str)
     assert host["python"] == ".".join(str(p) for p in sys.version_info[:3])

@@ -4,10 +4,14 @@ names the nodes that differ, in what, and exits 1 on drift."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -41,28 +45,62 @@ def fake_python(machine: FakeMachine, version: str) -> Path:
     return machine.script("python3", f"{venv}\necho '{answer}'\n")
 
 
+def dist(site: Path, name: str, version: str, files: dict[str, bytes] | None = None) -> None:
+    """One installed distribution as pip leaves it: its files, METADATA, INSTALLER and a RECORD
+    listing each with its sha256 and size (a console script outside site-packages too)."""
+    files = files or {f"{name}/__init__.py": f"VERSION = {version!r}\n".encode()}
+    info = f"{name}-{version}.dist-info"
+    files = {
+        **files,
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+        f"{info}/INSTALLER": b"pip\n",
+        f"../../../bin/{name}": f"#!{site}/python\n".encode(),  # differs by prefix
+    }
+    rows = []
+    for rel, data in files.items():
+        path = site / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        rows.append(f"{rel},sha256={digest},{len(data)}")
+    (site / info / "RECORD").write_text("\n".join([*rows, f"{info}/RECORD,,"]) + "\n")
+
+
+def environment(prefix: Path, extra: dict[str, str] | None = None) -> Path:
+    """A venv-shaped environment at `prefix` with two distributions (and `extra`); its site."""
+    site = prefix / "lib" / "python3.10" / "site-packages"
+    for name, version in {"ray": "2.40.0", "pylatexenc": "2.10", **(extra or {})}.items():
+        dist(site, name, version)
+    return site
+
+
 def node(
     tmp: Path,
     name: str,
     *,
     driver: str = "535.104.05",
     python: str = "3.10.12",
-    extra_dist: str | None = None,
+    extra_dist: dict[str, str] | None = None,
+    deep: bool = False,
+    change: Callable[[Path], None] | None = None,
     **env: str,
 ) -> Path:
-    """Run the doctor on a fake node; write its --json output to tmp/gathered/NAME.json."""
+    """Run the doctor on a fake node whose prefix holds an installed environment (recorded as
+    its install leaves it, then `change`d); write its --json output to tmp/gathered/NAME.json."""
     machine = FakeMachine(tmp / name)
     machine.nvidia_smi(gpus=GPUS, apps=(), driver=driver)
     py = fake_python(machine, python)
     prefix = tmp / name / "prefix"
-    dists = fingerprint.distributions(sys.executable)
-    value = fingerprint.of_lines([*dists, *([extra_dist] if extra_dist else [])])
-    (prefix / fingerprint.FINGERPRINT).parent.mkdir(parents=True)
-    (prefix / fingerprint.FINGERPRINT).write_text(value + "\n")
+    site = environment(prefix, extra_dist)
+    fingerprint.write(str(prefix))
+    if change is not None:
+        change(site)
     doctor = [sys.executable, "-m", "verl_bundle.airgap", "doctor", "--json"]
     proc = subprocess.run(
-        [*doctor, "--python", str(py), "--prefix", str(prefix)],
-        env={**quiet_environ(tmp), **machine.environ(), "PYTHONPATH": str(REPO), **env},
+        [*doctor, "--python", str(py), "--prefix", str(prefix), *(["--deep"] if deep else [])],
+        # Each fake node's LD_LIBRARY_PATH is its own directory; real nodes share one path.
+        env={**quiet_environ(tmp), **machine.environ(), "PYTHONPATH": str(REPO), **env}
+        | ({} if "LD_LIBRARY_PATH" in env else {"LD_LIBRARY_PATH": ""}),
         capture_output=True,
         text=True,
         cwd=tmp,
@@ -88,6 +126,10 @@ def test_the_doctor_reports_what_the_fleet_compares(tmp_path: Path) -> None:
     assert host["driver"] == "535.104.05" and host["python"] == "3.10.12"
     assert host["gpu_models"] == [f"{H100} (81559 MiB)"] * 2
     assert host["fingerprint"] == fingerprint.read(str(tmp_path / "n1" / "prefix"))
+    assert host["installed_fingerprint"] == host["fingerprint"]
+    assert host["changed_since_install"] == []
+    assert set(host["distributions"]) == {"ray", "pylatexenc"}
+    assert host["env"]["PYTHONPATH"] == str(REPO) and "NCCL_SOCKET_IFNAME" not in host["env"]
     assert host["socket_ifnames"] == {"NCCL_SOCKET_IFNAME": "lo"}
     assert host["missing_ifnames"] == {} and host["master_addr_resolves"] is True
     assert isinstance(host["open_files"], int) and isinstance(host["shm_bytes"], int)
@@ -100,7 +142,7 @@ def test_driver_python_and_fingerprint_drift_are_each_named(
     node(tmp_path, "n1")
     node(tmp_path, "n2", driver="550.54.15")
     node(tmp_path, "n3", python="3.10.14")
-    node(tmp_path, "n4", extra_dist="torch==2.3.0")
+    node(tmp_path, "n4", extra_dist={"torch": "2.3.0"})
     code, result = report(tmp_path / "gathered", capsys)
     assert code == 1 and result["ok"] is False
     drift = {d["fact"]: {v["value"]: v["nodes"] for v in d["values"]} for d in result["drift"]}
@@ -176,22 +218,71 @@ def test_unreadable_results_are_one_line_usage_errors(
     assert r.code == 2 and "not readable JSON" in r.err
 
 
-def test_the_fingerprint_changes_with_a_distribution(tmp_path: Path) -> None:
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    py = str(venv / "bin" / "python")
-    before = fingerprint.fingerprint(py)
-    site = next((venv / "lib").glob("python*/site-packages"))
-    info = site / "Flash_Attn-2.5.8.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: Flash_Attn\nVersion: 2.5.8\n")
-    assert "Flash_Attn==2.5.8" in fingerprint.distributions(py)
-    prefix = tmp_path / "prefix"
-    after = fingerprint.write(str(prefix), py)
-    assert after != before and fingerprint.read(str(prefix)) == after
-    assert after == fingerprint.of_lines(["flash-attn==2.5.8"])
-    with pytest.raises(fingerprint.FingerprintError, match="cannot list"):
-        fingerprint.fingerprint(str(tmp_path / "no-python"))
+def test_the_fingerprint_is_recomputed_from_the_installed_files(tmp_path: Path) -> None:
+    """Two prefixes holding the same distributions agree (the scripts' absolute paths do not
+    count); a removed distribution, a deleted file, a file of another size, and (with --deep)
+    a file of the same size altered each change it."""
+    a, b = tmp_path / "a", tmp_path / "long" / "path" / "b"
+    site_a, site_b = environment(a), environment(b)
+    same = fingerprint.examine(str(a)).fingerprint
+    assert same == fingerprint.examine(str(b)).fingerprint
+    assert fingerprint.write(str(a)) == same and fingerprint.read(str(a)) == same
+    (site_a / "ray" / "__init__.py").write_text("VERSION = '2.40.1'\n")  # same size
+    assert fingerprint.examine(str(a)).fingerprint == same  # fast: sizes only
+    deep = fingerprint.examine(str(a), deep=True)
+    assert deep.fingerprint != same
+    assert deep.damaged() == ["ray: ray/__init__.py differs from its RECORD"]
+    (site_b / "ray" / "__init__.py").unlink()
+    found = fingerprint.examine(str(b))
+    assert found.entries()["ray"].endswith("(1 file(s) not as recorded: ray/__init__.py missing)")
+    (site_b / "pylatexenc" / "__init__.py").write_text("x")
+    assert "is 1 bytes, not 17" in fingerprint.examine(str(b)).entries()["pylatexenc"]
+    shutil.rmtree(site_b / "pylatexenc-2.10.dist-info")
+    assert set(fingerprint.examine(str(b)).entries()) == {"ray"}
+    assert fingerprint.site_dirs(str(tmp_path / "none")) == []
+
+
+def test_a_removed_package_and_a_deleted_file_are_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    node(tmp_path, "n1")
+    node(tmp_path, "n2", change=lambda site: shutil.rmtree(site / "pylatexenc-2.10.dist-info"))
+    node(tmp_path, "n3", change=lambda site: (site / "ray" / "__init__.py").unlink())
+    code, result = report(tmp_path / "gathered", capsys)
+    assert code == 1
+    (drift,) = result["drift"]
+    assert drift["fact"] == "fingerprint" and len(drift["values"]) == 3
+    lines = drift["detail"]
+    assert len(lines) == 2
+    assert lines[0].startswith("pylatexenc: 2.10 ") and lines[0].endswith(
+        "on n1, n3; not installed on n2"
+    )
+    assert "ray/__init__.py missing) on n3" in lines[1]
+    # Each node also knows it changed since its own install: named even with one node.
+    changed = {p["node"]: p["what"] for p in result["problems"]}
+    assert set(changed) == {"n2", "n3"}
+    assert changed["n2"] == "changed since its install: pylatexenc 2.10 removed"
+    assert changed["n3"].startswith("changed since its install: ray: 2.40.0 ")
+    assert changed["n3"].endswith("(1 file(s) not as recorded: ray/__init__.py missing)")
+    assert all("--repair" in p["fix"] for p in result["problems"])
+    text = run(["fleet", "report", str(tmp_path / "gathered")], capsys).out
+    assert "    pylatexenc: 2.10 " in text and "FAIL n2: changed since its install" in text
+
+
+def test_the_doctor_reports_the_variables_that_change_a_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A plain doctor result carries them: HF_HUB_OFFLINE unset on one node is drift."""
+    node(tmp_path, "n1", HF_HUB_OFFLINE="1", NCCL_DEBUG="INFO")
+    node(tmp_path, "n2", NCCL_DEBUG="INFO")
+    code, result = report(tmp_path / "gathered", capsys)
+    assert code == 1
+    (drift,) = result["drift"]
+    assert drift["fact"] == "env:HF_HUB_OFFLINE"
+    assert drift["values"] == [
+        {"value": "1", "nodes": ["n1"]},
+        {"value": "unset", "nodes": ["n2"]},
+    ]
 
 
 # -- results as the cluster installs write them: runs, expected nodes, failures -------------

@@ -108,7 +108,7 @@ def test_airgapped_install_into_a_fresh_python310_venv(
     pip = venv_python(prefix, "import pip; print(pip.__version__)")
     assert pip.stdout.strip() == next(bundle.glob("bootstrap/pip-*.whl")).name.split("-")[1]
     # The environment fingerprint the fleet report compares across nodes.
-    assert fingerprint.read(str(prefix)) == fingerprint.fingerprint(str(prefix / "bin" / "python"))
+    assert fingerprint.read(str(prefix)) == fingerprint.examine(str(prefix)).fingerprint
     # The log holds everything from step 1: the verification and the doctor's report too.
     log = (prefix / ".verl-bundle" / "install.log").read_text()
     assert log.startswith("==> [1/7] checking every file against SHA256SUMS")

@@ -311,6 +311,7 @@ def fleet(report: FleetReport) -> Shown:
     for d in report.drift:
         lines += ["", f"DRIFT {d.fact.label}: {d.fact.why}"]
         lines += [f"  {value}: {', '.join(names)}" for value, names in d.groups]
+        lines += [f"    {line}" for line in d.detail]
         lines.append(f"  fix: {d.fact.fix}")
     if report.ok:
         verdict = f"fleet: {len(report.nodes)} node(s) agree"
@@ -348,6 +349,7 @@ def fleet(report: FleetReport) -> Shown:
                 "fact": d.fact.key,
                 "label": d.fact.label,
                 "values": [{"value": v, "nodes": list(names)} for v, names in d.groups],
+                "detail": list(d.detail),
                 "why": d.fact.why,
                 "fix": d.fact.fix,
             }

@@ -108,7 +108,7 @@ def _doctor(args: argparse.Namespace) -> int:
     if manifest is None and args.skip_phase:
         raise UsageError("doctor: --skip-phase needs a bundle (--bundle DIR)")
     report = doctor.run_doctor(
-        manifest, args.python, args.prefix, args.require_gpu, args.skip_phase
+        manifest, args.python, args.prefix, args.require_gpu, args.skip_phase, args.deep
     )
     v = report.verdict
     show("doctor", v.ok, doctor.render_json(report), doctor.render_text(report), args.json, v)
@@ -331,6 +331,12 @@ def parser() -> Parser:
         default=[],
         metavar="NAME",
         help="a phase the install leaves out (repeatable): what only it needs is not required",
+    )
+    p.add_argument(
+        "--deep",
+        action="store_true",
+        help="hash every installed file under --prefix for the environment fingerprint "
+        "(default: each file's presence and size against its RECORD)",
     )
     p.add_argument("--json", action="store_true", help="print the versioned JSON envelope")
 

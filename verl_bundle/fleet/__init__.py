@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from verl_bundle.airgap.doctor.node import IFNAME_VARS, RUN_VAR_NAMES, RUN_VAR_PREFIXES
 from verl_bundle.fleet import hostlist
 from verl_bundle.fleet.results import FleetError, NodeResult, Run, load
 
@@ -29,11 +30,13 @@ INSTALL_EXIT = {
     127: "install.sh not found",
     130: "interrupted",
 }
-# The variables that change a run (NCCL/GLOO_SOCKET_IFNAME are the doctor's socket_ifnames).
-ENV_PREFIXES = ("HF_", "NCCL_", "GLOO_", "CUDA_")
-ENV_NAMES = ("TRANSFORMERS_OFFLINE", "PYTHONPATH", "LD_LIBRARY_PATH")
-ENV_SKIP = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
+# The variables that change a run, as the doctor reports them (NCCL/GLOO_SOCKET_IFNAME are the
+# doctor's socket_ifnames).
+ENV_PREFIXES = RUN_VAR_PREFIXES
+ENV_NAMES = RUN_VAR_NAMES
+ENV_SKIP = IFNAME_VARS
 SHOWN = 120  # characters of a value shown in a drift line
+SHOWN_DISTS = 10  # distributions named under a fingerprint drift
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,7 @@ class Drift:
 
     fact: Fact
     groups: tuple[tuple[str, tuple[str, ...]], ...]
+    detail: tuple[str, ...] = ()  # what differs inside the fact (the distributions)
 
 
 @dataclass(frozen=True)
@@ -136,8 +140,9 @@ FACTS = (
         "fingerprint",
         "environment fingerprint",
         "Ray workers unpickle objects with their own packages: every node must have the "
-        "same distributions at the same versions",
-        SAME,
+        "same distributions at the same versions, with the same files",
+        SAME + "; on a node where a distribution was removed or a file changed (named below), "
+        "run the bundle's ./install.sh --repair with the same --prefix",
         _short,
     ),
     Fact(
@@ -199,6 +204,44 @@ def _drift(fact: Fact, nodes: list[NodeResult]) -> Drift | None:
         (lambda n: n.bundle) if fact is BUNDLE else (lambda n: n.host.get(fact.key))
     )
     return _groups(fact, [(n.name, get(n)) for n in nodes])
+
+
+def _distributions(nodes: list[NodeResult]) -> tuple[str, ...]:
+    """Under a fingerprint drift: each distribution whose entry differs, with the nodes on
+    each side ("not installed" where a node lacks it)."""
+    maps = [(n.name, n.host.get("distributions")) for n in nodes]
+    known = [(name, m) for name, m in maps if isinstance(m, dict)]
+    if len(known) < 2:
+        return ()
+    lines = []
+    for dist in sorted({d for _, m in known for d in m}):
+        groups: dict[str, list[str]] = {}
+        for name, m in known:
+            groups.setdefault(str(m.get(dist, "not installed")), []).append(name)
+        if len(groups) > 1:
+            ordered = sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[1]))
+            lines.append(
+                f"{dist}: " + "; ".join(f"{v[:SHOWN]} on {', '.join(ns)}" for v, ns in ordered)
+            )
+    if len(lines) > SHOWN_DISTS:
+        lines = [*lines[:SHOWN_DISTS], f"... and {len(lines) - SHOWN_DISTS} more distribution(s)"]
+    return tuple(lines)
+
+
+def _changed(node: NodeResult) -> list[Problem]:
+    """A node whose environment changed since its own install (seen with one node too)."""
+    changed = node.host.get("changed_since_install") or []
+    if not changed:
+        return []
+    shown = "; ".join(changed[:3]) + (f"; and {len(changed) - 3} more" if len(changed) > 3 else "")
+    return [
+        Problem(
+            node.name,
+            f"changed since its install: {shown}",
+            "on the node, run the bundle's ./install.sh --repair with the same --prefix: it "
+            "reinstalls exactly what differs, offline",
+        )
+    ]
 
 
 def _env_fact(var: str) -> Fact:
@@ -348,7 +391,7 @@ def compare(
             )
         else:
             live.append(n)
-            problems += _failed(n, run) + _network(n)
+            problems += _failed(n, run) + _changed(n) + _network(n)
     reported = {n.name for n in live}
     missing = [name for name in expected or [] if name not in reported]
     stale = {n.name for n in nodes if n not in live}
@@ -363,6 +406,9 @@ def compare(
                 )
             )
     drift = [d for d in (_drift(f, live) for f in (*FACTS, BUNDLE)) if d is not None]
+    drift = [
+        replace(d, detail=_distributions(live)) if d.fact.key == "fingerprint" else d for d in drift
+    ]
     drift += _env_drift(live)
     return FleetReport(
         tuple(nodes),

@@ -143,13 +143,14 @@ HOST_FIELDS = {
         (
             *("hostname", "os", "kernel", "arch", "glibc", "python", "python_executable"),
             *("nvcc", "driver", "cuda_driver", "fingerprint", "master_addr"),
+            "installed_fingerprint",
         ),
         TEXT,
     ),
     **dict.fromkeys(("cpus", "mem_available", "gpus", "open_files", "shm_bytes"), INT),
     "master_addr_resolves": FLAG,
-    "gpu_models": TEXTS,
-    **dict.fromkeys(("socket_ifnames", "missing_ifnames", "env"), MAP),
+    **dict.fromkeys(("gpu_models", "changed_since_install"), TEXTS),
+    **dict.fromkeys(("socket_ifnames", "missing_ifnames", "env", "distributions"), MAP),
 }
 
 
@@ -262,7 +263,8 @@ def read_node(path: Path) -> NodeResult:
         # need not be unique (containers, one test machine), file names are.
         ok, checks, host = _doctor(f, envelope, "the document")
         name = _node_name(f, path.stem, "its file name")
-        return NodeResult(name, path.name, ok, checks, host, mtime=mtime)
+        env = host["env"] if isinstance(host.get("env"), dict) else None
+        return NodeResult(name, path.name, ok, checks, host, env=env, mtime=mtime)
     if envelope.get("command") != "node":
         raise FleetError(
             f"{path.name}: not a node's result; gather each node's result as the slurm or "

@@ -66,12 +66,14 @@ def run_doctor(
     prefix: str | None = None,
     require_gpu: bool = False,
     skipped: Sequence[str] = (),
+    deep: bool = False,
 ) -> Report:
     """Examine this server against `manifest` less the `skipped` phases (None: no bundle,
-    the host on its own). UsageError for a skipped phase the bundle does not have."""
+    the host on its own). UsageError for a skipped phase the bundle does not have. `deep`
+    hashes every installed file under `prefix` for the environment fingerprint."""
     plan = Plan.of(manifest, skipped)
     opts = Options(python, prefix, require_gpu)
-    return examine(plan, gather(python, prefix), opts)
+    return examine(plan, gather(python, prefix, deep), opts)
 
 
 def _own_bundle() -> str | None:

@@ -48,13 +48,14 @@ class Facts:
     server_pythons: tuple[ServerPython, ...] = ()
 
 
-def gather(python: str | None = None, prefix: str | None = None) -> Facts:
+def gather(python: str | None = None, prefix: str | None = None, deep: bool = False) -> Facts:
     """Probe this machine: `python` is the interpreter the venv will use (default: this one),
-    `prefix` where it will go (default: the current directory)."""
+    `prefix` where it will go (default: the current directory); `deep` hashes every installed
+    file for the environment fingerprint (node.py)."""
     env = MappingProxyType(dict(os.environ))
     python = python or sys.executable
     with ThreadPoolExecutor(max_workers=9) as pool:
-        node = pool.submit(probe_node, env, prefix)  # MASTER_ADDR's lookup may take a while
+        node = pool.submit(probe_node, env, prefix, deep)  # MASTER_ADDR's lookup may take a while
         py = pool.submit(probe_python, python)
         toolkit = pool.submit(find_toolkit, env)
         ldcache = pool.submit(read_ldconfig)

@@ -1,88 +1,210 @@
-"""The environment fingerprint: one sha256 over the sorted "name==version" of every distribution
-an interpreter sees. Nodes of one Ray cluster must show the same one; the installer writes it
-into <prefix>/.verl-bundle/fingerprint at its end, the doctor reads it back (`--prefix`), and
-the fleet report compares it across nodes. Standard library only, Python 3.8+."""
+"""The environment fingerprint, recomputed live from what is installed: every distribution's
+name, version and RECORD, and whether its files are there as recorded. Nodes of one Ray
+cluster must show the same one, so a package removed on one node or a file deleted from its
+venv changes that node's fingerprint, and the fleet report names the distribution.
+
+Fast (the default): each file a RECORD lists must exist at its recorded size (a stat per file,
+under a second for the real stack). `deep`: each file is hashed against its RECORD (or another
+owner's hash of the same path, contract/records.py). What an installer writes itself and so
+differs by node or installer is left out of the digest: the dist-info's INSTALLER, REQUESTED,
+direct_url.json and RECORD, bytecode, and the contents of files outside the site directory
+(console scripts carry the venv's absolute path in their first line; only their presence
+counts). The install writes the fingerprint it ended with into <prefix>/.verl-bundle/
+(`fingerprint`: the hash, the Ansible play's installed marker; `fingerprint.json`: per
+distribution), so the doctor also says what changed on this node since it was installed.
+Standard library only, Python 3.8+.
+"""
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
+import os
 import re
-import subprocess
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Dict, Iterable, List
 
+from verl_bundle.airgap.contract import records
 from verl_bundle.airgap.contract.manifest import canonical
-from verl_bundle.airgap.errors import StepError
 
 FINGERPRINT = Path(".verl-bundle") / "fingerprint"
-TIMEOUT = 60.0
-
-# Run by the environment's own interpreter: its distributions, as importlib.metadata sees them.
-LIST_DISTRIBUTIONS = """
-import json
-from importlib import metadata
-print(json.dumps(sorted({
-    "%s==%s" % (d.metadata["Name"] or "", d.version) for d in metadata.distributions()
-})))
-"""
+RECORDED = Path(".verl-bundle") / "fingerprint.json"
+OWN = ("INSTALLER", "REQUESTED", "direct_url.json", "RECORD")  # written by the installer
+_DIST_INFO = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)\.dist-info$")
+SHOWN = 3  # files named per distribution in an entry
 
 
-class FingerprintError(StepError, RuntimeError):
-    """The interpreter could not list its distributions (one line: which, and why)."""
+@dataclass(frozen=True)
+class Installed:
+    """One installed distribution: its RECORD's digest and the files not as recorded."""
+
+    name: str  # canonical
+    version: str
+    digest: str  # sha256 over the RECORD rows every node shares
+    problems: tuple[str, ...] = ()  # "pkg/x.py missing", "pkg/y.so is 10 bytes, not 12"
+
+    def entry(self) -> str:
+        """What the doctor reports and the fleet report compares, in one line."""
+        text = f"{self.version} {self.digest[:12]}"
+        if self.problems:
+            more = len(self.problems) - SHOWN
+            shown = "; ".join(self.problems[:SHOWN]) + (f"; and {more} more" if more > 0 else "")
+            text += f" ({len(self.problems)} file(s) not as recorded: {shown})"
+        return text
+
+    def line(self) -> str:
+        return f"{self.name}=={self.version} {self.digest} {';'.join(self.problems)}"
 
 
-def _canonical(line: str) -> str:
-    """ "Flash_Attn==2.5.8" -> "flash-attn==2.5.8" (PEP 503 names, so spelling cannot drift)."""
-    name, _, version = line.partition("==")
-    return f"{canonical(name)}=={version}"
+@dataclass(frozen=True)
+class Environment:
+    """Every distribution of an environment, as found now."""
+
+    distributions: tuple[Installed, ...]
+    deep: bool = False
+
+    @property
+    def fingerprint(self) -> str:
+        lines = sorted(d.line() for d in self.distributions)
+        return hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest()
+
+    def entries(self) -> dict[str, str]:
+        """name -> entry (two dist-infos of one name, a half-replaced install: both, joined)."""
+        out: dict[str, str] = {}
+        for d in sorted(self.distributions, key=lambda d: (d.name, d.version)):
+            out[d.name] = f"{out[d.name]} + {d.entry()}" if d.name in out else d.entry()
+        return out
+
+    def damaged(self) -> list[str]:
+        return [f"{d.name}: {d.problems[0]}" for d in self.distributions if d.problems]
 
 
-def of_lines(lines: list[str]) -> str:
-    """The fingerprint of these "name==version" lines (order and name spelling do not count)."""
-    canonical = sorted({_canonical(line) for line in lines if line.partition("==")[0]})
-    return hashlib.sha256("\n".join(canonical).encode("utf-8")).hexdigest()
+def site_dirs(prefix: str) -> list[str]:
+    """The site directories of the environment at `prefix` (a venv or conda env), found on
+    disk without starting its interpreter; lib64 -> lib links counted once."""
+    found: dict[str, str] = {}
+    for lib in ("lib", "lib64"):
+        for site in sorted(
+            glob.glob(os.path.join(glob.escape(prefix), lib, "python3*", "site-packages"))
+        ):
+            if os.path.isdir(site):
+                found.setdefault(os.path.realpath(site), site)
+    return list(found.values())
 
 
-def distributions(python: str) -> list[str]:
-    """The "name==version" of every distribution `python` sees."""
+def _dist_infos(sites: Iterable[str]) -> list[tuple[str, str, str, str]]:
+    """(site, dist-info directory name, name, version) of each distribution."""
+    out = []
+    for site in sites:
+        try:
+            names = sorted(os.listdir(site))
+        except OSError:
+            continue
+        for entry in names:
+            m = _DIST_INFO.match(entry)
+            if m and os.path.isdir(os.path.join(site, entry)):
+                out.append((site, entry, canonical(m.group("name")), m.group("version")))
+    return out
+
+
+Sizes = Dict[str, List[str]]  # normalised path -> every owner's recorded size
+
+
+def _shared(rows: list[tuple[str, str, str]], own: str) -> list[tuple[str, str, str]]:
+    """The rows every node's install of one wheel records alike."""
+    skip = {f"{own}/{name}" for name in OWN}
+    return [r for r in rows if r[0] not in skip and not r[0].endswith(".pyc")]
+
+
+def _check(
+    site: str, row: tuple[str, str, str], deep: bool, index: records.Owners, sizes: Sizes
+) -> str | None:
+    """Why the file a row lists is not as recorded, or None."""
+    rel, recorded, size = row
+    path = os.path.normpath(os.path.join(site, rel))
     try:
-        proc = subprocess.run(
-            [python, "-I", "-B", "-c", LIST_DISTRIBUTIONS],
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise FingerprintError(f"{python}: cannot list its distributions: {exc}") from None
+        st = os.stat(path)
+    except OSError:
+        return f"{rel} missing"
+    if rel.startswith(".."):
+        return None  # a script or data file outside site-packages: its presence counts
+    if size.isdigit() and str(st.st_size) not in sizes.get(path, [size]):
+        return f"{rel} is {st.st_size} bytes, not {size}"
+    if deep and recorded.startswith("sha256="):
+        try:
+            if not records.as_recorded(path, recorded[len("sha256=") :], index):
+                return f"{rel} differs from its RECORD"
+        except OSError:
+            return f"{rel} cannot be read"
+    return None
+
+
+def examine(prefix: str, deep: bool = False) -> Environment:
+    """The environment at `prefix` as it is now (every file stat'ed; hashed with `deep`)."""
+    infos = _dist_infos(site_dirs(prefix))
+    table: list[tuple[str, str, str, str, list[tuple[str, str, str]]]] = []
+    index: records.Owners = {}
+    sizes: Sizes = {}
+    for site, info, name, version in infos:
+        rows = [
+            (r[0], r[1] if len(r) > 1 else "", r[2] if len(r) > 2 else "")
+            for r in records.rows(os.path.join(site, info, "RECORD"))
+        ]
+        rows = _shared(rows, info)
+        for rel, recorded, size in rows:
+            path = os.path.normpath(os.path.join(site, rel))
+            if recorded.startswith("sha256="):
+                index.setdefault(path, set()).add(recorded[len("sha256=") :])
+            if size.isdigit():
+                sizes.setdefault(path, []).append(size)
+        table.append((site, info, name, version, rows))
+    found = []
+    for site, _info, name, version, rows in table:
+        digest = hashlib.sha256()
+        for rel, recorded, size in sorted(rows):
+            outside = rel.startswith("..")
+            digest.update(
+                f"{rel}\0{'' if outside else recorded}\0{'' if outside else size}\n".encode()
+            )
+        if not rows:
+            problems: tuple[str, ...] = ("no RECORD",)
+        else:
+            checked = (_check(site, row, deep, index, sizes) for row in sorted(rows))
+            problems = tuple(p for p in checked if p)
+        found.append(Installed(name, version, digest.hexdigest(), problems))
+    return Environment(tuple(found), deep)
+
+
+# -- what the install left ----------------------------------------------------------------------
+
+
+def write(prefix: str) -> str:
+    """Record the environment at `prefix` as the install leaves it; return its fingerprint."""
+    env = examine(prefix)
+    state = Path(prefix) / FINGERPRINT
+    state.parent.mkdir(parents=True, exist_ok=True)
+    for path, text in (
+        (Path(prefix) / RECORDED, json.dumps(env.entries(), indent=1, sort_keys=True)),
+        (state, env.fingerprint),
+    ):
+        tmp = path.with_name(path.name + ".partial")
+        tmp.write_text(text + "\n", encoding="utf-8")
+        tmp.replace(path)  # the hash last: a marker is never ahead of its entries
+    return env.fingerprint
+
+
+def record(prefix: str) -> str | None:
+    """`write`, for the installer's last step: None when the prefix is not writable."""
     try:
-        listed = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else None
-    except (ValueError, IndexError):
-        listed = None
-    if not isinstance(listed, list):
-        why = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
-        raise FingerprintError(f"{python}: cannot list its distributions: {why}")
-    return [str(x) for x in listed]
-
-
-def fingerprint(python: str) -> str:
-    """sha256 (hex) of the sorted "name==version" of the distributions `python` sees."""
-    return of_lines(distributions(python))
-
-
-def write(prefix: str, python: str) -> str:
-    """Write `python`'s fingerprint to <prefix>/.verl-bundle/fingerprint; return it."""
-    value = fingerprint(python)
-    path = Path(prefix) / FINGERPRINT
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".partial")
-    tmp.write_text(value + "\n", encoding="ascii")
-    tmp.replace(path)
-    return value
+        return write(prefix)
+    except OSError:
+        return None
 
 
 def read(prefix: str | None) -> str | None:
-    """The fingerprint the installer wrote under `prefix`, or None (none there, or no prefix)."""
+    """The fingerprint the install wrote under `prefix`, or None."""
     if not prefix:
         return None
     try:
@@ -92,10 +214,28 @@ def read(prefix: str | None) -> str | None:
     return text if re.fullmatch(r"[0-9a-f]{64}", text) else None
 
 
-def record(prefix: str, python: str) -> str | None:
-    """`write`, for the installer's last step: None (nothing written) when `python` cannot
-    list its distributions or the prefix is not writable; the fleet report then shows none."""
+def read_entries(prefix: str) -> dict[str, str] | None:
+    """The per-distribution entries the install wrote, or None (none, or not readable)."""
     try:
-        return write(prefix, python)
-    except (FingerprintError, OSError):
+        doc = json.loads((Path(prefix) / RECORDED).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
         return None
+    if not isinstance(doc, dict):
+        return None
+    return {str(k): str(v) for k, v in doc.items()}
+
+
+def changes(before: dict[str, str], now: dict[str, str]) -> list[str]:
+    """What differs between two entry maps, one line per distribution."""
+    out = []
+    for name in sorted(set(before) | set(now)):
+        old, new = before.get(name), now.get(name)
+        if old == new:
+            continue
+        if new is None:
+            out.append(f"{name} {str(old).split()[0]} removed")
+        elif old is None:
+            out.append(f"{name} {new.split()[0]} added")
+        else:
+            out.append(f"{name}: {new}")
+    return out

@@ -1,18 +1,23 @@
 """This node among others: the facts a fleet report compares across nodes (host name, open-file
-limit, /dev/shm, the NCCL/GLOO interfaces, MASTER_ADDR, the environment fingerprint). They are
-gathered with the other facts and reported in the doctor's JSON `host`; no check reads them."""
+limit, /dev/shm, the NCCL/GLOO interfaces, MASTER_ADDR, the environment fingerprint recomputed
+from the installed files, the variables that change a run). They are gathered with the other
+facts and reported in the doctor's JSON `host`; no check reads them."""
 
 from __future__ import annotations
 
 import os
 import socket
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Mapping
 
 from verl_bundle.airgap.doctor import fingerprint
 
 IFNAME_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
+# The variables that change a run: a node where one differs loads other files or code, uses
+# other GPUs, or talks another transport (the fleet report compares them; unset is a value).
+RUN_VAR_PREFIXES = ("HF_", "NCCL_", "GLOO_", "CUDA_")
+RUN_VAR_NAMES = ("TRANSFORMERS_OFFLINE", "PYTHONPATH", "LD_LIBRARY_PATH")
 SHM = "/dev/shm"  # noqa: S108 - only its size is read
 SYS_NET = "/sys/class/net"
 
@@ -26,7 +31,11 @@ class Node:
     ifnames: dict[str, str] = field(default_factory=dict)  # NCCL_/GLOO_SOCKET_IFNAME as set
     master_addr: str | None = None
     master_addr_resolves: bool | None = None  # None: MASTER_ADDR not set
-    fingerprint: str | None = None  # what the installer wrote under the prefix
+    fingerprint: str | None = None  # of the environment under the prefix, as it is now
+    distributions: dict[str, str] | None = None  # name -> its entry (fingerprint.py)
+    installed_fingerprint: str | None = None  # what the install ended with
+    changed: tuple[str, ...] = ()  # what differs from what the install ended with
+    env: dict[str, str] = field(default_factory=dict)  # the variables that change a run
 
     def missing_interfaces(self) -> dict[str, str]:
         """{variable: value} for each *_SOCKET_IFNAME that names no interface of this node."""
@@ -79,9 +88,35 @@ def _resolves(host: str) -> bool:
         return False
 
 
-def probe_node(env: Mapping[str, str], prefix: str | None) -> Node:
+def run_vars(env: Mapping[str, str]) -> dict[str, str]:
+    """The variables that change a run, as set here."""
+    return {
+        k: v
+        for k, v in sorted(env.items())
+        if (k.startswith(RUN_VAR_PREFIXES) or k in RUN_VAR_NAMES) and k not in IFNAME_VARS
+    }
+
+
+def _environment(node: Node, prefix: str | None, deep: bool) -> Node:
+    """`node` with the live fingerprint of the environment at `prefix` and what changed since
+    its install (unchanged without an environment there)."""
+    if not prefix or not fingerprint.site_dirs(prefix):
+        return node
+    now = fingerprint.examine(prefix, deep)
+    entries = now.entries()
+    before = fingerprint.read_entries(prefix)
+    return replace(
+        node,
+        fingerprint=now.fingerprint,
+        distributions=entries,
+        installed_fingerprint=fingerprint.read(prefix),
+        changed=tuple(fingerprint.changes(before, entries)) if before is not None else (),
+    )
+
+
+def probe_node(env: Mapping[str, str], prefix: str | None, deep: bool = False) -> Node:
     master = env.get("MASTER_ADDR") or None
-    return Node(
+    node = Node(
         hostname=socket.gethostname(),
         open_files=_open_files(),
         shm_bytes=_shm(),
@@ -89,5 +124,6 @@ def probe_node(env: Mapping[str, str], prefix: str | None) -> Node:
         ifnames={k: env[k] for k in IFNAME_VARS if env.get(k)},
         master_addr=master,
         master_addr_resolves=_resolves(master) if master else None,
-        fingerprint=fingerprint.read(prefix),
+        env=run_vars(env),
     )
+    return _environment(node, prefix, deep)

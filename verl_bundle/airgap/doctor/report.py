@@ -68,6 +68,10 @@ def _node(facts: Facts) -> dict[str, Any]:
         "master_addr": node.master_addr,
         "master_addr_resolves": node.master_addr_resolves,
         "fingerprint": node.fingerprint,
+        "distributions": node.distributions,
+        "installed_fingerprint": node.installed_fingerprint,
+        "changed_since_install": list(node.changed),
+        "env": dict(node.env),
     }
 
 

@@ -386,7 +386,7 @@ class Installer(Steps):
         with self.step("done", f"done: {self.m.name} is installed in {self.target}") as result:
             from verl_bundle.airgap.doctor import fingerprint
 
-            fingerprint.record(self.target, self.target_py)  # for `verl-bundle fleet report`
+            fingerprint.record(self.target)  # what the doctor and the fleet report compare
             self.out.say(
                 f"    activate it with:  source {shlex.quote(self.target + '/bin/activate')}"
             )
