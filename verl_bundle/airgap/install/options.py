@@ -28,6 +28,7 @@ class Options:
     json: bool = False
     allowed_signers: str | None = None  # refuse a bundle not signed by one of these keys
     base: str | None = None  # a delta's base: the old bundle's directory or its wheels
+    repair: bool = False  # reinstall the distributions whose files or versions differ
 
     @property
     def target(self) -> str:
@@ -83,6 +84,7 @@ def options(args: argparse.Namespace, m: Manifest | None) -> Options:
         json=args.json,
         allowed_signers=args.allowed_signers,
         base=os.path.abspath(args.base) if args.base else None,
+        repair=args.repair,
     )
 
 
@@ -123,6 +125,11 @@ Options:
   --skip-phase NAME leave a phase out (repeatable; phases: {phases}); its packages are not
                     installed. What the trainer needs from it makes the verdict "not ready to
                     train" (exit 5); rerun without it to install what is missing.
+  --repair          check every installed file of the bundle's distributions against its
+                    RECORD and reinstall, offline, exactly those whose files or versions
+                    differ from the bundle (or that are missing); the rest is left as it is.
+                    A plain rerun trusts the phases it finished: after a package was removed
+                    or a file deleted from the venv, --repair is what brings it back
   --yes, -y         do not ask before installing
   --log FILE        also write everything to FILE (default: <prefix>/.verl-bundle/install.log)
   --events FILE     append each step's events to FILE as JSON lines (for scripts)

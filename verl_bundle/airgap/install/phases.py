@@ -7,9 +7,9 @@ import os
 import shlex
 import subprocess
 from dataclasses import dataclass
-from typing import IO, Callable
+from typing import IO, Callable, Mapping, Sequence
 
-from verl_bundle.airgap.contract.manifest import Manifest, Phase
+from verl_bundle.airgap.contract.manifest import Manifest, Phase, canonical
 from verl_bundle.airgap.install import dists
 from verl_bundle.airgap.install.env import Tools, clean_environ
 from verl_bundle.airgap.install.options import Options
@@ -39,7 +39,7 @@ class Command:
 class PhasePlan:
     phase: str
     action: str  # "install", "done" (already installed), "skip" (--skip-phase)
-    why: str  # for "install": "new", "interrupted", "changed"; else the reason shown
+    why: str  # for "install": "new", "interrupted", "changed", "repair"; else the reason shown
     tool: str  # "uv", "pip", "pip (build)"
     command: Command
     key: str  # the done-marker value once installed
@@ -97,9 +97,15 @@ def phase_command(
 
 
 def plan_phases(
-    m: Manifest, opts: Options, target: str, tools: Tools, state: State
+    m: Manifest,
+    opts: Options,
+    target: str,
+    tools: Tools,
+    state: State,
+    repairs: Mapping[str, Sequence[str]] | None = None,
 ) -> list[PhasePlan]:
-    """What each phase will do on this run, from the markers of earlier runs."""
+    """What each phase will do on this run, from the markers of earlier runs; a finished phase
+    with distributions in `repairs` (--repair, see `differing`) is installed again."""
     out = []
     for phase in m.phases:
         tool, cmd, jobs, build_env = phase_command(m, phase, opts.bundle, target, tools, state)
@@ -108,6 +114,8 @@ def plan_phases(
             action, why = "skip", "skipped (--skip-phase)"
         elif state.done(phase.name, key) and not state.interrupted(phase.name):
             action, why = "done", "already installed"
+            if repairs and repairs.get(phase.name):
+                action, why = "install", "repair"
         elif state.interrupted(phase.name):
             action, why = "install", "interrupted"
         elif state.was_done(phase.name):
@@ -141,28 +149,56 @@ def pip_bootstrap(tools: Tools, state: State) -> Command | None:
 # -- making a rerun always resume ---------------------------------------------------------------
 
 
+def _differing(
+    m: Manifest, phase: str, found: list[dists.Dist], check_hashes: bool
+) -> tuple[list[tuple[dists.Dist, str]], list[str]]:
+    """The phase's installed distributions that are not exactly the bundled one, completely
+    installed (with why), and the bundled ones not installed at all."""
+    wanted = {canonical(f.name): f for f in m.files_of(phase) if f.kind != "bootstrap"}
+    index = dists.owners(found) if check_hashes else None
+    bad = []
+    for dist in found:
+        f = wanted.get(dist.name)
+        if f is None:
+            continue
+        if dist.version.lower() != f.version.lower():
+            bad.append((dist, f"{dist.version} -> {f.version}"))
+        else:
+            why = dists.problem(dist, check_hashes, index)
+            if why:
+                bad.append((dist, why))
+    have = {d.name for d in found}
+    return bad, sorted(f"{n} {f.version}" for n, f in wanted.items() if n not in have)
+
+
+def differing(m: Manifest, skipped: Sequence[str], paths: dists.SitePaths) -> dict[str, list[str]]:
+    """--repair: for each phase installed, the distributions whose files (every one hashed
+    against its RECORD) or versions differ from the bundle, or that are missing, with why."""
+    found = dists.installed(paths)
+    out: dict[str, list[str]] = {}
+    for phase in m.phase_names:
+        if phase in skipped:
+            continue
+        bad, missing = _differing(m, phase, found, True)
+        lines = [f"{d.name} {d.version} ({why})" for d, why in bad]
+        lines += [f"{name} (not installed)" for name in missing]
+        if lines:
+            out[phase] = lines
+    return out
+
+
 def reconcile(
     m: Manifest, phase: str, bundle: str, paths: dists.SitePaths, check_hashes: bool
 ) -> list[str]:
     """Before a phase is installed (again): remove each of its distributions that is not
     exactly the bundled one, completely installed, by its files. pip and uv then install what
     is missing without being asked to uninstall anything. Returns what was removed, why."""
-    wanted = {f.name: f for f in m.files_of(phase) if f.kind != "bootstrap"}
+    wheels = {canonical(f.name): f.path for f in m.files_of(phase)}
     removed = []
-    found = dists.installed(paths)
-    index = dists.owners(found) if check_hashes else None
-    for dist in found:
-        f = wanted.get(dist.name)
-        if f is None:
-            continue
-        wheel = os.path.join(bundle, f.path) if f.path.endswith(".whl") else None
-        if dist.version.lower() != f.version.lower():
-            why = f"{dist.version} -> {f.version}"
-        else:
-            why = dists.problem(dist, check_hashes, index) or ""
-            if not why:
-                continue
-        dists.remove(dist, paths, wheel)
+    bad, _missing = _differing(m, phase, dists.installed(paths), check_hashes)
+    for dist, why in bad:
+        path = wheels[dist.name]
+        dists.remove(dist, paths, os.path.join(bundle, path) if path.endswith(".whl") else None)
         removed.append(f"{dist.name} {dist.version} ({why})")
     return removed
 

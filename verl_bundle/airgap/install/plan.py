@@ -68,13 +68,20 @@ def dry_run(inst: Installer) -> None:
         boot = ph.pip_bootstrap(tools, inst.state)
         if boot is not None:
             say(f"     pip: {boot.show()}")
-    for i, plan in enumerate(ph.plan_phases(m, opts, inst.target, tools, inst.state), start=1):
+    repairs: dict[str, list[str]] = {}
+    if opts.repair and os.access(inst.target_py, os.X_OK):
+        repairs = ph.differing(m, opts.skip_phases, envs.site_paths(inst.target_py, inst.target))
+        for phase_name, lines in repairs.items():
+            say(f"  --repair: {phase_name}: {'; '.join(lines)}")
+    plans = ph.plan_phases(m, opts, inst.target, tools, inst.state, repairs)
+    for i, plan in enumerate(plans, start=1):
         phase = m.phase(plan.phase)
         packages = " ".join(phase.packages) if phase else ""
         if plan.action == "install":
             extra = {
                 "interrupted": " (interrupted before: its incomplete distributions are removed by their files first)",
                 "changed": " (changed since installed: what differs is replaced)",
+                "repair": " (--repair: what differs from the bundle is removed, then reinstalled)",
             }.get(plan.why, "")
             say(f"  5.{i} phase {plan.phase} ({plan.tool}){extra}: {plan.command.show()}")
         else:

@@ -258,7 +258,8 @@ class Installer(Steps):
             if self.kind != "env":
                 for gone in ph.remove_departed(self.m, self.state, paths):
                     self.out.say(f"    removed {gone}: no longer in the bundle")
-            plans = ph.plan_phases(self.m, self.opts, self.target, tools, self.state)
+            repairs = self.repairs(paths)
+            plans = ph.plan_phases(self.m, self.opts, self.target, tools, self.state, repairs)
             if self.kind != "new":  # an environment that existed: nothing changes unverified
                 self.require(self.checking.files if self.checking else ())
             for plan in plans:
@@ -271,6 +272,24 @@ class Installer(Steps):
             skipped = [p.phase for p in plans if p.action == "skip"]
             result["detail"] = f"skipped: {', '.join(skipped)}" if skipped else ""
         return skipped
+
+    def repairs(self, paths: Any) -> dict[str, list[str]]:
+        """--repair: what differs from the bundle, by phase, said before anything changes."""
+        if not self.opts.repair:
+            return {}
+        self.require(self.checking.files if self.checking else ())  # reinstalled from these
+        found = ph.differing(self.m, self.opts.skip_phases, paths)
+        self.resumed = True  # post-install then checks every installed file too
+        count = sum(len(v) for v in found.values())
+        self.out.say(
+            f"    --repair: {count} distribution(s) differ from the bundle"
+            if count
+            else "    --repair: every distribution's files and version are as bundled"
+        )
+        for phase, lines in found.items():
+            for line in lines:
+                self.out.say(f"      {phase}: {line}")
+        return found
 
     def phase(self, plan: ph.PhasePlan, paths: Any) -> None:
         self.current = f"phase {plan.phase}"
@@ -288,12 +307,16 @@ class Installer(Steps):
             self.out.say(
                 f"    phase {plan.phase} was interrupted before; its half-written distributions are removed by their files and it is installed again"
             )
+        elif plan.why == "repair":
+            self.out.say(
+                f"    phase {plan.phase}: reinstalling what differs from the bundle (--repair)"
+            )
         elif plan.why == "changed":
             self.out.say(
                 f"    phase {plan.phase} changed since it was installed (a newer bundle); installing what changed"
             )
         for gone in ph.reconcile(
-            self.m, plan.phase, self.opts.bundle, paths, plan.why == "interrupted"
+            self.m, plan.phase, self.opts.bundle, paths, plan.why in ("interrupted", "repair")
         ):
             self.out.say(f"    removed {gone}")
         if plan.max_jobs is not None:

@@ -13,7 +13,12 @@ from verl_bundle.airgap.checks import Check
 from verl_bundle.airgap.contract import records
 from verl_bundle.airgap.contract.manifest import Manifest, canonical
 
-RERUN = "run ./install.sh again; it reinstalls the phase that did not finish"
+# A plain rerun trusts the phases it finished; --repair checks every file and reinstalls,
+# offline, exactly the distributions that differ (install/phases.py `differing`).
+RERUN = (
+    "run ./install.sh --repair with the same options: it reinstalls, offline, exactly the "
+    "distributions whose files or versions differ from the bundle"
+)
 
 
 def _named() -> list[metadata.Distribution]:
