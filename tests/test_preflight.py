@@ -141,34 +141,104 @@ def test_mixed_gpu_memory_is_a_warning_with_one_kind_offered(tmp_path: Path) -> 
     assert mem["status"] == "warn" and "mixed GPU memory" in mem["summary"]
     assert "6 x NVIDIA H100 80GB HBM3 (81559 MiB)" in mem["summary"]
     assert "2 x NVIDIA A100-SXM4-40GB (40960 MiB)" in mem["summary"]
-    assert mem["fix"].startswith("use one kind: export CUDA_VISIBLE_DEVICES=0,1,2,3,4,5")
-
-
-def test_two_nodes_with_rank_missing(tmp_path: Path) -> None:
-    _, checks = preflight(
-        node(tmp_path),
-        tmp_path,
-        *GOOD,
-        "trainer.nnodes=2",
-        WORLD_SIZE="2",
-        MASTER_ADDR="10.0.0.1",
-        MASTER_PORT="29500",
+    # Six of one kind would break the batch rule (256 over 6 GPUs): four are offered instead.
+    assert mem["fix"] == (
+        "use one kind: export CUDA_VISIBLE_DEVICES=0,1,2,3 and trainer.n_gpus_per_node=4 "
+        "(trainer.n_gpus_per_node=6 would break: data.train_batch_size * rollout.n = 256 * 1 = "
+        "256 is not divisible by the 6 GPUs (trainer.n_gpus_per_node x trainer.nnodes))"
     )
+
+
+def test_a_busy_gpu_fix_is_checked_against_every_rule(tmp_path: Path) -> None:
+    """Two of eight GPUs busy and verl's default batch (1024, tensor parallel 2): leaving them
+    out gives 6 GPUs, which 1024 does not divide; the fix offers 4, and following it passes."""
+    gpus = tuple(FakeGpu(i, H100, 81559, 30000 if i < 2 else 4) for i in range(8))
+    apps = tuple(FakeApp(i, 4000 + i, "python3", 30000) for i in range(2))
+    machine = node(tmp_path, gpus, apps)
+    _, checks = preflight(machine, tmp_path, "trainer.n_gpus_per_node=8")
+    assert checks["batch"]["status"] == "ok"
+    fix = checks["busy"]["fix"]
+    assert "trainer.n_gpus_per_node=6 " not in fix.split(" (")[0]
+    assert fix.startswith(
+        "stop those processes, or leave their GPUs out: export CUDA_VISIBLE_DEVICES=2,3,4,5 and "
+        "trainer.n_gpus_per_node=4 (trainer.n_gpus_per_node=6 would break: "
+        "data.train_batch_size * rollout.n = 1024 * 1 = 1024 is not divisible by the 6 GPUs"
+    )
+    _, checks = preflight(
+        machine, tmp_path, "trainer.n_gpus_per_node=4", CUDA_VISIBLE_DEVICES="2,3,4,5"
+    )
+    failed = {k for k, c in checks.items() if c["status"] == "fail"} - {"open-files"}
+    assert failed == set(), checks
+
+
+RENDEZVOUS = {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "localhost", "MASTER_PORT": "29500"}
+
+
+def test_under_ray_no_torchrun_variable_is_asked_for(tmp_path: Path) -> None:
+    """verl's main_ppo on two nodes: ray start joins them; RANK and the rest are not read."""
+    _, checks = preflight(node(tmp_path), tmp_path, *GOOD, "trainer.nnodes=2")
+    ranks = checks["ranks"]
+    assert ranks["status"] == "ok" and ranks["summary"].startswith("Ray launch:")
+    _, same = preflight(node(tmp_path), tmp_path, *GOOD, "trainer.nnodes=2", "--launcher", "ray")
+    assert same["ranks"] == ranks
+    _, checks = preflight(
+        node(tmp_path), tmp_path, *GOOD, "trainer.nnodes=2", "--launcher", "torchrun"
+    )
+    assert checks["ranks"]["summary"] == (
+        "trainer.nnodes=2 but RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT not set on this node"
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "problem"),
+    [
+        (["trainer.nnodes=2"], {**RENDEZVOUS, "RANK": ""}, "trainer.nnodes=2 but RANK not set"),
+        (
+            [],  # one node: a partial set still breaks torch's env:// rendezvous
+            {"RANK": "0"},
+            "RANK set without WORLD_SIZE, MASTER_ADDR, MASTER_PORT: torch's env:// rendezvous",
+        ),
+        (
+            ["--nproc-per-node", "4"],
+            {},
+            "--nproc_per_node=4 but trainer.n_gpus_per_node=8: 4 GPU(s) would sit idle",
+        ),
+        (
+            ["trainer.nnodes=2"],
+            {**RENDEZVOUS, "MASTER_ADDR": "no-such-head.invalid"},
+            "MASTER_ADDR=no-such-head.invalid does not resolve on this node",
+        ),
+    ],
+    ids=["nnodes-2-rank-missing", "rank-without-world-size", "nproc-below-gpus", "master-addr"],
+)
+def test_torchrun_partial_sets_are_caught(
+    tmp_path: Path, args: list[str], env: dict[str, str], problem: str
+) -> None:
+    _, checks = preflight(node(tmp_path), tmp_path, *GOOD, "--launcher", "torchrun", *args, **env)
     ranks = checks["ranks"]
     assert ranks["status"] == "fail"
-    assert ranks["summary"] == "trainer.nnodes=2 but RANK not set on this node"
-    assert "RANK" in ranks["fix"]
+    assert any(line.startswith(problem) for line in ranks["detail"].splitlines()), ranks
+    if "nproc" in problem:
+        assert ranks["fix"] == "torchrun --nproc_per_node=8"
+
+
+def test_a_correct_torchrun_launch_passes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     _, checks = preflight(
         node(tmp_path),
         tmp_path,
         *GOOD,
         "trainer.nnodes=2",
-        RANK="1",
-        WORLD_SIZE="2",
-        MASTER_ADDR="10.0.0.1",
-        MASTER_PORT="29500",
+        "--launcher",
+        "torchrun",
+        "--nproc-per-node",
+        "8",
+        **RENDEZVOUS,
     )
-    assert checks["ranks"]["status"] == "ok"
+    assert checks["ranks"]["status"] == "ok", checks["ranks"]
+    r = run(["preflight", "--nproc-per-node", "8"], capsys)
+    assert r.code == 2 and "give --launcher torchrun" in r.err
 
 
 def test_verls_batch_rules_from_a_yaml_and_overrides(tmp_path: Path) -> None:

@@ -67,12 +67,24 @@ def preflight_cmd(
     config: Annotated[
         Path | None, typer.Option(help="verl settings as YAML (nested maps of scalars).")
     ] = None,
+    launcher: Annotated[
+        str,
+        typer.Option(
+            help="What starts the workers: ray (verl's main_ppo; no RANK/WORLD_SIZE/MASTER_* "
+            "asked for) or torchrun (all four set together, MASTER_ADDR resolves)."
+        ),
+    ] = "ray",
+    nproc_per_node: Annotated[
+        int | None,
+        typer.Option(help="torchrun's --nproc_per_node, checked against trainer.n_gpus_per_node."),
+    ] = None,
     json_out: Json = False,
 ) -> None:
     """Check this node right before `ray start` or torchrun: CUDA_VISIBLE_DEVICES against the
     GPUs and trainer.n_gpus_per_node x trainer.nnodes, busy GPUs, mixed GPU memory, NVLink,
-    RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, ulimit -n, the offline variables, and verl's
-    batch-size and tensor-parallel rules. Exit 0 ready, 1 not, 2 on a bad override or YAML."""
+    the launcher's rank variables, ulimit -n, the offline variables, and verl's batch-size and
+    tensor-parallel rules; a fix that proposes GPUs is checked against every rule first. Exit
+    0 ready, 1 not, 2 on a bad override or YAML."""
     import os
 
     from verl_bundle import render
@@ -80,9 +92,19 @@ def preflight_cmd(
     from verl_bundle.airgap.launch.verlconfig import ConfigError
     from verl_bundle.errors import UsageError
 
+    if launcher not in ("ray", "torchrun"):
+        raise UsageError(f"--launcher {launcher}: give ray or torchrun")
+    if nproc_per_node is not None and launcher != "torchrun":
+        raise UsageError("--nproc-per-node is torchrun's; give --launcher torchrun")
+    if nproc_per_node is not None and nproc_per_node < 1:
+        raise UsageError("--nproc-per-node must be 1 or more")
     try:
         result = preflight.run_preflight(
-            list(overrides or []), str(config) if config else None, os.environ
+            list(overrides or []),
+            str(config) if config else None,
+            os.environ,
+            launcher,
+            nproc_per_node,
         )
     except ConfigError as exc:
         raise UsageError(str(exc)) from None

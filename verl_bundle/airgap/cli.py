@@ -238,7 +238,13 @@ def _assets(args: argparse.Namespace) -> int:
 def _preflight(args: argparse.Namespace) -> int:
     from verl_bundle.airgap.launch import preflight
 
-    result = preflight.run_preflight(args.overrides, args.config, os.environ)
+    if args.nproc_per_node is not None and args.launcher != "torchrun":
+        raise UsageError("preflight: --nproc-per-node is torchrun's; give --launcher torchrun")
+    if args.nproc_per_node is not None and args.nproc_per_node < 1:
+        raise UsageError("preflight: --nproc-per-node must be 1 or more")
+    result = preflight.run_preflight(
+        args.overrides, args.config, os.environ, args.launcher, args.nproc_per_node
+    )
     text = render.printable(preflight.render_text(result))
     show("preflight", result.ok, preflight.render_json(result), text, args.json)
     return EXIT_OK if result.ok else EXIT_FAILED
@@ -376,6 +382,20 @@ def parser() -> Parser:
 
     p = command("preflight", _preflight, "check this node before ray start / torchrun")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="verl's overrides")
+    p.add_argument(
+        "--launcher",
+        choices=("ray", "torchrun"),
+        default="ray",
+        help="what starts the workers (default: ray, as verl's main_ppo): under ray no "
+        "RANK/WORLD_SIZE/MASTER_* are asked for; under torchrun all four must be set together "
+        "and MASTER_ADDR must resolve",
+    )
+    p.add_argument(
+        "--nproc-per-node",
+        type=int,
+        metavar="N",
+        help="torchrun's --nproc_per_node, checked against trainer.n_gpus_per_node",
+    )
     p.add_argument("--config", metavar="YAML", help="verl settings (nested maps of scalars)")
     p.add_argument("--json", action="store_true", help="print the versioned JSON envelope")
 
@@ -446,6 +466,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             args, extra = top.parse_known_args(args_list)
         except SystemExit as done:  # --help printed its text
             return done.code if isinstance(done.code, int) else EXIT_OK
+        if name == "preflight":  # verl's overrides may follow the options, as on its command line
+            args.overrides += [e for e in extra if not e.startswith("-")]
+            extra = [e for e in extra if e.startswith("-")]
         if extra:
             shown = "./install.sh" if prog == "install.sh" else f"{TOP} {name}"
             raise UsageError(f"{prog}: unknown option {extra[0]!r} (see {shown} --help)")

@@ -11,6 +11,10 @@ verl's own start-up rules are checked before anything is launched, as verl check
 - rollout.tensor_model_parallel_size divides the GPUs ("rollout world_size ... is not divisible
   by infer_tp", verl/workers/fsdp_workers.py); preflight asks it to divide n_gpus_per_node, so
   that a tensor-parallel group never spans nodes.
+The launcher (ranks.py) decides what the rank variables must be: none under Ray (verl's
+main_ppo), all four and a matching --nproc_per_node under torchrun. A fix that proposes other
+GPUs and a GPU count is checked against every rule before it is printed (`_offer`): leaving two
+busy GPUs of eight out must not propose n_gpus_per_node=6 where the batch needs 4.
 Standard library only, Python 3.8+."""
 
 from __future__ import annotations
@@ -18,16 +22,17 @@ from __future__ import annotations
 import math
 import re
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Mapping
 
 from verl_bundle.airgap import render
 from verl_bundle.airgap.checks import Check
 from verl_bundle.airgap.doctor.commands import Run, run
-from verl_bundle.airgap.doctor.devices import Gpu, torchrun_problems, visible_devices
+from verl_bundle.airgap.doctor.devices import Gpu, visible_devices
 from verl_bundle.airgap.doctor.gpus import BUSY_MIB, GpuListing, list_gpus
 from verl_bundle.airgap.doctor.node import _open_files
 from verl_bundle.airgap.doctor.registry import found, ok
+from verl_bundle.airgap.launch import ranks
 from verl_bundle.airgap.launch import verlconfig as vc
 
 MIN_OPEN_FILES = 65536
@@ -45,6 +50,9 @@ class Launch:
     gpus: GpuListing
     topo: Run | None  # `nvidia-smi topo -m`; None without nvidia-smi
     open_files: int | None
+    launcher: str = "ray"  # "ray" or "torchrun" (ranks.py)
+    nproc_per_node: int | None = None  # torchrun's --nproc_per_node, when given
+    proposal: bool = False  # a fix's proposed settings, being checked: propose nothing
 
     def number(self, key: str) -> int | None:
         return vc.integer(self.values, key)
@@ -53,10 +61,15 @@ class Launch:
         return visible_devices(self.env.get("CUDA_VISIBLE_DEVICES"), self.gpus.gpus)
 
 
-def gather(values: dict[str, str], env: Mapping[str, str]) -> Launch:
+def gather(
+    values: dict[str, str],
+    env: Mapping[str, str],
+    launcher: str = "ray",
+    nproc_per_node: int | None = None,
+) -> Launch:
     smi = shutil.which("nvidia-smi")
     topo = run([smi, "topo", "-m"]) if smi else None
-    return Launch(values, dict(env), list_gpus(), topo, _open_files())
+    return Launch(values, dict(env), list_gpus(), topo, _open_files(), launcher, nproc_per_node)
 
 
 CheckFn = Callable[[Launch], Check]
@@ -73,6 +86,46 @@ def check(check_id: str) -> Callable[[CheckFn], CheckFn]:
 
 def _ids(gpus: list[Gpu]) -> str:
     return ",".join(str(g.index) for g in gpus)
+
+
+def _failing(launch: Launch) -> dict[str, str]:
+    """check id -> summary of each rule `launch` breaks (fixes not proposed)."""
+    out = {}
+    for check_id, fn in CHECKS:
+        try:
+            c = fn(launch)
+        except vc.ConfigError as exc:
+            c = found("fail", str(exc), "", "")
+        if c.status == "fail":
+            out[check_id] = c.summary
+    return out
+
+
+def _offer(launch: Launch, own: str, gpus: list[Gpu]) -> tuple[str | None, str]:
+    """The most of `gpus` (in order) this node can run on without breaking a rule that holds
+    now: ("export CUDA_VISIBLE_DEVICES=... and trainer.n_gpus_per_node=k", why not all, or "")
+    or (None, why none). Every rule is checked with the proposed settings, so a proposal never
+    trades one failure for another."""
+    if launch.proposal:
+        return None, ""  # a proposal being checked proposes nothing itself
+    before = _failing(replace(launch, proposal=True))
+    before.pop(own, None)
+    broken = ""
+    for k in range(len(gpus), 0, -1):
+        chosen = gpus[:k]
+        proposed = replace(
+            launch,
+            values={**launch.values, NGPUS: str(k)},
+            env={**launch.env, "CUDA_VISIBLE_DEVICES": _ids(chosen)},
+            proposal=True,
+        )
+        new = {i: s for i, s in _failing(proposed).items() if i not in before}
+        if not new:
+            why = f"{NGPUS}={len(gpus)} would break: {broken}" if broken else ""
+            return f"export CUDA_VISIBLE_DEVICES={_ids(chosen)} and {NGPUS}={k}", why
+        if not broken:
+            broken = next(iter(new.values()))
+    return None, f"no GPU count of these {len(gpus)} keeps every rule: {broken}"
 
 
 @check("devices")
@@ -101,11 +154,12 @@ def check_devices(launch: Launch) -> Check:
     if not problems:
         return ok(summary)
     usable = [g for g in physical][: per_node or len(physical)]
-    fix = (
-        f"export CUDA_VISIBLE_DEVICES={_ids(usable)} (indices nvidia-smi lists)"
-        if len(physical) >= per_node
-        else f"set {NGPUS}={len(physical)} (this node has {len(physical)} GPUs)"
-    )
+    if len(physical) >= per_node:
+        fix = f"export CUDA_VISIBLE_DEVICES={_ids(usable)} (indices nvidia-smi lists)"
+    else:
+        offer, why = _offer(launch, "devices", list(physical))
+        has = f"this node has {len(physical)} GPUs"
+        fix = f"{offer} ({has}{'; ' + why if why else ''})" if offer else f"{has}: {why}"
     return found("fail", problems[0], "\n".join([*problems, summary]), fix)
 
 
@@ -123,11 +177,11 @@ def check_busy(launch: Launch) -> Check:
     if not busy:
         return ok(f"{len(visible)} visible GPU(s), none busy")
     free = [g for g in visible if not any(s.startswith(f"GPU {g.index}:") for s in busy)]
+    offer, why = _offer(launch, "busy", free) if free else (None, "")
     fix = "stop those processes" + (
-        f", or leave their GPUs out: export CUDA_VISIBLE_DEVICES={_ids(free)} and "
-        f"{NGPUS}={len(free)}"
-        if free
-        else ""
+        f", or leave their GPUs out: {offer}" + (f" ({why})" if why else "")
+        if offer
+        else (f" (leaving their GPUs out: {why})" if why else "")
     )
     return found(
         "fail", f"{len(busy)} of {len(visible)} visible GPUs are busy", "\n".join(busy), fix
@@ -144,11 +198,14 @@ def check_memory(launch: Launch) -> Check:
     if len(sizes) <= 1:
         return ok(kinds or "no visible GPU")
     largest = max(sizes.items(), key=lambda kv: (len(kv[1]), kv[0] or 0))[1]
+    offer, why = _offer(launch, "gpu-memory", largest)
     return found(
         "warn",
         f"mixed GPU memory: {kinds}",
         "verl gives every worker the same share: the smallest GPU runs out of memory first",
-        f"use one kind: export CUDA_VISIBLE_DEVICES={_ids(largest)} and {NGPUS}={len(largest)}",
+        f"use one kind: {offer}" + (f" ({why})" if why else "")
+        if offer
+        else f"use one kind of GPU ({why})",
     )
 
 
@@ -190,33 +247,18 @@ def check_nvlink(launch: Launch) -> Check:
 @check("ranks")
 def check_ranks(launch: Launch) -> Check:
     env = launch.env
+    if launch.launcher == "ray":
+        return ok(ranks.ray_summary(env))
     visible, _ = launch.visible()
-    problems = torchrun_problems(env, len(visible) if launch.gpus.gpus else None)
+    count = len(visible) if launch.gpus.gpus else None
     nnodes, per_node = launch.number(NNODES) or 1, launch.number(NGPUS) or 0
-    if nnodes > 1:
-        missing = [
-            k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if not env.get(k)
-        ]
-        if missing:
-            problems.insert(0, f"{NNODES}={nnodes} but {', '.join(missing)} not set on this node")
-    world = env.get("WORLD_SIZE", "")
-    if world.isdigit() and per_node and int(world) not in (nnodes, nnodes * per_node):
-        problems.append(
-            f"WORLD_SIZE={world} is neither {NNODES}={nnodes} nor the {nnodes * per_node} GPUs"
-        )
-    shown = " ".join(
-        f"{k}={env[k]}"
-        for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-        if k in env
+    problems = ranks.torchrun_launch_problems(
+        env, count, nnodes, per_node, launch.nproc_per_node, NNODES, NGPUS
     )
     if not problems:
-        return ok(shown or "single node, no rank variables set")
+        return ok("torchrun: " + (ranks.shown(env) or "single node, no rank variables set"))
     return found(
-        "fail",
-        problems[0],
-        "\n".join(problems),
-        "export on every node RANK (this node's number, 0 on the head), WORLD_SIZE, MASTER_ADDR "
-        "(the head's address) and MASTER_PORT (one free port, the same everywhere)",
+        "fail", problems[0], "\n".join(problems), ranks.torchrun_fix(problems, per_node, count)
     )
 
 
@@ -336,9 +378,16 @@ def examine(launch: Launch) -> Preflight:
     return Preflight(out)
 
 
-def run_preflight(overrides: list[str], config: str | None, env: Mapping[str, str]) -> Preflight:
-    """Read verl's settings (ConfigError on a bad override or YAML), gather, check."""
-    return examine(gather(vc.settings(overrides, config), env))
+def run_preflight(
+    overrides: list[str],
+    config: str | None,
+    env: Mapping[str, str],
+    launcher: str = "ray",
+    nproc_per_node: int | None = None,
+) -> Preflight:
+    """Read verl's settings (ConfigError on a bad override or YAML), gather, check for this
+    `launcher` (ranks.LAUNCHERS)."""
+    return examine(gather(vc.settings(overrides, config), env, launcher, nproc_per_node))
 
 
 def render_text(result: Preflight) -> str:
