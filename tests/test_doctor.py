@@ -880,6 +880,7 @@ def test_json_shape(machine: FakeMachine, monkeypatch: pytest.MonkeyPatch) -> No
         "installed_fingerprint",
         "changed_since_install",
         "env",
+        "image",
     }
     assert isinstance(host["os"], str) and isinstance(host["arch"], str)
     assert host["python"] == ".".join(str(p) for p in sys.version_info[:3])

@@ -5,6 +5,7 @@ fresh install file by file. A plain rerun does not (its phases are marked done) 
 from __future__ import annotations
 
 import hashlib
+import json
 import subprocess
 from pathlib import Path
 
@@ -46,12 +47,26 @@ def site(prefix: Path) -> Path:
     return next((prefix / "lib").glob("python3*/site-packages"))
 
 
+@pytest.mark.timeout(1200)  # five installs on a loaded 2-core machine
 def test_repair_reinstalls_exactly_what_differs(bundle: Path, home: Path, tmp_path: Path) -> None:
     prefix = tmp_path / "venv"
     first = install_into(bundle, home, prefix, "--yes")
     assert first.returncode == READY, first.stdout + first.stderr
     fresh, fresh_print = snapshot(prefix), fingerprint.examine(str(prefix)).fingerprint
     assert fingerprint.read(str(prefix)) == fresh_print
+    # The install keeps the server program: preflight runs from it after the bundle is gone.
+    boot = (
+        "import sys; sys.path.insert(0, sys.argv.pop(1)); "
+        "from verl_bundle.airgap.cli import main; sys.exit(main(sys.argv[1:]))"
+    )
+    kept = prefix / ".verl-bundle" / "lib"
+    proc = subprocess.run(
+        [str(prefix / "bin" / "python"), "-I", "-B", "-c", boot, str(kept), "preflight", "--json"],
+        capture_output=True,
+        text=True,
+        env=clean_environ(home),
+    )
+    assert json.loads(proc.stdout)["command"] == "preflight", proc.stderr
 
     # Break it: one distribution uninstalled by the venv's pip, one file of another deleted.
     pip = [*netns_prefix(), str(prefix / "bin" / "python"), "-m", "pip", "uninstall", "-y"]

@@ -50,11 +50,11 @@ def lint(script: Path) -> None:
     """shellcheck, and each script a node runs (NODE_STEP='...') whole: a quote inside one
     would end it early and still pass bash -n."""
     text = script.read_text()
-    for name in ("NODE_STEP", "WAIT_PY"):
+    for name in ("NODE_STEP", "PREFLIGHT_STEP", "WAIT_PY"):
         if f"\n{name}='" in text:
             block = text.split(f"\n{name}='", 1)[1].split("\n'\n", 1)[0]
             assert "'" not in block, f"{name} holds a single quote"
-            if name == "NODE_STEP":
+            if name in ("NODE_STEP", "PREFLIGHT_STEP"):
                 syntax = subprocess.run(["bash", "-n", "-c", block], capture_output=True, text=True)
                 assert syntax.returncode == 0, syntax.stderr
     if shutil.which("shellcheck") is None:

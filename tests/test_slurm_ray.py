@@ -8,6 +8,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -25,6 +27,7 @@ from test_slurm import lint
 # One Slurm for the module and a Ray cluster on fixed ports: with every other test that starts
 # Slurm, on one xdist worker (make test runs with --dist loadgroup).
 pytestmark = pytest.mark.xdist_group("slurm")
+REPO = Path(__file__).resolve().parents[1]
 
 # The tiny job: a Ray task pinned to each node reports that node's Python and environment.
 CHECK = """
@@ -130,9 +133,9 @@ def node_tmp() -> Iterator[Path]:
 
 
 def submit(
-    slurm: Slurm, script: Path, tmp: Path, node_tmp: Path, *command: str
+    slurm: Slurm, script: Path, tmp: Path, node_tmp: Path, *command: str, **extra: str
 ) -> subprocess.CompletedProcess[str]:
-    env = {**slurm.env, "TMPDIR": str(node_tmp)}
+    env = {**slurm.env, "TMPDIR": str(node_tmp), **extra}
     env["RAY_DEFAULT_OBJECT_STORE_MEMORY_PROPORTION"] = "0.02"  # a small plasma store per node
     try:
         return subprocess.run(
@@ -235,3 +238,80 @@ def test_a_node_that_never_registers_is_named_and_the_command_never_runs(
     assert job.returncode != 0
     assert "verl-ray: trainer.nnodes=4 given, but this job has 2 node(s)" in log
     assert "starting the Ray head" not in log
+
+
+def fake_gpus(where: Path, busy: dict[str, int]) -> Path:
+    """A real `nvidia-smi` answering for the node it runs on ($SLURMD_NODENAME): eight H100s,
+    the first `busy[node]` of them held by a process; its directory, for PATH."""
+    from test_preflight import H100, topo
+    from toolchain import APPS_ARGS, GPU_ARGS, FakeApp, FakeGpu, apps_csv, gpu_csv
+
+    for node in ("n1", "n2"):
+        held = busy.get(node, 0)
+        gpus = tuple(FakeGpu(i, H100, 81559, 30000 if i < held else 4) for i in range(8))
+        apps = tuple(FakeApp(i, 4000 + i, "python3", 30000) for i in range(held))
+        answers = where / "answers" / node
+        answers.mkdir(parents=True, exist_ok=True)
+        (answers / "gpus").write_text(gpu_csv(gpus, "535.104.05"))
+        (answers / "apps").write_text(apps_csv(apps))
+        (answers / "topo").write_text(topo(8))
+        (answers / "list").write_text(
+            "".join(f"GPU {g.index}: {H100} (UUID: {g.uuid})\n" for g in gpus)
+        )
+    smi = where / "bin" / "nvidia-smi"
+    smi.parent.mkdir(parents=True, exist_ok=True)
+    smi.write_text(
+        f"#!/bin/sh\nd={shlex.quote(str(where / 'answers'))}/$SLURMD_NODENAME\n"
+        f'case "$*" in\n  {shlex.quote(GPU_ARGS)}) cat "$d/gpus" ;;\n'
+        f'  {shlex.quote(APPS_ARGS)}) cat "$d/apps" ;;\n  "topo -m") cat "$d/topo" ;;\n'
+        '  -L) cat "$d/list" ;;\n  *) echo "Invalid combination"; exit 2 ;;\nesac\n'
+    )
+    smi.chmod(0o755)
+    return smi.parent
+
+
+def kept_server_program(prefix: Path) -> None:
+    """What an install leaves in the prefix: the bundle's lib/ (install/steps.py)."""
+    lib = prefix / ".verl-bundle" / "lib" / "verl_bundle"
+    shutil.copytree(REPO / "verl_bundle" / "airgap", lib / "airgap")
+    (lib / "__init__.py").write_text('"""verl-bundle server side."""\n')
+
+
+TRAINER = (
+    "python",
+    "-m",
+    "verl.trainer.main_ppo",
+    "data.train_batch_size=256",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=64",
+)
+
+
+@pytest.mark.slow
+def test_every_node_runs_preflight_in_ray_mode_before_ray_starts(
+    slurm: Slurm, tmp_path: Path, node_tmp: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two GPU nodes (a real nvidia-smi script answering per node): with two busy GPUs on n2
+    the job stops before any Ray starts, naming n2 and the check; with none busy, preflight
+    passes on both (no torchrun variable asked for) and the head starts."""
+    for node in ("n1", "n2"):
+        node_venv(tmp_path / f"prefix-{node}", with_ray=False)
+        kept_server_program(tmp_path / f"prefix-{node}")
+    out = write_ray(tmp_path, capsys, "--wait", "20")
+    lint(out)
+    path = f"{fake_gpus(tmp_path / 'gpus-busy', {'n2': 2})}:{os.environ['PATH']}"
+    job = submit(slurm, out, tmp_path, node_tmp, *TRAINER, PATH=path)
+    log = next(tmp_path.glob("verl-ray-*.out")).read_text(errors="replace")
+    assert job.returncode != 0, log[-3000:]
+    assert "verl-ray: n1: preflight: ready to launch" in log, log[-3000:]
+    busy = [ln for ln in log.splitlines() if ln.startswith("verl-ray: n2: ") and "busy" in ln]
+    assert busy and "2 of 8 visible GPUs are busy" in busy[0], log[-3000:]
+    assert "preflight failed on a node" in log and "starting the Ray head" not in log
+
+    path = f"{fake_gpus(tmp_path / 'gpus-free', {})}:{os.environ['PATH']}"
+    job = submit(slurm, out, tmp_path, node_tmp, *TRAINER, PATH=path)
+    log = sorted(tmp_path.glob("verl-ray-*.out"))[-1].read_text(errors="replace")
+    assert job.returncode != 0  # no Ray in these venvs: the head cannot start
+    for node in ("n1", "n2"):
+        assert f"verl-ray: {node}: preflight: ready to launch" in log, log[-3000:]
+        assert re.search(rf"verl-ray: {node}: ok +ranks +Ray launch: ", log), log[-3000:]
+    assert "starting the Ray head on n1" in log

@@ -242,8 +242,15 @@ def _preflight(args: argparse.Namespace) -> int:
         raise UsageError("preflight: --nproc-per-node is torchrun's; give --launcher torchrun")
     if args.nproc_per_node is not None and args.nproc_per_node < 1:
         raise UsageError("preflight: --nproc-per-node must be 1 or more")
+    if args.min_open_files < 0:
+        raise UsageError("preflight: --min-open-files must be 0 or more")
     result = preflight.run_preflight(
-        args.overrides, args.config, os.environ, args.launcher, args.nproc_per_node
+        args.overrides,
+        args.config,
+        os.environ,
+        args.launcher,
+        args.nproc_per_node,
+        args.min_open_files,
     )
     text = render.printable(preflight.render_text(result))
     show("preflight", result.ok, preflight.render_json(result), text, args.json)
@@ -394,7 +401,15 @@ def parser() -> Parser:
         "--nproc-per-node",
         type=int,
         metavar="N",
-        help="torchrun's --nproc_per_node, checked against trainer.n_gpus_per_node",
+        help="the processes torchrun will start per node (its nproc_per_node), checked "
+        "against trainer.n_gpus_per_node",
+    )
+    p.add_argument(
+        "--min-open-files",
+        type=int,
+        default=65536,
+        metavar="N",
+        help="the ulimit -n the launch needs (default 65536; the Ray sbatch passes its own)",
     )
     p.add_argument("--config", metavar="YAML", help="verl settings (nested maps of scalars)")
     p.add_argument("--json", action="store_true", help="print the versioned JSON envelope")
@@ -433,6 +448,7 @@ def add_install_options(p: Parser) -> None:
     p.add_argument("--require-gpu", action="store_true")
     p.add_argument("--skip-phase", action="append", default=[], metavar="NAME")
     p.add_argument("--repair", action="store_true")
+    p.add_argument("--image", metavar="FILE")
     p.add_argument("--yes", "-y", action="store_true")
     p.add_argument("--log", metavar="FILE")
     p.add_argument("--events", metavar="FILE")

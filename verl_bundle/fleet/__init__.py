@@ -146,6 +146,14 @@ FACTS = (
         _short,
     ),
     Fact(
+        "image",
+        "how the environment is provided",
+        "a node running its own venv copy where the others mount the shared image (or the "
+        "reverse) runs files nobody compared",
+        "mount the same image at the prefix on every node (squashfuse FILE PREFIX), or "
+        "install into a directory on every node",
+    ),
+    Fact(
         "open_files",
         "ulimit -n",
         "Ray and NCCL open many sockets and files; the lowest limit fails first",

@@ -144,6 +144,7 @@ HOST_FIELDS = {
             *("hostname", "os", "kernel", "arch", "glibc", "python", "python_executable"),
             *("nvcc", "driver", "cuda_driver", "fingerprint", "master_addr"),
             "installed_fingerprint",
+            "image",
         ),
         TEXT,
     ),

@@ -36,6 +36,7 @@ class Node:
     installed_fingerprint: str | None = None  # what the install ended with
     changed: tuple[str, ...] = ()  # what differs from what the install ended with
     env: dict[str, str] = field(default_factory=dict)  # the variables that change a run
+    image: str | None = None  # how the prefix is provided: "directory", or the image's mount
 
     def missing_interfaces(self) -> dict[str, str]:
         """{variable: value} for each *_SOCKET_IFNAME that names no interface of this node."""
@@ -97,6 +98,28 @@ def run_vars(env: Mapping[str, str]) -> dict[str, str]:
     }
 
 
+SQUASHFS = ("squashfs", "fuse.squashfuse", "fuse.squashfuse_ll")
+MOUNTINFO = "/proc/self/mountinfo"
+
+
+def provided(prefix: str, mountinfo: str = MOUNTINFO) -> str:
+    """ "directory", or "squashfs image (FSTYPE, read-only)" where `prefix` is the mount point
+    of an image (`install.sh --image`: one read-only image on a shared filesystem)."""
+    where = os.path.realpath(prefix)
+    try:
+        with open(mountinfo, encoding="utf-8", errors="replace") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return "directory"
+    for line in reversed(lines):  # the last mount on a point is the one seen
+        fields = line.split(" - ", 1)
+        head, tail = fields[0].split(), fields[1].split() if len(fields) > 1 else []
+        point = head[4].replace("\\040", " ") if len(head) > 4 else ""
+        if point == where and tail:
+            return f"squashfs image ({tail[0]}, read-only)" if tail[0] in SQUASHFS else "directory"
+    return "directory"
+
+
 def _environment(node: Node, prefix: str | None, deep: bool) -> Node:
     """`node` with the live fingerprint of the environment at `prefix` and what changed since
     its install (unchanged without an environment there)."""
@@ -111,6 +134,7 @@ def _environment(node: Node, prefix: str | None, deep: bool) -> Node:
         distributions=entries,
         installed_fingerprint=fingerprint.read(prefix),
         changed=tuple(fingerprint.changes(before, entries)) if before is not None else (),
+        image=provided(prefix),
     )
 
 

@@ -72,6 +72,7 @@ def _node(facts: Facts) -> dict[str, Any]:
         "installed_fingerprint": node.installed_fingerprint,
         "changed_since_install": list(node.changed),
         "env": dict(node.env),
+        "image": node.image,
     }
 
 

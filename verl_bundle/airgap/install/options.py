@@ -29,6 +29,7 @@ class Options:
     allowed_signers: str | None = None  # refuse a bundle not signed by one of these keys
     base: str | None = None  # a delta's base: the old bundle's directory or its wheels
     repair: bool = False  # reinstall the distributions whose files or versions differ
+    image: str | None = None  # pack the installed prefix into this squashfs image
 
     @property
     def target(self) -> str:
@@ -54,6 +55,11 @@ def options(args: argparse.Namespace, m: Manifest | None) -> Options:
             raise UsageError(
                 f"--skip-phase {name}: no such phase (phases: {' '.join(m.phase_names)})"
             )
+    if args.image and args.into_env:
+        raise UsageError(
+            "--image packs a venv this installer makes (--prefix, the path nodes will mount "
+            "it at), not --into-env"
+        )
     if args.into_env and args.prefix:
         raise UsageError(
             "give --prefix (a new venv) or --into-env (an existing environment), not both"
@@ -85,6 +91,7 @@ def options(args: argparse.Namespace, m: Manifest | None) -> Options:
         allowed_signers=args.allowed_signers,
         base=os.path.abspath(args.base) if args.base else None,
         repair=args.repair,
+        image=args.image,
     )
 
 
@@ -130,6 +137,11 @@ Options:
                     differ from the bundle (or that are missing); the rest is left as it is.
                     A plain rerun trusts the phases it finished: after a package was removed
                     or a file deleted from the venv, --repair is what brings it back
+  --image FILE      after the install, compile every module to bytecode (all cores) and
+                    pack the prefix into one read-only squashfs image FILE (mksquashfs, from
+                    squashfs-tools), with FILE.sha256 beside it, for a shared filesystem:
+                    each node mounts it at the same path as --prefix, read-only
+                    (squashfuse FILE PREFIX, or mount -t squashfs -o ro,loop FILE PREFIX)
   --yes, -y         do not ask before installing
   --log FILE        also write everything to FILE (default: <prefix>/.verl-bundle/install.log)
   --events FILE     append each step's events to FILE as JSON lines (for scripts)

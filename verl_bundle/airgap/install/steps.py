@@ -39,6 +39,7 @@ from verl_bundle.airgap.install.verification import Verification, empty_new_pref
 from verl_bundle.airgap.postinstall.run import Findings
 from verl_bundle.airgap.verify.bundle import Report
 
+SERVER_PROGRAM = "lib"  # <prefix>/.verl-bundle/lib: the bundle's lib/, kept by the install
 # The interpreter flags and bootstrap every server tool runs with: no PYTHON* variables, no
 # user site, no current directory on the path, no bytecode read from or written to the bundle.
 ISOLATED = ("-I", "-B")
@@ -64,6 +65,7 @@ class Installer(Steps):
         self.existed = False  # whether the prefix was there before this run
         self.early_uv: envs.EarlyUv | None = None  # uv unpacked while the doctor runs
         self.findings: Findings | None = None  # what post-install found (for --json)
+        self.image_path: str | None = None  # --image FILE, checked
 
     # -- the steps ------------------------------------------------------------------------------
 
@@ -410,6 +412,7 @@ class Installer(Steps):
             from verl_bundle.airgap.doctor import fingerprint
 
             fingerprint.record(self.target)  # what the doctor and the fleet report compare
+            self.keep_server_program()
             self.out.say(
                 f"    activate it with:  source {shlex.quote(self.target + '/bin/activate')}"
             )
@@ -421,6 +424,20 @@ class Installer(Steps):
                 result["detail"] = f"skipped: {', '.join(skipped)}"
             if self.out.log_path:
                 self.out.say(f"    log: {self.out.log_path}")
+
+    def keep_server_program(self) -> None:
+        """A copy of the bundle's lib/ (the server program, under 1 MB) in the state directory,
+        so that preflight and the doctor run on the node after the bundle is gone (the Ray
+        sbatch runs `preflight --launcher ray` from it on every node before `ray start`)."""
+        lib, keep = os.path.join(self.opts.bundle, "lib"), self.state.path(SERVER_PROGRAM)
+        partial = keep + ".partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        try:
+            shutil.copytree(lib, partial, ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.rmtree(keep, ignore_errors=True)
+            os.replace(partial, keep)
+        except OSError as exc:
+            self.out.say(f"    note: the server program was not kept in {keep}: {exc}")
 
     def nothing(self) -> str:
         """What the failure left: nothing, or an earlier install as it was."""
@@ -434,6 +451,10 @@ class Installer(Steps):
         """The whole install; the verdict is judged from post-install's typed findings."""
         self.kind = envs.check_prefix(self.opts, self.target)
         self.existed = os.path.lexists(self.target)
+        if self.opts.image:
+            from verl_bundle.airgap.install.image import check_target
+
+            self.image_path = check_target(self.opts.image, self.target)
         try:
             self.verify()
             if not os.path.exists(self.state.path(os.path.join("uv", "uv"))):
@@ -456,7 +477,30 @@ class Installer(Steps):
         found = self.postinstall(skipped)
         if found.verdict.code != EXIT_FAILED:  # installed as bundled (ready to train or not)
             self.done(skipped)
+            if self.image_path is not None:
+                self.image(self.image_path)
         return found.verdict
+
+    def image(self, path: str) -> None:
+        """--image FILE: the installed prefix, compiled and packed read-only (install/image.py)."""
+        from verl_bundle.airgap.install import image
+
+        with self.step("image") as result:
+            self.out.say(
+                f"==> image: compiling every module, then packing {self.target} into {path}"
+            )
+            packed = image.pack(self.target, path, self.target_py)
+            mount = shlex.quote(self.target)
+            self.out.say(
+                f"    {packed.path}: {packed.size / 1e6:.1f} MB, sha256 {packed.sha256} "
+                f"(in {packed.path}.sha256); bytecode {packed.compiled_seconds:.1f} s, "
+                f"packed in {packed.packed_seconds:.1f} s"
+            )
+            self.out.say(
+                f"    on each node, read-only at the same path: squashfuse {shlex.quote(path)} "
+                f"{mount}  (or: mount -t squashfs -o ro,loop {shlex.quote(path)} {mount})"
+            )
+            result["detail"] = f"{packed.path} sha256 {packed.sha256}"
 
 
 def _read_findings(path: str) -> Findings:

@@ -53,6 +53,7 @@ class Launch:
     launcher: str = "ray"  # "ray" or "torchrun" (ranks.py)
     nproc_per_node: int | None = None  # torchrun's --nproc_per_node, when given
     proposal: bool = False  # a fix's proposed settings, being checked: propose nothing
+    min_open_files: int = MIN_OPEN_FILES
 
     def number(self, key: str) -> int | None:
         return vc.integer(self.values, key)
@@ -66,10 +67,22 @@ def gather(
     env: Mapping[str, str],
     launcher: str = "ray",
     nproc_per_node: int | None = None,
+    min_open_files: int = MIN_OPEN_FILES,
 ) -> Launch:
     smi = shutil.which("nvidia-smi")
     topo = run([smi, "topo", "-m"]) if smi else None
-    return Launch(values, dict(env), list_gpus(), topo, _open_files(), launcher, nproc_per_node)
+    found = list_gpus()
+    return Launch(
+        values,
+        dict(env),
+        found,
+        topo,
+        _open_files(),
+        launcher,
+        nproc_per_node,
+        False,
+        min_open_files,
+    )
 
 
 CheckFn = Callable[[Launch], Check]
@@ -265,13 +278,13 @@ def check_ranks(launch: Launch) -> Check:
 @check("open-files")
 def check_open_files(launch: Launch) -> Check:
     n = launch.open_files
-    if n is None or n >= MIN_OPEN_FILES:
+    if n is None or n >= launch.min_open_files:
         return ok(f"ulimit -n {n if n is not None else 'unlimited'}")
     return found(
         "fail",
-        f"ulimit -n {n} is below {MIN_OPEN_FILES}: Ray and NCCL run out ('Too many open files')",
+        f"ulimit -n {n} is below {launch.min_open_files}: Ray and NCCL run out ('Too many open files')",
         "",
-        f"ulimit -n {MIN_OPEN_FILES} in the launch script (nofile in /etc/security/limits.conf "
+        f"ulimit -n {launch.min_open_files} in the launch script (nofile in /etc/security/limits.conf "
         "if the hard limit is lower)",
     )
 
@@ -384,10 +397,12 @@ def run_preflight(
     env: Mapping[str, str],
     launcher: str = "ray",
     nproc_per_node: int | None = None,
+    min_open_files: int = MIN_OPEN_FILES,
 ) -> Preflight:
     """Read verl's settings (ConfigError on a bad override or YAML), gather, check for this
     `launcher` (ranks.LAUNCHERS)."""
-    return examine(gather(vc.settings(overrides, config), env, launcher, nproc_per_node))
+    values = vc.settings(overrides, config)
+    return examine(gather(values, env, launcher, nproc_per_node, min_open_files))
 
 
 def render_text(result: Preflight) -> str:

@@ -1,0 +1,105 @@
+"""install.sh --image FILE: the toy stack installed once, compiled and packed with the real
+mksquashfs, then mounted read-only with the real squashfuse at the prefix it was installed to:
+its python imports the stack with no network and cannot write, and the doctor reports the
+mount and the fingerprint the install recorded."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from airgap import READY, extract, install_into, netns_prefix
+from conftest import clean_environ
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[1]
+
+
+def fuse_mounts(tmp: Path) -> None:
+    """Skip, saying why, where mksquashfs, squashfuse or FUSE is not available."""
+    for tool in ("mksquashfs", "squashfuse", "fusermount"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} is not installed (Debian: squashfs-tools, squashfuse, fuse3)")
+    if not os.path.exists("/dev/fuse"):
+        pytest.skip("no /dev/fuse: FUSE is not available here")
+    src, point = tmp / "probe-src", tmp / "probe-mnt"
+    src.mkdir()
+    point.mkdir()
+    (src / "x").write_text("x")
+    image = tmp / "probe.sqfs"
+    subprocess.run(["mksquashfs", str(src), str(image), "-quiet"], check=True)
+    mounted = subprocess.run(["squashfuse", str(image), str(point)], capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"squashfuse cannot mount here: {mounted.stderr.strip()}")
+    subprocess.run(["fusermount", "-u", str(point)], check=True)
+
+
+@pytest.fixture
+def bundle(built_bundle: tuple[Path, Path, dict[str, object]], tmp_path: Path) -> Path:
+    return extract(built_bundle[0], tmp_path / "bundle")
+
+
+@pytest.fixture
+def mounted(tmp_path: Path) -> Iterator[list[Path]]:
+    """Mount points to unmount at the end, whatever happened."""
+    points: list[Path] = []
+    yield points
+    for point in points:
+        subprocess.run(["fusermount", "-u", str(point)], capture_output=True, check=False)
+
+
+@pytest.mark.timeout(900)  # an install, bytecode and packing on a loaded machine
+def test_one_read_only_image_serves_the_installed_stack(
+    bundle: Path, home: Path, tmp_path: Path, mounted: list[Path]
+) -> None:
+    fuse_mounts(tmp_path)
+    prefix, image = tmp_path / "opt-verl", tmp_path / "shared" / "verl.sqfs"
+    image.parent.mkdir()
+    proc = install_into(bundle, home, prefix, "--yes", "--image", str(image))
+    out = proc.stdout
+    assert proc.returncode == READY, out + proc.stderr
+    assert f"squashfuse {image} {prefix}" in out
+    digest = hashlib.sha256(image.read_bytes()).hexdigest()
+    assert (tmp_path / "shared" / "verl.sqfs.sha256").read_text() == f"{digest}  verl.sqfs\n"
+    assert not list(image.parent.glob("*.partial"))
+
+    # A node: nothing at the prefix but the image, mounted read-only at the same path.
+    prefix.rename(tmp_path / "built")
+    prefix.mkdir()
+    subprocess.run(["squashfuse", str(image), str(prefix)], check=True)
+    mounted.append(prefix)
+    code = (
+        "import sys, torch, flash_attn, vllm, verl, transformers; "
+        "print(sys.prefix, torch.__version__, vllm.__version__, torch.__file__)"
+    )
+    run = subprocess.run(
+        [*netns_prefix(), str(prefix / "bin" / "python"), "-c", code],
+        capture_output=True,
+        text=True,
+        env=clean_environ(home),
+    )
+    assert run.returncode == 0, run.stderr
+    where, torch_version, vllm_version, torch_file = run.stdout.split()
+    assert (where, torch_version, vllm_version) == (str(prefix), "2.1.2+cu118", "0.3.1+cu118")
+    cached = Path(torch_file).parent / "__pycache__"
+    assert any(cached.glob("__init__.cpython-310.pyc"))  # compiled before packing
+    with pytest.raises(OSError, match="Read-only file system"):
+        (prefix / "written-on-a-node").write_text("x")
+
+    doctor = subprocess.run(
+        [sys.executable, "-m", "verl_bundle.airgap", "doctor", "--json", "--prefix", str(prefix)],
+        capture_output=True,
+        text=True,
+        env={**clean_environ(home), "PYTHONPATH": str(REPO)},
+    )
+    host = json.loads(doctor.stdout)["result"]["host"]
+    assert host["image"] == "squashfs image (fuse.squashfuse, read-only)"
+    assert host["fingerprint"] == host["installed_fingerprint"] is not None
+    assert host["changed_since_install"] == []

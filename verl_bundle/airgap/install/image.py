@@ -1,0 +1,125 @@
+"""One read-only image of the installed environment, for a shared filesystem (`install.sh
+--image FILE`).
+
+HPC sites serve a Python environment to many nodes as one squashfs image on the parallel
+filesystem rather than a venv per node: a venv on Lustre or GPFS makes every import a
+metadata storm, one image is a single file the nodes read in large blocks. The install runs
+once, into the prefix the nodes will mount the image at (a venv holds its own absolute path);
+then every module is compiled to bytecode (all cores: nothing can be written once the image
+is mounted read-only) and the prefix is packed with mksquashfs (Debian's squashfs-tools) into
+FILE, written under a temporary name and renamed, with FILE.sha256 beside it. Nodes mount it at
+the same path, read-only: `squashfuse FILE PREFIX` (no root) or `mount -t squashfs -o ro,loop
+FILE PREFIX`. The doctor then reports the mount (doctor/node.py `image`) and the environment's
+fingerprint from its files, the same on every node that mounts the same image.
+Standard library only, Python 3.8+."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+
+from verl_bundle.airgap.errors import ServerNotReadyError, StepError, UsageError
+
+MKSQUASHFS = "mksquashfs"
+TIMEOUT = 3 * 3600.0
+
+
+@dataclass(frozen=True)
+class Packed:
+    path: str
+    sha256: str
+    size: int
+    compiled_seconds: float
+    packed_seconds: float
+
+
+def check_target(image: str, prefix: str) -> str:
+    """FILE as an absolute path, refused (one line) when it would sit inside the prefix it
+    packs or its directory does not exist; mksquashfs must be installed."""
+    path = os.path.abspath(image)
+    real_prefix = os.path.realpath(prefix)
+    if os.path.realpath(path).startswith(real_prefix.rstrip(os.sep) + os.sep):
+        raise UsageError(
+            f"--image {image}: inside the prefix {prefix} it packs; write it elsewhere"
+        )
+    if not os.path.isdir(os.path.dirname(path)):
+        raise UsageError(f"--image {image}: no directory {os.path.dirname(path)}")
+    if shutil.which(MKSQUASHFS) is None:
+        raise ServerNotReadyError(
+            "--image needs mksquashfs: install squashfs-tools (apt install squashfs-tools, "
+            "dnf install squashfs-tools) from the OS mirror, then run ./install.sh --image again"
+        )
+    return path
+
+
+def compile_bytecode(python: str, prefix: str) -> float:
+    """Compile every module under the prefix's site directories with all cores (compileall
+    -j 0); a file that does not compile (a Python 2 test data file) is left as it is."""
+    started = time.monotonic()
+    code = (
+        "import compileall, sys, sysconfig; "
+        "paths = dict.fromkeys(sysconfig.get_paths()[k] for k in ('purelib', 'platlib')); "
+        "[compileall.compile_dir(p, quiet=2, workers=0) for p in paths]"
+    )
+    try:
+        subprocess.run(
+            [python, "-I", "-c", code],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=TIMEOUT,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise StepError(f"compiling the bytecode with {python} failed: {exc}") from None
+    return time.monotonic() - started
+
+
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def pack(prefix: str, image: str, python: str) -> Packed:
+    """Compile, pack `prefix` into `image` (whole or absent), write `image`.sha256."""
+    compiled = compile_bytecode(python, prefix)
+    partial = image + ".partial"
+    started = time.monotonic()
+    # gzip (mksquashfs' default): every squashfuse and kernel reads it; all cores pack.
+    argv = [MKSQUASHFS, prefix, partial, "-noappend", "-all-root", "-quiet"]
+    try:
+        proc = subprocess.run(
+            argv,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        _remove(partial)
+        raise StepError(f"mksquashfs {prefix} failed: {exc}") from None
+    if proc.returncode != 0:
+        _remove(partial)
+        why = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+        raise StepError(f"mksquashfs {prefix} {image} failed: {why}")
+    digest = _sha256(partial)
+    os.replace(partial, image)
+    sums = image + ".sha256"
+    with open(sums + ".partial", "w", encoding="utf-8") as fh:
+        fh.write(f"{digest}  {os.path.basename(image)}\n")
+    os.replace(sums + ".partial", sums)
+    return Packed(image, digest, os.path.getsize(image), compiled, time.monotonic() - started)
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.remove(path)
