@@ -196,7 +196,7 @@ def test_under_ray_no_torchrun_variable_is_asked_for(tmp_path: Path) -> None:
         (
             [],  # one node: a partial set still breaks torch's env:// rendezvous
             {"RANK": "0"},
-            "RANK set without WORLD_SIZE, MASTER_ADDR, MASTER_PORT: torch's env:// rendezvous",
+            "RANK set but WORLD_SIZE, MASTER_ADDR, MASTER_PORT not: torch.distributed reads",
         ),
         (
             ["--nproc-per-node", "4"],
@@ -358,7 +358,7 @@ def test_unset_keys_take_verls_defaults(tmp_path: Path) -> None:
     ],
 )
 def test_a_partial_torchrun_set_fails_on_one_node(tmp_path: Path, partial: dict[str, str]) -> None:
-    code, checks = preflight(node(tmp_path), tmp_path, *GOOD, **partial)
+    code, checks = preflight(node(tmp_path), tmp_path, *GOOD, "--launcher", "torchrun", **partial)
     ranks = checks["ranks"]
     assert code == 1 and ranks["status"] == "fail"
     unset = [k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k not in partial]

@@ -43,17 +43,10 @@ def torchrun_launch_problems(
 ) -> list[str]:
     """Why a torchrun launch from this node with these variables would not start as the
     config says (empty: it would)."""
-    problems = torchrun_problems(env, visible)
-    given = [k for k in RENDEZVOUS if env.get(k)]
+    problems = torchrun_problems(env, visible)  # a partial set of the four, on one node too
     missing = [k for k in RENDEZVOUS if not env.get(k)]
     if missing and nnodes > 1:
         problems.insert(0, f"{nnodes_key}={nnodes} but {', '.join(missing)} not set on this node")
-    elif missing and given:
-        problems.insert(
-            0,
-            f"{', '.join(given)} set without {', '.join(missing)}: torch's env:// rendezvous "
-            "reads all four (set all, or none for one node)",
-        )
     world = env.get("WORLD_SIZE", "")
     if world.isdigit() and per_node and int(world) not in (nnodes, nnodes * per_node):
         problems.append(
