@@ -7,7 +7,7 @@ PY ?= 3.10
 OUT ?= bundles
 STAMP := $(VENV)/.installed
 
-.PHONY: all venv test test-fast lint typecheck bundle e2e-real cold-real assets-real compile-real python-real bench bench-nodes clean
+.PHONY: all venv test test-fast lint typecheck bundle e2e-real cold-real assets-real compile-real python-real bench bench-nodes bench-netnodes clean
 
 all: test
 
@@ -102,6 +102,10 @@ bench: $(STAMP)
 # N simulated nodes (1, 2, 4) installing at once from one served copy vs one node's own copy.
 bench-nodes: $(STAMP)
 	$(BIN)/python bench/nodes.py $(BENCH_ARGS)
+
+# N nodes as network namespaces behind tc-shaped veth links (needs root: ip netns, tc).
+bench-netnodes: $(STAMP)
+	$(BIN)/python bench/netnodes.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist

@@ -53,7 +53,8 @@ def dist(site: Path, name: str, version: str, files: dict[str, bytes] | None = N
     files = {
         **files,
         f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
-        f"{info}/INSTALLER": b"pip\n",
+        f"{info}/INSTALLER": b"uv\n",
+        f"{info}/uv_cache.json": f'{{"timestamp": "{site}"}}'.encode(),  # differs by prefix
         f"../../../bin/{name}": f"#!{site}/python\n".encode(),  # differs by prefix
     }
     rows = []
@@ -173,8 +174,11 @@ def test_nodes_that_agree_exit_0(tmp_path: Path, capsys: pytest.CaptureFixture[s
 def test_a_missing_interface_and_an_unresolved_master_are_node_problems(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    node(tmp_path, "n1", NCCL_SOCKET_IFNAME="lo", MASTER_ADDR="localhost")
-    node(tmp_path, "n2", NCCL_SOCKET_IFNAME="ib9", MASTER_ADDR="no-such-head.invalid")
+    # All four rendezvous variables, so that the doctor's placement check (a partial set
+    # fails) has nothing to say.
+    ranks = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_PORT": "29500"}
+    node(tmp_path, "n1", NCCL_SOCKET_IFNAME="lo", MASTER_ADDR="localhost", **ranks)
+    node(tmp_path, "n2", NCCL_SOCKET_IFNAME="ib9", MASTER_ADDR="no-such-head.invalid", **ranks)
     code, result = report(tmp_path / "gathered", capsys)
     assert code == 1
     assert [d["fact"] for d in result["drift"]] == ["socket_ifnames"]

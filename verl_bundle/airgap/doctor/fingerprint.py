@@ -7,9 +7,9 @@ Fast (the default): each file a RECORD lists must exist at its recorded size (a 
 under a second for the real stack). `deep`: each file is hashed against its RECORD (or another
 owner's hash of the same path, contract/records.py). What an installer writes itself and so
 differs by node or installer is left out of the digest: the dist-info's INSTALLER, REQUESTED,
-direct_url.json and RECORD, bytecode, and the contents of files outside the site directory
-(console scripts carry the venv's absolute path in their first line; only their presence
-counts). The install writes the fingerprint it ended with into <prefix>/.verl-bundle/
+direct_url.json, RECORD and uv's uv_cache.json (a time), bytecode, and the contents of files
+outside the site directory (console scripts carry the venv's absolute path in their first
+line; only their presence counts). The install writes the fingerprint it ended with into <prefix>/.verl-bundle/
 (`fingerprint`: the hash, the Ansible play's installed marker; `fingerprint.json`: per
 distribution), so the doctor also says what changed on this node since it was installed.
 Standard library only, Python 3.8+.
@@ -31,7 +31,8 @@ from verl_bundle.airgap.contract.manifest import canonical
 
 FINGERPRINT = Path(".verl-bundle") / "fingerprint"
 RECORDED = Path(".verl-bundle") / "fingerprint.json"
-OWN = ("INSTALLER", "REQUESTED", "direct_url.json", "RECORD")  # written by the installer
+# Written by the installer, so they differ by node or run: uv's uv_cache.json holds a time.
+OWN = ("INSTALLER", "REQUESTED", "direct_url.json", "RECORD", "uv_cache.json", "uv_build.json")
 _DIST_INFO = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)\.dist-info$")
 SHOWN = 3  # files named per distribution in an entry
 
