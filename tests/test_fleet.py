@@ -174,11 +174,8 @@ def test_nodes_that_agree_exit_0(tmp_path: Path, capsys: pytest.CaptureFixture[s
 def test_a_missing_interface_and_an_unresolved_master_are_node_problems(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # All four rendezvous variables, so that the doctor's placement check (a partial set
-    # fails) has nothing to say.
-    ranks = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_PORT": "29500"}
-    node(tmp_path, "n1", NCCL_SOCKET_IFNAME="lo", MASTER_ADDR="localhost", **ranks)
-    node(tmp_path, "n2", NCCL_SOCKET_IFNAME="ib9", MASTER_ADDR="no-such-head.invalid", **ranks)
+    node(tmp_path, "n1", NCCL_SOCKET_IFNAME="lo", MASTER_ADDR="localhost")
+    node(tmp_path, "n2", NCCL_SOCKET_IFNAME="ib9", MASTER_ADDR="no-such-head.invalid")
     code, result = report(tmp_path / "gathered", capsys)
     assert code == 1
     assert [d["fact"] for d in result["drift"]] == ["socket_ifnames"]
