@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from airgap import READY, extract, install_into, netns_prefix
+from airgap import READY, extract, install_into, netns_prefix, run_install
 from conftest import clean_environ
 
 pytestmark = pytest.mark.slow
@@ -62,6 +62,11 @@ def test_one_read_only_image_serves_the_installed_stack(
     fuse_mounts(tmp_path)
     prefix, image = tmp_path / "opt-verl", tmp_path / "shared" / "verl.sqfs"
     image.parent.mkdir()
+    refused = run_install(bundle, home, "--into-env", str(tmp_path), "--image", str(image))
+    assert refused.returncode == 2 and "--image packs a venv this installer makes" in refused.stderr
+    dry = install_into(bundle, home, prefix, "--dry-run", "--image", str(image))
+    assert f"8. image: compile every module (all cores), then mksquashfs {prefix}" in dry.stdout
+    assert not image.exists()
     proc = install_into(bundle, home, prefix, "--yes", "--image", str(image))
     out = proc.stdout
     assert proc.returncode == READY, out + proc.stderr

@@ -93,3 +93,9 @@ def dry_run(inst: Installer) -> None:
     for item in left_out(m, skipped):  # what leaving phases out means for the verdict
         say(f"     {item.line()}")
     say(f"  7. activate: source {shlex.quote(inst.target + '/bin/activate')}")
+    if opts.image:
+        image = shlex.quote(os.path.abspath(opts.image))
+        say(
+            f"  8. image: compile every module (all cores), then mksquashfs "
+            f"{shlex.quote(inst.target)} {image} -noappend -all-root, and {image}.sha256"
+        )
