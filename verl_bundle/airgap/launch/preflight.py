@@ -13,7 +13,7 @@ verl's own start-up rules are checked before anything is launched, as verl check
   that a tensor-parallel group never spans nodes.
 The launcher (ranks.py) decides what the rank variables must be: none under Ray (verl's
 main_ppo), all four and a matching --nproc_per_node under torchrun. A fix that proposes other
-GPUs and a GPU count is checked against every rule before it is printed (`_offer`): leaving two
+GPUs and a GPU count is checked against every rule before it is printed (proposals.py): leaving two
 busy GPUs of eight out must not propose n_gpus_per_node=6 where the batch needs 4.
 Standard library only, Python 3.8+."""
 
@@ -21,68 +21,20 @@ from __future__ import annotations
 
 import math
 import re
-import shutil
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from verl_bundle.airgap import render
 from verl_bundle.airgap.checks import Check
-from verl_bundle.airgap.doctor.commands import Run, run
-from verl_bundle.airgap.doctor.devices import Gpu, visible_devices
-from verl_bundle.airgap.doctor.gpus import BUSY_MIB, GpuListing, list_gpus
-from verl_bundle.airgap.doctor.node import _open_files
+from verl_bundle.airgap.doctor.devices import Gpu
+from verl_bundle.airgap.doctor.gpus import BUSY_MIB
 from verl_bundle.airgap.doctor.registry import found, ok
-from verl_bundle.airgap.launch import ranks
+from verl_bundle.airgap.launch import proposals, ranks
 from verl_bundle.airgap.launch import verlconfig as vc
+from verl_bundle.airgap.launch.facts import MIN_OPEN_FILES, NGPUS, NNODES, Launch, gather
 
-MIN_OPEN_FILES = 65536
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-NGPUS, NNODES = "trainer.n_gpus_per_node", "trainer.nnodes"
 ACTOR, ROLLOUT = "actor_rollout_ref.actor.", "actor_rollout_ref.rollout."
-
-
-@dataclass(frozen=True)
-class Launch:
-    """What preflight reads, gathered once: verl's settings, the environment, the GPUs."""
-
-    values: dict[str, str]
-    env: Mapping[str, str]
-    gpus: GpuListing
-    topo: Run | None  # `nvidia-smi topo -m`; None without nvidia-smi
-    open_files: int | None
-    launcher: str = "ray"  # "ray" or "torchrun" (ranks.py)
-    nproc_per_node: int | None = None  # torchrun's --nproc_per_node, when given
-    proposal: bool = False  # a fix's proposed settings, being checked: propose nothing
-    min_open_files: int = MIN_OPEN_FILES
-
-    def number(self, key: str) -> int | None:
-        return vc.integer(self.values, key)
-
-    def visible(self) -> tuple[list[Gpu], list[str]]:
-        return visible_devices(self.env.get("CUDA_VISIBLE_DEVICES"), self.gpus.gpus)
-
-
-def gather(
-    values: dict[str, str],
-    env: Mapping[str, str],
-    launcher: str = "ray",
-    nproc_per_node: int | None = None,
-    min_open_files: int = MIN_OPEN_FILES,
-) -> Launch:
-    smi = shutil.which("nvidia-smi")
-    topo = run([smi, "topo", "-m"]) if smi else None
-    found = list_gpus()
-    return Launch(
-        values,
-        dict(env),
-        found,
-        topo,
-        _open_files(),
-        launcher,
-        nproc_per_node,
-        False,
-        min_open_files,
-    )
 
 
 CheckFn = Callable[[Launch], Check]
@@ -97,48 +49,9 @@ def check(check_id: str) -> Callable[[CheckFn], CheckFn]:
     return register
 
 
-def _ids(gpus: list[Gpu]) -> str:
-    return ",".join(str(g.index) for g in gpus)
-
-
-def _failing(launch: Launch) -> dict[str, str]:
-    """check id -> summary of each rule `launch` breaks (fixes not proposed)."""
-    out = {}
-    for check_id, fn in CHECKS:
-        try:
-            c = fn(launch)
-        except vc.ConfigError as exc:
-            c = found("fail", str(exc), "", "")
-        if c.status == "fail":
-            out[check_id] = c.summary
-    return out
-
-
 def _offer(launch: Launch, own: str, gpus: list[Gpu]) -> tuple[str | None, str]:
-    """The most of `gpus` (in order) this node can run on without breaking a rule that holds
-    now: ("export CUDA_VISIBLE_DEVICES=... and trainer.n_gpus_per_node=k", why not all, or "")
-    or (None, why none). Every rule is checked with the proposed settings, so a proposal never
-    trades one failure for another."""
-    if launch.proposal:
-        return None, ""  # a proposal being checked proposes nothing itself
-    before = _failing(replace(launch, proposal=True))
-    before.pop(own, None)
-    broken = ""
-    for k in range(len(gpus), 0, -1):
-        chosen = gpus[:k]
-        proposed = replace(
-            launch,
-            values={**launch.values, NGPUS: str(k)},
-            env={**launch.env, "CUDA_VISIBLE_DEVICES": _ids(chosen)},
-            proposal=True,
-        )
-        new = {i: s for i, s in _failing(proposed).items() if i not in before}
-        if not new:
-            why = f"{NGPUS}={len(gpus)} would break: {broken}" if broken else ""
-            return f"export CUDA_VISIBLE_DEVICES={_ids(chosen)} and {NGPUS}={k}", why
-        if not broken:
-            broken = next(iter(new.values()))
-    return None, f"no GPU count of these {len(gpus)} keeps every rule: {broken}"
+    """proposals.offer over every check of this registry."""
+    return proposals.offer(launch, own, gpus, CHECKS)
 
 
 @check("devices")
@@ -168,7 +81,7 @@ def check_devices(launch: Launch) -> Check:
         return ok(summary)
     usable = [g for g in physical][: per_node or len(physical)]
     if len(physical) >= per_node:
-        fix = f"export CUDA_VISIBLE_DEVICES={_ids(usable)} (indices nvidia-smi lists)"
+        fix = f"export CUDA_VISIBLE_DEVICES={proposals.ids(usable)} (indices nvidia-smi lists)"
     else:
         offer, why = _offer(launch, "devices", list(physical))
         has = f"this node has {len(physical)} GPUs"
