@@ -3,6 +3,7 @@ network cut (`unshare -n`), into a fresh venv of a Python other than the host's 
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shlex
 import shutil
@@ -342,13 +343,22 @@ def test_doctor_failure_installs_nothing(
     prefix = tmp_path / "venv"
     scratch = tmp_path / "tmp"  # where uv is unpacked while the doctor runs
     scratch.mkdir()
+    # What a killed install left (its lock no longer held), and a live install's (held here).
+    dead, live = scratch / "verl-bundle-uv-dead1234", scratch / "verl-bundle-uv-live5678"
+    for d in (dead, live):
+        (d / "uv").mkdir(parents=True)
+        (d / "uv" / "uv").write_bytes(b"\0" * 4096)
+        (d / ".lock").touch()
     env = {**cuda124_only(tmp_path), "TMPDIR": str(scratch)}
-    proc = install_into(bundle, home, prefix, "--yes", env=env)
+    with open(live / ".lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        proc = install_into(bundle, home, prefix, "--yes", env=env)
     assert proc.returncode == 4, output(proc)
     assert "doctor found problems" in proc.stderr
     assert "nvcc" in proc.stdout
     assert not prefix.exists()
-    assert list(scratch.iterdir()) == []  # the early uv went with the failed install
+    # The early uv went with the failed install, and the killed one's with it; not the live one.
+    assert list(scratch.iterdir()) == [live]
 
 
 def test_a_skipped_source_build_passes_the_doctor_and_says_what_it_means(

@@ -53,6 +53,31 @@ def test_a_prefix_that_is_not_a_venv_it_made_is_refused(
     assert dry.returncode == 0 and "(new venv)" in dry.stdout
 
 
+def test_a_second_install_on_one_prefix_is_refused_in_one_line(
+    bundle: Path, home: Path, tmp_path: Path
+) -> None:
+    import fcntl
+    import os
+
+    prefix = tmp_path / "venv"
+    prefix.mkdir()
+    fd = os.open(prefix, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # the first install.sh, still running
+        proc = install_into(bundle, home, prefix, "--yes")
+    finally:
+        os.close(fd)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        f"install.sh: another install.sh is installing into {prefix}; wait for it to end, then "
+        "run this one again"
+    ]
+    assert list(prefix.iterdir()) == []
+    bad = install_into(bundle, home, Path("/proc/self/verl-prefix"), "--yes")
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    assert "install.sh: --prefix /proc/self/verl-prefix: cannot make or open it (" in bad.stderr
+
+
 def test_into_env_says_what_it_would_change_and_asks(
     bundle: Path, home: Path, tmp_path: Path
 ) -> None:

@@ -3,6 +3,8 @@ pip and uv the bundle brings. Nothing here reads this machine's pip or uv config
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -14,7 +16,7 @@ import zipfile
 from dataclasses import dataclass
 
 from verl_bundle.airgap.contract.manifest import Manifest
-from verl_bundle.airgap.errors import ServerNotReadyError, UsageError
+from verl_bundle.airgap.errors import ServerNotReadyError, StepError, UsageError
 from verl_bundle.airgap.install import bundled
 from verl_bundle.airgap.install.dists import SitePaths
 from verl_bundle.airgap.install.options import Options
@@ -105,6 +107,36 @@ def check_python(python: str, m: Manifest) -> str:
             f"(verl-bundle build --python {got}).",
         )
     return got
+
+
+def lock_prefix(target: str) -> int:
+    """An flock on the target directory (made when new) for the whole install: a second
+    install.sh on the same prefix is refused in one line, not raced."""
+    try:
+        os.makedirs(target, exist_ok=True)
+        fd = os.open(target, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError as exc:
+        raise UsageError(
+            f"--prefix {target}: cannot make or open it ({exc.strerror or exc}); give a "
+            "directory you can write"
+        ) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise StepError(
+            f"another install.sh is installing into {target}; wait for it to end, then run "
+            "this one again"
+        ) from None
+    return fd
+
+
+def unlock_prefix(fd: int, target: str, made: bool) -> None:
+    """Release the lock; a prefix this run made and left empty goes again."""
+    os.close(fd)
+    if made:
+        with contextlib.suppress(OSError):
+            os.rmdir(target)  # only when empty
 
 
 def check_prefix(opts: Options, target: str) -> str:
@@ -234,20 +266,54 @@ def _runs(uv: str) -> bool:
     return proc.returncode == 0
 
 
+EARLY_UV = "verl-bundle-uv-"
+EARLY_LOCK = ".lock"
+
+
+def sweep_early_uv(tmpdir: str) -> None:
+    """Remove the early uv directories a killed install left in `tmpdir`: ours (owned by this
+    user, not links) whose lock no live install holds."""
+    try:
+        names = [n for n in os.listdir(tmpdir) if n.startswith(EARLY_UV)]
+    except OSError:
+        return
+    for name in names:
+        full = os.path.join(tmpdir, name)
+        try:
+            st = os.lstat(full)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+                continue
+            fd = os.open(os.path.join(full, EARLY_LOCK), os.O_RDWR | os.O_NOFOLLOW)
+        except OSError:
+            continue  # not ours, or an older installer's (no lock): left alone
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            continue  # a live install's
+        finally:
+            os.close(fd)
+        shutil.rmtree(full, ignore_errors=True)
+
+
 class EarlyUv:
     """The bundled uv unpacked from its wheel (~40 MB inflated, a third of a second) on a
-    thread while the doctor runs, into a private temporary directory. It is run only after
-    find_tools has it: by then the venv step has verified the wheel it came from."""
+    thread while the doctor runs, into a private temporary directory (mkdtemp), held by an
+    flock on its .lock so that the next install removes it if this one is killed. It is run
+    only after find_tools has it: by then the venv step has verified the wheel it came from."""
 
     def __init__(self, m: Manifest, bundle: str) -> None:
         uv_file = m.bootstrap_file("uv")
         self.tmp: str | None = None
+        self.lock = -1
         self.ok = False
         self.thread: threading.Thread | None = None
         if uv_file is None:
             return
+        sweep_early_uv(tempfile.gettempdir())
         try:
-            self.tmp = tempfile.mkdtemp(prefix="verl-bundle-uv-")
+            self.tmp = tempfile.mkdtemp(prefix=EARLY_UV)
+            self.lock = os.open(os.path.join(self.tmp, EARLY_LOCK), os.O_RDWR | os.O_CREAT, 0o600)
+            fcntl.flock(self.lock, fcntl.LOCK_EX)
         except OSError:
             return  # no temporary directory: find_tools unpacks it as before
         wheel = os.path.join(bundle, uv_file.path)
@@ -259,7 +325,7 @@ class EarlyUv:
 
     def take(self, dest: str) -> bool:
         """Move the unpacked uv to `dest`; False when there is none (then unpack it there)."""
-        if self.thread is None or self.tmp is None:
+        if self.thread is None or self.tmp is None or self.lock < 0:
             return False
         self.thread.join()
         if not self.ok:
@@ -277,6 +343,9 @@ class EarlyUv:
             self.thread.join()
         if self.tmp is not None:
             shutil.rmtree(self.tmp, ignore_errors=True)
+        if self.lock >= 0:
+            os.close(self.lock)
+            self.lock = -1
 
 
 def find_tools(

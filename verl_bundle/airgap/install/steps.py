@@ -455,6 +455,13 @@ class Installer(Steps):
             from verl_bundle.airgap.install.image import check_target
 
             self.image_path = check_target(self.opts.image, self.target)
+        lock = envs.lock_prefix(self.target)
+        try:
+            return self._run()
+        finally:
+            envs.unlock_prefix(lock, self.target, made=not self.existed)
+
+    def _run(self) -> Verdict:
         try:
             self.verify()
             if not os.path.exists(self.state.path(os.path.join("uv", "uv"))):
