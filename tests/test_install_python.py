@@ -102,6 +102,17 @@ def test_installs_with_no_fitting_python(
     again = server(bundle, home, path, cpython_archive.original, "--prefix", str(prefix))
     assert again.returncode == 0, again.stderr
     assert "already installed" in again.stdout
+    if old_python:
+        return
+    # The unpacked CPython damaged after it was checked (its mark file intact): unpacked again.
+    data = own.read_bytes()
+    own.write_bytes(data[: len(data) // 2])
+    (prefix / "python" / "lib" / "python3.10" / "os.py").unlink()
+    mended = server(bundle, home, path, cpython_archive.original, "--prefix", str(prefix))
+    assert mended.returncode == 0, mended.stdout[-3000:] + mended.stderr[-3000:]
+    assert "Fatal Python error" not in mended.stderr
+    assert own.read_bytes() == data
+    assert (prefix / "python" / "lib" / "python3.10" / "os.py").is_file()
 
 
 def test_python_bundled_is_used_when_asked_and_a_damaged_archive_is_never_unpacked(
