@@ -195,6 +195,16 @@ def test_compiled_here_cached_recorded_and_installed_offline(tiny: Tiny, tmp_pat
     entry2 = {f["name"]: f for f in manifest2["files"]}["tinycuda"]  # type: ignore[attr-defined]
     assert entry2["sha256"] == entry["sha256"] and entry2["compiled"]["key"] == compiled["key"]
 
+    # A valid wheel planted in the cache entry (another build's, a user's): not the one compiled
+    # here, so not reused: the entry goes and the wheel is compiled again.
+    cached = cache / "compiled" / compiled["key"] / Path(entry["path"]).name
+    planted = cached.read_bytes() + b"\0"  # still a zip: trailing bytes after its directory
+    cached.write_bytes(planted)
+    third = _result(tiny.build(tmp_path / "out3", cache, "--compile", "always"))
+    assert "reused from the cache" not in str(third["compiled"])
+    assert log.read_text() != "sentinel\n"  # compiled again
+    assert cached.read_bytes() != planted
+
     # The server: no network, no nvcc anywhere on its PATH.
     home = tmp_path / "home"
     home.mkdir()

@@ -191,13 +191,31 @@ def build_environ(
     return env
 
 
+WHEEL_SHA256 = "wheel.sha256"  # in a cache entry: the compiled wheel's hash, written when made
+
+
 def _reuse(final: Path) -> CompiledWheel | None:
-    wheels = sorted(final.glob("*.whl")) if final.is_dir() else []
-    info = final / "compiled.json"
-    if len(wheels) != 1 or not info.is_file():
+    """The cached wheel of an entry, when it is the one compiled here: its sha256 matches the
+    one recorded when it was made. An entry that does not check out (a wheel replaced or
+    planted, a record missing or unreadable) is removed, and the wheel is compiled again."""
+    if not final.is_dir():
         return None
-    doc = json.loads(info.read_text())
-    return _describe(wheels[0], mf.Compiled(**doc), reused=True)
+    wheels = sorted(final.glob("*.whl"))
+    try:
+        recorded = (final / WHEEL_SHA256).read_text().split()
+        doc = json.loads((final / "compiled.json").read_text())
+        prov = mf.Compiled(**doc)
+    except (OSError, ValueError, TypeError):
+        recorded, prov = [], None
+    if (
+        prov is None
+        or len(wheels) != 1
+        or wheels[0].is_symlink()
+        or recorded != [sha256_file(wheels[0]), wheels[0].name]
+    ):
+        shutil.rmtree(final, ignore_errors=True)
+        return None
+    return _describe(wheels[0], prov, reused=True)
 
 
 def _describe(path: Path, prov: mf.Compiled, reused: bool) -> CompiledWheel:
@@ -250,6 +268,8 @@ def compile_sdist(
             prov = _compile(job, toolkit, archs, key, held, inputs)
         out = work / "out"
         (out / "compiled.json").write_text(json.dumps(vars(prov), sort_keys=True) + "\n")
+        (wheel,) = out.glob("*.whl")
+        (out / WHEEL_SHA256).write_text(f"{sha256_file(wheel)}  {wheel.name}\n")
         try:
             os.rename(out, final)
         except OSError:  # another build finished the same key first
