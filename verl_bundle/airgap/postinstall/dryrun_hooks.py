@@ -42,12 +42,20 @@ def emit(path: str, step: str, event: str, **fields: Any) -> None:
 def error_fields(exc: BaseException) -> dict[str, Any]:
     """The exception's type, first line and where it was raised (file:line)."""
     frames = traceback.extract_tb(exc.__traceback__)
-    text = str(exc).strip() or type(exc).__name__
-    return {
+    lines = [ln.strip() for ln in (str(exc).strip() or type(exc).__name__).splitlines()]
+    lines = [ln for ln in lines if ln]
+    line = lines[0]
+    if line.endswith(":") and len(lines) > 1:  # "Error in call to target 'X':" then the why
+        line = f"{line} {lines[1]}"
+    cause = exc.__cause__ or exc.__context__
+    out = {
         "type": type(exc).__name__,
-        "error": text.splitlines()[0][:2000],
+        "error": line[:2000],
         "at": f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "",
     }
+    if cause is not None and str(cause).strip():
+        out["cause"] = f"{type(cause).__name__}: {str(cause).strip().splitlines()[0]}"[:2000]
+    return out
 
 
 def _size(result: Any, args: Sequence[Any]) -> dict[str, Any]:

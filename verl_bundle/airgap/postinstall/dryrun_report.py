@@ -53,7 +53,10 @@ def explain(
 
 
 def _line(e: dict[str, Any]) -> str:
-    return f"{e.get('type', 'Error')}: {e.get('error', '')}".strip()
+    """The exception line, and what raised it where that says more (a wrapped error)."""
+    line = f"{e.get('type', 'Error')}: {e.get('error', '')}".strip()
+    cause = str(e.get("cause") or "")
+    return f"{line} (from {cause})" if cause and cause not in line else line
 
 
 def _boundary(e: dict[str, Any], table: dict[str, Any]) -> bool:
