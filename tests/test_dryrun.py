@@ -538,18 +538,22 @@ def test_the_hooks_mark_a_call_in_a_child_process(tmp_path: Path) -> None:
     (hooks / "dryrun_hooks.py").write_text((src / "dryrun_hooks.py").read_text())
     (hooks / "sitecustomize.py").write_text("import dryrun_hooks\n")
     (tmp_path / "pkg").mkdir()
-    (tmp_path / "pkg" / "__init__.py").write_text("")
-    (tmp_path / "pkg" / "data.py").write_text(
-        "class Data:\n    def __init__(self, n):\n        self.n = n\n"
+    # A package that reads its own data file through importlib.resources, as transfer_queue
+    # (verl 0.9's first Ray actor) reads its config.yaml: a marked module must still read it.
+    (tmp_path / "pkg" / "__init__.py").write_text(
+        "from importlib import resources\n"
+        "SIZE = len((resources.files('pkg') / 'size.txt').read_text().strip())\n"
+        "class Data:\n    def __init__(self, n):\n        self.n = n * SIZE\n"
         "    def __len__(self):\n        return self.n\n"
     )
-    (tmp_path / "pkg" / "use.py").write_text("from pkg.data import Data\nDATA = Data(5)\n")
+    (tmp_path / "pkg" / "size.txt").write_text("x\n")
+    (tmp_path / "pkg" / "use.py").write_text("from pkg import Data\nDATA = Data(5)\n")
     log = tmp_path / "events.jsonl"
     env = clean_environ(tmp_path)
     env.update(
         PYTHONPATH=f"{hooks}{os.pathsep}{tmp_path}",
         VERL_BUNDLE_DRYRUN_EVENTS=str(log),
-        VERL_BUNDLE_DRYRUN_SITES=json.dumps({"dataset": ["pkg.data:Data.__init__"]}),
+        VERL_BUNDLE_DRYRUN_SITES=json.dumps({"dataset": ["pkg:Data.__init__"]}),
     )
     subprocess.run([sys.executable, "-c", "import pkg.use"], check=True, env=env, cwd=tmp_path)
     got = dryrun.read_events(str(log))

@@ -103,19 +103,18 @@ def patch(module: Any, target: str, path: str, step: str) -> bool:
     return True
 
 
-class _Loader(importlib.abc.Loader):
-    """Runs the real loader, then wraps the module's sites before anyone imports from it."""
+def _after_exec(loader: Any, targets: list[tuple[str, str]], path: str) -> None:
+    """Make `loader` (this module's own instance) wrap the module's sites right after it runs.
+    The loader itself stays the real one: importlib.resources, get_filename and the like keep
+    working (transfer_queue reads its config.yaml through importlib.resources.files)."""
+    real = loader.exec_module
 
-    def __init__(self, real: Any, targets: list[tuple[str, str]], path: str) -> None:
-        self.real, self.targets, self.path = real, targets, path
+    def exec_module(module: Any) -> None:
+        real(module)
+        for target, step in targets:
+            patch(module, target, path, step)
 
-    def create_module(self, spec: Any) -> Any:
-        return self.real.create_module(spec)
-
-    def exec_module(self, module: Any) -> None:
-        self.real.exec_module(module)
-        for target, step in self.targets:
-            patch(module, target, self.path, step)
+    loader.exec_module = exec_module
 
 
 class _Finder(importlib.abc.MetaPathFinder):
@@ -128,7 +127,7 @@ class _Finder(importlib.abc.MetaPathFinder):
         spec = importlib.machinery.PathFinder.find_spec(name, import_path)
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
-        spec.loader = _Loader(spec.loader, self.sites[name], self.path)
+        _after_exec(spec.loader, self.sites[name], self.path)
         return spec
 
 
