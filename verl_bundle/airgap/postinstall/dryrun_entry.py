@@ -193,7 +193,7 @@ def run(spec: dict[str, Any]) -> bool:
         step = "entry"
         import ray
 
-        ray.init = marked(events, "ray", ray.init)
+        ray.init = _retried(ray, marked(events, "ray", ray.init), int(spec.get("ray_attempts", 3)))
         from verl.trainer import main_ppo
 
         emit(events, step, "start", entry=spec["entry"])
@@ -212,6 +212,29 @@ def run(spec: dict[str, Any]) -> bool:
     emit(events, step, "done")
     emit(events, "run", "end", ok=True)
     return True
+
+
+# Ray's raylet waits a fixed ~30 s for its agent process at start-up; a loaded host can miss it,
+# and a second try (its daemons warm in the page cache) usually does not.
+RAY_START_TIMEOUT = "timed out during startup"
+
+
+def _retried(ray: Any, init: Any, attempts: int) -> Any:
+    """ray.init, tried again (after a shutdown) when Ray's own start-up timed out; every try
+    is its own marked call, so a failed one stays in the events."""
+
+    def init_again(*args: Any, **kwargs: Any) -> Any:
+        for attempt in range(1, attempts + 1):
+            try:
+                return init(*args, **kwargs)
+            except Exception as exc:
+                if RAY_START_TIMEOUT not in str(exc) or attempt == attempts:
+                    raise
+                with contextlib.suppress(Exception):
+                    ray.shutdown()
+        return None
+
+    return init_again
 
 
 def _shutdown_ray() -> None:

@@ -18,12 +18,14 @@ import importlib.abc
 import importlib.machinery
 import json
 import os
+import re
 import sys
 import time
 import traceback
 from typing import Any, Callable, Sequence
 
 EVENTS = "VERL_BUNDLE_DRYRUN_EVENTS"
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
 SITES = "VERL_BUNDLE_DRYRUN_SITES"
 
 
@@ -42,7 +44,8 @@ def emit(path: str, step: str, event: str, **fields: Any) -> None:
 def error_fields(exc: BaseException) -> dict[str, Any]:
     """The exception's type, first line and where it was raised (file:line)."""
     frames = traceback.extract_tb(exc.__traceback__)
-    lines = [ln.strip() for ln in (str(exc).strip() or type(exc).__name__).splitlines()]
+    text = ANSI.sub("", str(exc)).strip() or type(exc).__name__  # Ray colours its errors
+    lines = [ln.strip() for ln in text.splitlines()]
     lines = [ln for ln in lines if ln]
     line = lines[0]
     if line.endswith(":") and len(lines) > 1:  # "Error in call to target 'X':" then the why

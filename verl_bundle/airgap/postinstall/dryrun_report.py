@@ -66,7 +66,14 @@ def _boundary(e: dict[str, Any], table: dict[str, Any]) -> bool:
 def _failure(run: DryRun, order: Sequence[str], table: dict[str, Any]) -> tuple[str, str] | None:
     """(the step that failed, its exception line), or None: it ended as expected."""
     done = {e["step"] for e in run.events if e["event"] == "done"}
-    errors = [e for e in run.events if e["event"] == "error" and not _boundary(e, table)]
+    # An error that a later call of the same step got past (a retried ray.init) is not the end.
+    errors = [
+        e
+        for i, e in enumerate(run.events)
+        if e["event"] == "error"
+        and not _boundary(e, table)
+        and not any(d["step"] == e["step"] and d["event"] == "done" for d in run.events[i:])
+    ]
     boundary = any(e["event"] == "error" and _boundary(e, table) for e in run.events)
     ended_ok = any(e["step"] == "run" and e["event"] == "end" and e.get("ok") for e in run.events)
     if boundary or ended_ok:
