@@ -11,6 +11,7 @@ they must in Ray's workers. FAKE_VERL_FAIL picks the step where the fake raises 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -514,6 +515,10 @@ def test_a_hang_in_verl_09_workers_names_the_cpu_override() -> None:
     failed = [c for c in dryrun_report.checks(ran, table) if c.status == "fail"]
     assert [c.id for c in failed] == ["dryrun:workers"]
     assert "ray_kwargs.ray_init.num_cpus=16" in failed[0].fix
+    # Given enough CPUs, the deadline is not blamed on them.
+    enough = dataclasses.replace(ran, cpus=16)
+    failed = [c for c in dryrun_report.checks(enough, table) if c.status == "fail"]
+    assert "num_cpus" not in failed[0].fix and "--deadline" in failed[0].fix
 
 
 def test_every_known_failure_matches_its_sample() -> None:

@@ -23,14 +23,22 @@ DRIVER = ("entry", "run")  # the wrapper's own events around verl's entry, not s
 
 
 def explain(
-    text: str, step: str, verl: str, deadline: bool, table: dict[str, Any]
+    text: str,
+    step: str,
+    verl: str,
+    deadline: bool,
+    table: dict[str, Any],
+    cpus: int | None = None,
 ) -> tuple[str, str]:
-    """(cause, fix) for a failed step: a known error, or a deadline at a known step."""
+    """(cause, fix) for a failed step: a known error, or a deadline at a known step (with the
+    CPUs Ray was given, where the cause is too few of them)."""
     for entry in table["causes"]:
         if entry.get("on") == "deadline":
             if not deadline or entry["step"] != step:
                 continue
             if entry.get("from") and _release(verl) < _release(entry["from"]):
+                continue
+            if "cpus_below" in entry and cpus is not None and cpus >= entry["cpus_below"]:
                 continue
             return entry["cause"], entry["fix"]
         if deadline:
@@ -135,7 +143,7 @@ def checks(run: DryRun, table: dict[str, Any]) -> list[Check]:
     for step in order:
         cid = f"dryrun:{step}"
         if failed is not None and step == failed[0]:
-            cause, fix = explain(failed[1], step, run.verl, run.timed_out, table)
+            cause, fix = explain(failed[1], step, run.verl, run.timed_out, table, run.cpus)
             out.append(Check(cid, "fail", f"{what[step]}: {failed[1]}", cause, fix, SUBJECT))
             reached = False
             continue
