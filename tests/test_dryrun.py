@@ -648,3 +648,18 @@ def test_no_dry_run_when_verls_entry_cannot_start() -> None:
     got = probing.dry_run_checks("/nowhere/python", plan, {}, before, dryrun.DryRunRequest())
     assert [(c.id, c.status) for c in got] == [("dryrun", "skip")]
     assert "config failed above" in got[0].summary
+
+
+def test_an_error_a_ray_task_wraps_is_reported_as_its_own() -> None:
+    """Ray's RayTaskError carries the task's own exception as `cause`: the event holds that
+    one's line (so the GPU boundary raised inside a Ray actor is recognised as such)."""
+    from verl_bundle.airgap.postinstall import dryrun_hooks
+
+    class RayTaskError(Exception):
+        def __init__(self, cause: BaseException) -> None:
+            super().__init__("ray::TaskRunner.run() (pid=1, ip=127.0.0.1)")
+            self.cause = cause
+
+    inner = ValueError("Total available GPUs 0 is less than total desired GPUs 1")
+    got = dryrun_hooks.error_fields(RayTaskError(inner))
+    assert (got["type"], got["error"], got["via"]) == ("ValueError", str(inner), "RayTaskError")

@@ -42,7 +42,12 @@ def emit(path: str, step: str, event: str, **fields: Any) -> None:
 
 
 def error_fields(exc: BaseException) -> dict[str, Any]:
-    """The exception's type, first line and where it was raised (file:line)."""
+    """The exception's type, first line and where it was raised (file:line); for an error
+    that wraps another one (Ray's RayTaskError carries the task's own as `cause`), the inner
+    one's, with the wrapper's type beside it."""
+    inner = getattr(exc, "cause", None)
+    if isinstance(inner, BaseException) and inner is not exc:
+        return {**error_fields(inner), "via": type(exc).__name__}
     frames = traceback.extract_tb(exc.__traceback__)
     text = ANSI.sub("", str(exc)).strip() or type(exc).__name__  # Ray colours its errors
     lines = [ln.strip() for ln in text.splitlines()]
