@@ -146,6 +146,34 @@ def pip_bootstrap(tools: Tools, state: State) -> Command | None:
     return Command((*tools.pip, "install", "--no-index", "--no-deps", "--quiet", tools.pip_wheel))
 
 
+def pip_key(m: Manifest) -> str:
+    """The done-marker value of the bundled pip."""
+    pip_file = m.bootstrap_file("pip")
+    return f"sha256:{pip_file.sha256}" if pip_file else ""
+
+
+def first_uv_phase(plans: list[PhasePlan]) -> PhasePlan | None:
+    """The first phase this run installs with uv: the bundled pip comes with it (one uv call,
+    not two), unless the phase carries a pip of its own."""
+    for plan in plans:
+        if plan.action == "install" and plan.tool == "uv":
+            return plan
+    return None
+
+
+def with_pip(command: Command, m: Manifest, bundle: str, state: State) -> Command:
+    """A uv phase's command that also installs the bundled pip, by its sha256 like every other
+    wheel (--require-hashes): from a one-line requirements file in the state directory."""
+    pip_file = m.bootstrap_file("pip")
+    if pip_file is None:
+        return command
+    req = state.path("pip-requirement.txt")
+    with open(req, "w", encoding="utf-8") as fh:
+        fh.write(f"pip=={pip_file.version} --hash=sha256:{pip_file.sha256}\n")
+    where = os.path.dirname(os.path.join(bundle, pip_file.path))
+    return Command((*command.argv, "--find-links", where, "-r", req), command.env)
+
+
 # -- making a rerun always resume ---------------------------------------------------------------
 
 

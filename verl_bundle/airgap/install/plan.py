@@ -62,11 +62,16 @@ def dry_run(inst: Installer) -> None:
         venv = (
             "exists"
             if os.access(inst.target_py, os.X_OK)
-            else shlex.join(envs.venv_command(python, inst.target))
+            else shlex.join(envs.venv_command(python, inst.target, tools.uv))
         )
         say(f"  4. venv: {venv}")
         boot = ph.pip_bootstrap(tools, inst.state)
-        if boot is not None:
+        first = ph.first_uv_phase(ph.plan_phases(m, opts, inst.target, tools, inst.state))
+        if boot is not None and inst.state.done("pip", ph.pip_key(m)):
+            say("     pip: already installed")
+        elif boot is not None and first is not None:
+            say(f"     pip: the bundled pip, in phase {first.phase}'s uv call (by its sha256)")
+        elif boot is not None:
             say(f"     pip: {boot.show()}")
     repairs: dict[str, list[str]] = {}
     if opts.repair and os.access(inst.target_py, os.X_OK):

@@ -66,6 +66,7 @@ class Installer(Steps):
         self.early_uv: envs.EarlyUv | None = None  # uv unpacked while the doctor runs
         self.findings: Findings | None = None  # what post-install found (for --json)
         self.image_path: str | None = None  # --image FILE, checked
+        self.pip_due = False  # the bundled pip is still to come into the new venv
 
     # -- the steps ------------------------------------------------------------------------------
 
@@ -161,7 +162,7 @@ class Installer(Steps):
             )
             if carried:
                 self.out.say(f"    the {carried}: {bundled.why(self.opts, self.m)}")
-            envs.check_python(py, self.m)
+            envs.check_python(py, self.m, got)
             result["detail"] = f"{py} is {got}" + (f" ({carried})" if carried else "")
         return py
 
@@ -233,25 +234,42 @@ class Installer(Steps):
                 self.state.mark_venv(self.m.name)  # before the venv: a killed run resumes
             if self.opts.log is None:
                 self.out.open_log(self.state.path("install.log"))
-            if self.kind != "env" and not os.access(self.target_py, os.X_OK):
-                cmd = ph.Command(tuple(envs.venv_command(python, self.target)))
-                if ph.run_logged(cmd, self.state.path("venv.log"), self.out.say) != 0:
-                    raise ServerNotReadyError(
-                        f"could not create a venv with {python}. On Debian/Ubuntu: apt install "
-                        f"python{self.m.target.python}-venv (from the intranet mirror or install media)"
-                    )
             self.require(f.path for f in self.m.bootstrap)
             tools = envs.find_tools(
                 self.m, self.opts.bundle, self.target_py, self.state, False, self.early_uv
             )
+            if self.kind != "env" and not os.access(self.target_py, os.X_OK):
+                self.make_venv(python, tools)
             boot = ph.pip_bootstrap(tools, self.state) if self.kind != "env" else None
-            pip_file = self.m.bootstrap_file("pip")
-            key = f"sha256:{pip_file.sha256}" if pip_file else ""
-            if boot is not None and not self.state.done("pip", key):
-                self.state.start("pip")
-                self.run_or_fail("pip", boot, self.state.path("pip.log"))
-                self.state.finish("pip", key)
+            if boot is not None and not self.state.done("pip", ph.pip_key(self.m)):
+                self.pip_due = True  # with the first uv phase, else on its own (below)
+                plans = ph.plan_phases(self.m, self.opts, self.target, tools, self.state)
+                if ph.first_uv_phase(plans) is None:
+                    self.bootstrap_pip(boot)
         return tools
+
+    def make_venv(self, python: str, tools: envs.Tools) -> None:
+        """The venv, by the bundled uv where it runs (python -m venv where uv cannot make it)."""
+        log = self.state.path("venv.log")
+        if tools.uv is not None:
+            made = ph.Command(
+                tuple(envs.venv_command(python, self.target, tools.uv)),
+                tuple(tools.uv_env(self.state).items()),
+            )
+            if ph.run_logged(made, log, self.out.say) == 0:
+                return
+        cmd = ph.Command(tuple(envs.venv_command(python, self.target)))
+        if ph.run_logged(cmd, log, self.out.say) != 0:
+            raise ServerNotReadyError(
+                f"could not create a venv with {python}. On Debian/Ubuntu: apt install "
+                f"python{self.m.target.python}-venv (from the intranet mirror or install media)"
+            )
+
+    def bootstrap_pip(self, boot: ph.Command) -> None:
+        self.state.start("pip")
+        self.run_or_fail("pip", boot, self.state.path("pip.log"))
+        self.state.finish("pip", ph.pip_key(self.m))
+        self.pip_due = False
 
     def phases(self, tools: envs.Tools) -> list[str]:
         """Install every phase not yet installed; returns the phases skipped on purpose."""
@@ -335,9 +353,16 @@ class Installer(Steps):
                 self.out.say(f"    {line}")
         else:
             self.out.say(heading("phases", f"phase {plan.phase} ({plan.tool})"))
+        command, with_pip = plan.command, False
+        if self.pip_due and plan.tool == "uv":  # the bundled pip comes with this uv call
+            command, with_pip = (
+                ph.with_pip(plan.command, self.m, self.opts.bundle, self.state),
+                True,
+            )
+            self.state.start("pip")
         self.state.start(plan.phase)
         try:
-            self.run_or_fail(plan.phase, plan.command, self.state.path(f"phase-{plan.phase}.log"))
+            self.run_or_fail(plan.phase, command, self.state.path(f"phase-{plan.phase}.log"))
         except (ServerError, KeyboardInterrupt) as exc:
             detail = (
                 "interrupted"
@@ -347,6 +372,9 @@ class Installer(Steps):
             self._end("phase", plan.phase, "fail", started, detail, tool=plan.tool, why=plan.why)
             raise
         self.state.finish(plan.phase, plan.key)
+        if with_pip:
+            self.state.finish("pip", ph.pip_key(self.m))
+            self.pip_due = False
         self._end("phase", plan.phase, "ok", started, plan.why, tool=plan.tool, why=plan.why)
 
     def run_or_fail(self, what: str, cmd: ph.Command, logfile: str) -> None:
