@@ -130,7 +130,13 @@ def _postinstall(args: argparse.Namespace) -> int:
     manifest = _bundle(args.bundle, "postinstall")
     deep = _deep(args)
     found = run_checks(
-        manifest, args.require_gpu, args.skip_phase, args.check_files, sys.executable, deep
+        manifest,
+        args.require_gpu,
+        args.skip_phase,
+        args.check_files,
+        sys.executable,
+        deep,
+        uv=args.uv,
     )
     v = found.verdict
     if args.result:  # for the installer: the typed findings, which it renders and judges
@@ -365,6 +371,12 @@ def parser() -> Parser:
     p.add_argument("--json", action="store_true", help="print the versioned JSON envelope")
     p.add_argument("--result", metavar="FILE", help="write the envelope to FILE (the installer)")
     add_deep_options(p)
+    p.add_argument(
+        "--uv",
+        metavar="PATH",
+        help="a uv to check the requirements with (`uv pip check`; the installer passes the "
+        "bundled one); default: pip's own requirement parser",
+    )
 
     p = command("readiness", _readiness, "prove the venv can start the bundle's verl trainer")
     p.add_argument("--bundle", required=True, metavar="DIR", help="the bundle directory")

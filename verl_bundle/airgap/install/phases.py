@@ -3,6 +3,7 @@ real run), the clean-up that makes a rerun always resume, and the logged command
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shlex
 import subprocess
@@ -45,6 +46,7 @@ class PhasePlan:
     key: str  # the done-marker value once installed
     max_jobs: int | None = None
     build_env: tuple[tuple[str, str], ...] = ()
+    pip: bool = False  # this uv call also brings the bundled pip into the new venv
 
 
 def max_jobs(phase: Phase) -> int:
@@ -103,9 +105,11 @@ def plan_phases(
     tools: Tools,
     state: State,
     repairs: Mapping[str, Sequence[str]] | None = None,
+    pip: bool = False,
 ) -> list[PhasePlan]:
     """What each phase will do on this run, from the markers of earlier runs; a finished phase
-    with distributions in `repairs` (--repair, see `differing`) is installed again."""
+    with distributions in `repairs` (--repair, see `differing`) is installed again. `pip`: the
+    bundled pip is still to come into the venv: with the first phase installed by uv."""
     out = []
     for phase in m.phases:
         tool, cmd, jobs, build_env = phase_command(m, phase, opts.bundle, target, tools, state)
@@ -123,6 +127,12 @@ def plan_phases(
         else:
             action, why = "install", "new"
         out.append(PhasePlan(phase.name, action, why, tool, cmd, key, jobs, build_env))
+    first = first_uv_phase(out) if pip and m.bootstrap_file("pip") else None
+    if first is not None:
+        withpip = dataclasses.replace(
+            first, command=with_pip(first.command, m, opts.bundle, state), pip=True
+        )
+        out[out.index(first)] = withpip
     return out
 
 
@@ -161,17 +171,26 @@ def first_uv_phase(plans: list[PhasePlan]) -> PhasePlan | None:
     return None
 
 
+PIP_REQUIREMENT = "pip-requirement.txt"  # in the state directory
+
+
 def with_pip(command: Command, m: Manifest, bundle: str, state: State) -> Command:
     """A uv phase's command that also installs the bundled pip, by its sha256 like every other
-    wheel (--require-hashes): from a one-line requirements file in the state directory."""
+    wheel (--require-hashes): from a one-line requirements file in the state directory
+    (write_pip_requirement, just before the phase runs)."""
     pip_file = m.bootstrap_file("pip")
     if pip_file is None:
         return command
-    req = state.path("pip-requirement.txt")
-    with open(req, "w", encoding="utf-8") as fh:
-        fh.write(f"pip=={pip_file.version} --hash=sha256:{pip_file.sha256}\n")
     where = os.path.dirname(os.path.join(bundle, pip_file.path))
-    return Command((*command.argv, "--find-links", where, "-r", req), command.env)
+    extra = ("--find-links", where, "-r", state.path(PIP_REQUIREMENT))
+    return Command((*command.argv, *extra), command.env)
+
+
+def write_pip_requirement(m: Manifest, state: State) -> None:
+    pip_file = m.bootstrap_file("pip")
+    if pip_file is not None:
+        with open(state.path(PIP_REQUIREMENT), "w", encoding="utf-8") as fh:
+            fh.write(f"pip=={pip_file.version} --hash=sha256:{pip_file.sha256}\n")
 
 
 # -- making a rerun always resume ---------------------------------------------------------------

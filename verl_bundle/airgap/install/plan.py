@@ -56,6 +56,14 @@ def dry_run(inst: Installer) -> None:
             f"  3. doctor --bundle {shlex.quote(opts.bundle)} --python {shlex.quote(python)} --prefix {shlex.quote(inst.target)}"
         )
     tools = envs.find_tools(m, opts.bundle, inst.target_py, inst.state, True)
+    boot = ph.pip_bootstrap(tools, inst.state) if kind != "env" else None
+    pip = boot is not None and not inst.state.done("pip", ph.pip_key(m))
+    repairs: dict[str, list[str]] = {}
+    if opts.repair and os.access(inst.target_py, os.X_OK):
+        repairs = ph.differing(m, opts.skip_phases, envs.site_paths(inst.target_py, inst.target))
+        for phase_name, lines in repairs.items():
+            say(f"  --repair: {phase_name}: {'; '.join(lines)}")
+    plans = ph.plan_phases(m, opts, inst.target, tools, inst.state, repairs, pip)
     if kind == "env":
         say(f"  4. venv: none (into {inst.target}); its own pip is not changed")
     else:
@@ -65,20 +73,13 @@ def dry_run(inst: Installer) -> None:
             else shlex.join(envs.venv_command(python, inst.target, tools.uv))
         )
         say(f"  4. venv: {venv}")
-        boot = ph.pip_bootstrap(tools, inst.state)
-        first = ph.first_uv_phase(ph.plan_phases(m, opts, inst.target, tools, inst.state))
-        if boot is not None and inst.state.done("pip", ph.pip_key(m)):
+        first = next((p for p in plans if p.pip), None)
+        if boot is not None and not pip:
             say("     pip: already installed")
-        elif boot is not None and first is not None:
-            say(f"     pip: the bundled pip, in phase {first.phase}'s uv call (by its sha256)")
+        elif first is not None:
+            say(f"     pip: the bundled pip, with phase {first.phase}'s uv call (by its sha256)")
         elif boot is not None:
             say(f"     pip: {boot.show()}")
-    repairs: dict[str, list[str]] = {}
-    if opts.repair and os.access(inst.target_py, os.X_OK):
-        repairs = ph.differing(m, opts.skip_phases, envs.site_paths(inst.target_py, inst.target))
-        for phase_name, lines in repairs.items():
-            say(f"  --repair: {phase_name}: {'; '.join(lines)}")
-    plans = ph.plan_phases(m, opts, inst.target, tools, inst.state, repairs)
     for i, plan in enumerate(plans, start=1):
         phase = m.phase(plan.phase)
         packages = " ".join(phase.packages) if phase else ""

@@ -67,6 +67,7 @@ class Installer(Steps):
         self.findings: Findings | None = None  # what post-install found (for --json)
         self.image_path: str | None = None  # --image FILE, checked
         self.pip_due = False  # the bundled pip is still to come into the new venv
+        self.tools: envs.Tools | None = None  # pip and uv, once the venv step found them
 
     # -- the steps ------------------------------------------------------------------------------
 
@@ -245,7 +246,10 @@ class Installer(Steps):
                 self.pip_due = True  # with the first uv phase, else on its own (below)
                 plans = ph.plan_phases(self.m, self.opts, self.target, tools, self.state)
                 if ph.first_uv_phase(plans) is None:
-                    self.bootstrap_pip(boot)
+                    self.state.start("pip")
+                    self.run_or_fail("pip", boot, self.state.path("pip.log"))
+                    self.state.finish("pip", ph.pip_key(self.m))
+                    self.pip_due = False
         return tools
 
     def make_venv(self, python: str, tools: envs.Tools) -> None:
@@ -265,12 +269,6 @@ class Installer(Steps):
                 f"python{self.m.target.python}-venv (from the intranet mirror or install media)"
             )
 
-    def bootstrap_pip(self, boot: ph.Command) -> None:
-        self.state.start("pip")
-        self.run_or_fail("pip", boot, self.state.path("pip.log"))
-        self.state.finish("pip", ph.pip_key(self.m))
-        self.pip_due = False
-
     def phases(self, tools: envs.Tools) -> list[str]:
         """Install every phase not yet installed; returns the phases skipped on purpose."""
         with self.step("phases") as result:
@@ -279,7 +277,9 @@ class Installer(Steps):
                 for gone in ph.remove_departed(self.m, self.state, paths):
                     self.out.say(f"    removed {gone}: no longer in the bundle")
             repairs = self.repairs(paths)
-            plans = ph.plan_phases(self.m, self.opts, self.target, tools, self.state, repairs)
+            plans = ph.plan_phases(
+                self.m, self.opts, self.target, tools, self.state, repairs, self.pip_due
+            )
             if self.kind != "new":  # an environment that existed: nothing changes unverified
                 self.require(self.checking.files if self.checking else ())
             for plan in plans:
@@ -353,16 +353,12 @@ class Installer(Steps):
                 self.out.say(f"    {line}")
         else:
             self.out.say(heading("phases", f"phase {plan.phase} ({plan.tool})"))
-        command, with_pip = plan.command, False
-        if self.pip_due and plan.tool == "uv":  # the bundled pip comes with this uv call
-            command, with_pip = (
-                ph.with_pip(plan.command, self.m, self.opts.bundle, self.state),
-                True,
-            )
+        if plan.pip:  # the bundled pip comes with this uv call
+            ph.write_pip_requirement(self.m, self.state)
             self.state.start("pip")
         self.state.start(plan.phase)
         try:
-            self.run_or_fail(plan.phase, command, self.state.path(f"phase-{plan.phase}.log"))
+            self.run_or_fail(plan.phase, plan.command, self.state.path(f"phase-{plan.phase}.log"))
         except (ServerError, KeyboardInterrupt) as exc:
             detail = (
                 "interrupted"
@@ -372,7 +368,7 @@ class Installer(Steps):
             self._end("phase", plan.phase, "fail", started, detail, tool=plan.tool, why=plan.why)
             raise
         self.state.finish(plan.phase, plan.key)
-        if with_pip:
+        if plan.pip:
             self.state.finish("pip", ph.pip_key(self.m))
             self.pip_due = False
         self._end("phase", plan.phase, "ok", started, plan.why, tool=plan.tool, why=plan.why)
@@ -407,6 +403,7 @@ class Installer(Steps):
         argv = [self.target_py, *ISOLATED, "-c", BOOT, os.path.join(self.opts.bundle, "lib")]
         argv += ["postinstall", "--bundle", self.opts.bundle, "--result", result]
         argv += ["--require-gpu"] if self.opts.require_gpu else []
+        argv += ["--uv", self.tools.uv] if self.tools is not None and self.tools.uv else []
         # pip and uv check every wheel's hash as they install; after an interrupted phase,
         # every installed file is also checked against its RECORD.
         argv += ["--check-files"] if self.resumed else []
@@ -498,7 +495,7 @@ class Installer(Steps):
                 python = self.python()
                 self.doctor(python)
                 self.confirm()
-                tools = self.venv(python)
+                tools = self.tools = self.venv(python)
             except ServerError as exc:  # damage outranks what failed while it was checked
                 if exc.code != EXIT_DAMAGED and self.checking is not None:
                     self.damaged(self.checking.finish())

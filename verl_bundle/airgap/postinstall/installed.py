@@ -86,6 +86,22 @@ def check_files(manifest: Manifest) -> list[Check]:
     return [Check("files", "ok", f"{checked} installed files match their RECORD hashes")]
 
 
+REPLACED = (
+    "the bundle installs exactly its lock with --no-deps; a requirement the profile "
+    "replaced on purpose (e.g. cupy for CUDA 11) shows up here"
+)
+
+
+def requirements_of(pip_check: Check) -> Check:
+    """The requirements check from a `uv pip check` run (probing.pip_check): the same finding
+    as check_requirements, from the tool that installed the environment."""
+    if pip_check.status == "ok":
+        return Check("requirements", "ok", "every requirement is met", subject=pip_check.subject)
+    if pip_check.status == "fail":
+        return Check("requirements", "warn", pip_check.summary, fix=REPLACED)
+    return Check("requirements", "skip", pip_check.summary, subject=pip_check.subject)
+
+
 def check_requirements() -> list[Check]:
     """What `pip check` does, without starting pip: every installed distribution's declared
     requirements are installed at versions they accept. Uses the packaging copy inside the
@@ -119,7 +135,6 @@ def check_requirements() -> list[Check]:
             "warn",
             "; ".join(sorted(problems)[:5])
             + (f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""),
-            fix="the bundle installs exactly its lock with --no-deps; a requirement the profile "
-            "replaced on purpose (e.g. cupy for CUDA 11) shows up here",
+            fix=REPLACED,
         )
     ]

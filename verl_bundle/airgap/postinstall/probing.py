@@ -31,9 +31,11 @@ from verl_bundle.airgap.postinstall.readiness import (
 )
 
 
-def pip_check(python: str) -> Check:
-    """The installed set's consistency: the uv next to the interpreter, else pip."""
-    uv = os.path.join(os.path.dirname(python), "uv")
+def pip_check(python: str, uv: str | None = None) -> Check:
+    """The installed set's consistency: `uv` (the bundled one, which the installer passes),
+    else the uv next to the interpreter, else pip (a second interpreter start and pip's own
+    imports: seconds on a real stack, where uv takes milliseconds)."""
+    uv = uv or os.path.join(os.path.dirname(python), "uv")
     if os.access(uv, os.X_OK):
         cmd, tool = [uv, "pip", "check", "--python", python], "uv pip check"
     else:
@@ -88,8 +90,11 @@ def probe(
             json.dump(spec, fh)
         env = dict(os.environ, **OFFLINE_ENV)
         try:
+            # Not -B: the probe imports the whole stack once, from source in a fresh venv
+            # (uv writes no bytecode), and keeps the bytecode it compiles, so every later
+            # import of those modules (each Ray worker's) loads it instead of compiling again.
             run = subprocess.run(
-                [python, "-I", "-B", PROBE, spec_path, out_path],
+                [python, "-I", PROBE, spec_path, out_path],
                 capture_output=True,
                 text=True,
                 env=env,

@@ -80,6 +80,7 @@ def run_checks(
     files: bool = False,
     python: str = sys.executable,
     deep: DryRunRequest | None = None,
+    uv: str | None = None,
 ) -> Findings:
     """All post-install checks. `manifest` is the whole bundle: the phases left out
     (`skipped`) are not installed, so their distributions are not asked for, but every module
@@ -88,7 +89,9 @@ def run_checks(
     trainer modules, torch's build, the GPU smoke test) happens once, in one isolated probe
     interpreter (probing.probe); the pip check runs beside it as its own subprocess, and this
     process reads the installed metadata meanwhile. `deep`: then the trainer dry run
-    (dryrun.py), when nothing before it already failed."""
+    (dryrun.py), when nothing before it already failed. With `uv` (the bundled one), the
+    requirements check is its `uv pip check`, the same run the readiness pip check reads,
+    instead of pip's own requirement parser imported here."""
     m = manifest.without_phases(list(skipped))
     table = readiness.load_table()
     flash = m.has("flash-attn")  # installed: only then is it called in the GPU smoke test
@@ -111,18 +114,20 @@ def run_checks(
             torch,
             flash,
         )
-        pip = pool.submit(run.pip_check, python) if plan is not None else None
+        pip = pool.submit(run.pip_check, python, uv) if plan is not None or uv else None
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=DISTUTILS_NOISE)
             found = installed.check_versions(m)
             if files:
                 found += installed.check_files(m)
-            requirements = installed.check_requirements()
+            requirements = installed.check_requirements() if uv is None else []
+        pipped = pip.result() if pip is not None else None
+        if uv is not None and pipped is not None:
+            requirements = [installed.requirements_of(pipped)]
         try:
             facts: Facts = probing.result()
         except readiness.ReadinessError as exc:
             return _unprobed(found + requirements, plan, require_gpu, str(exc))
-        pipped = pip.result() if pip is not None else None
     found += judge.check_imports(facts) + judge.check_torch(c, facts) + requirements
     gpu = judge.check_gpu(require_gpu, flash, facts)
     if plan is None or pipped is None:
