@@ -7,7 +7,7 @@ PY ?= 3.10
 OUT ?= bundles
 STAMP := $(VENV)/.installed
 
-.PHONY: all venv test test-fast lint typecheck bundle e2e-real cold-real assets-real compile-real python-real bench bench-nodes bench-netnodes clean
+.PHONY: all venv test test-fast lint typecheck bundle e2e-real cold-real assets-real compile-real python-real bench bench-nodes bench-netnodes gpu-proof gpu-proof-prepare clean
 
 all: test
 
@@ -106,6 +106,18 @@ bench-nodes: $(STAMP)
 # N nodes as network namespaces behind tc-shaped veth links (needs root: ip netns, tc).
 bench-netnodes: $(STAMP)
 	$(BIN)/python bench/netnodes.py $(BENCH_ARGS)
+
+# Issue 25's proof on a real GPU (bench/gpu_proof.py, under 5 minutes): the server doctor against
+# the real driver, placement, real CUDA failures fed to explain, readiness's GPU smoke test and a
+# kernel compiled here run there. Runs with the machine's python3 (with torch) from a copy of the
+# repository plus bench/gpu_proof_carry (a few KB, made here by `make gpu-proof-prepare` with
+# nvcc); writes gpu-proof/ (or $$OUT). No GPU: one line, a "no GPU" report, exit 0.
+GPU_PYTHON ?= python3
+gpu-proof:
+	@$(GPU_PYTHON) bench/gpu_proof.py --python $(GPU_PYTHON)
+
+gpu-proof-prepare:
+	@$(GPU_PYTHON) bench/gpu_proof.py --prepare
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist
