@@ -75,3 +75,10 @@ def test_with_a_gpu_listed_the_raw_outputs_are_kept_and_saved_as_fixtures(
     assert saved.returncode == 0, saved.stderr
     assert (fixtures / "gpu-query.out").read_text() == gpu_csv(H200, DRIVER)
     assert DRIVER in (fixtures / "SOURCE").read_text()
+    # Replayed by a fake nvidia-smi, the saved outputs give the doctor the same GPU again.
+    replay = FakeMachine(tmp_path / "replay")
+    replay.nvidia_smi_recorded(fixtures)
+    again = proof(replay, "--out", str(tmp_path / "again"), "--carried", str(tmp_path / "none"))
+    second = json.loads((tmp_path / "again" / "gpu-proof.json").read_text())
+    assert second["gpus"] == report["gpus"], again.stdout + again.stderr
+    assert second["raw"]["gpu-query"]["stdout"] == gpu_csv(H200, DRIVER)

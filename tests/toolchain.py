@@ -237,6 +237,18 @@ class FakeMachine:
             "esac\n",
         )
 
+    def nvidia_smi_recorded(self, recorded: Path) -> None:
+        """An nvidia-smi that prints, byte for byte, what a real one printed (the outputs
+        `bench/gpu_proof.py --save-fixtures` keeps: one file per query, named as in its RAW)."""
+        cases = {GPU_ARGS: "gpu-query", APPS_ARGS: "apps-query", "-L": "list", "topo -m": "topo"}
+        cat = shutil.which("cat") or "/bin/cat"  # PATH holds only the fake machine's bin/
+        body = 'case "$*" in\n'
+        for args, name in cases.items():
+            body += f"  {shlex.quote(args)}) exec {cat} {shlex.quote(str(recorded / (name + '.out')))} ;;\n"
+        body += f"  '') exec {cat} {shlex.quote(str(recorded / 'plain.out'))} ;;\n"
+        body += "  *) echo 'Invalid combination of input arguments.' ; exit 2 ;;\nesac\n"
+        self.script("nvidia-smi", body)
+
     def nvidia_smi_hanging(self, seconds: int = 30) -> None:
         """An nvidia-smi stuck on a wedged driver."""
         self.script("nvidia-smi", f"exec {SLEEP} {seconds}\n")
