@@ -8,7 +8,9 @@ doctor; its steps are timed too, from its step events (--events): it verifies th
 makes the venv, installs each phase with the bundled uv, and runs the post-install checks.
 Every contender runs once untimed first (warm page cache, compiled bytecode); uv starts with an
 empty cache each time, as install.sh's does.
-Target: install.sh at most 1.15x the uv baseline.
+Target: install.sh at most 1.15x the uv baseline. After each full install.sh, untimed for it, the
+floor of its post-install checks: one cold import, from source, of the modules they prove (the
+"import floor" in its steps note; target: post-install at most 1.2x it).
 
     python bench/install.py [--runs N] [--size 1G] [--json]
 """
@@ -66,6 +68,26 @@ def timed_steps(cmd: list[str], log: Path, steps: dict[str, list[float]]) -> flo
     return elapsed
 
 
+def floor_modules(bundle: Path) -> list[str]:
+    """The modules the post-install checks prove: readiness's (for a bundle with verl) and the
+    profile's import checks."""
+    from verl_bundle.airgap.contract import manifest as mf
+    from verl_bundle.airgap.postinstall import readiness
+
+    m = mf.load(str(bundle))
+    plan = readiness.plan_for(m, None, readiness.load_table()) if m.has("verl") else None
+    return list(dict.fromkeys([*(plan.modules if plan else ()), *m.checks.imports]))
+
+
+def import_floor(python: Path, modules: list[str], log: Path) -> float:
+    """One cold import of `modules` by the venv's python, in a fresh interpreter, from source
+    (its bytecode removed first, as post-install found the venv): the checks' floor."""
+    for cache in python.parent.parent.glob("lib/python*/site-packages/**/__pycache__"):
+        harness.remove(cache)
+    code = f"import importlib; [importlib.import_module(m) for m in {modules!r}]"
+    return harness.run([str(python), "-I", "-B", "-c", code], log)
+
+
 def _steps_note(label: str, steps: dict[str, list[float]]) -> str:
     parts = [f"{name} {statistics.median(v):.2f}" for name, v in steps.items() if name != "done"]
     return f"{label} steps, median s: " + ", ".join(parts)
@@ -107,13 +129,21 @@ def bench(opts: Options, progress: TextIO | None) -> Report:
             split["pip install"].append(b)
             return a + b
 
+        modules = floor_modules(bundle)
+
+        def install_and_floor() -> float:
+            """install.sh; then, untimed for it, the import floor of its checks."""
+            took = timed_steps(installer, log, steps_all)
+            steps_all["import floor"].append(import_floor(prefix / "bin" / "python", modules, log))
+            return took
+
         steps_all: dict[str, list[float]] = defaultdict(list)
         steps_nodoc: dict[str, list[float]] = defaultdict(list)
         contenders = [
             Contender(
                 "install.sh",
                 harness.show(installer),
-                lambda: timed_steps(installer, log, steps_all),
+                install_and_floor,
             ),
             Contender(
                 "install.sh --skip-doctor",

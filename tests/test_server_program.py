@@ -419,6 +419,7 @@ TOOLS_OPTIONS = {
     "--query-gpu",
     "--format",
     "--compile-bytecode",
+    "--hash",
     "--system-site-packages",
     "--upgrade",
     "--user",
