@@ -12,6 +12,7 @@ import os
 import shlex
 import shutil
 import sys
+import threading
 import time
 from typing import Any, Iterable
 
@@ -68,6 +69,7 @@ class Installer(Steps):
         self.image_path: str | None = None  # --image FILE, checked
         self.pip_due = False  # the bundled pip is still to come into the new venv
         self.tools: envs.Tools | None = None  # pip and uv, once the venv step found them
+        self.sweeps: list[threading.Thread] = []  # uv caches being removed (sweep_uv_cache)
 
     # -- the steps ------------------------------------------------------------------------------
 
@@ -140,6 +142,7 @@ class Installer(Steps):
         if not problems:
             return  # the quick check was stricter than the judgement: intact after all
         if self.kind == "new":
+            self.swept()  # no thread still removing inside the prefix while it is emptied
             if (self.out.log_path or "").startswith(self.target + os.sep):
                 self.out.close()
                 self.out.log_path = None
@@ -377,7 +380,7 @@ class Installer(Steps):
         with open(logfile, "w", encoding="utf-8"):
             pass
         code = ph.run_logged(cmd, logfile, self.out.say)
-        shutil.rmtree(self.state.path("uv-cache"), ignore_errors=True)
+        self.sweep_uv_cache(later=code == 0)
         if code == 0:
             return
         lines = [
@@ -398,6 +401,35 @@ class Installer(Steps):
         raise StepError(
             f"fix the cause and run ./install.sh again: it continues from phase '{what}'."
         )
+
+    def sweep_uv_cache(self, later: bool) -> None:
+        """Remove the command's uv cache (the installed files are hard links or copies, not
+        references into it). After a success, off the critical path: renamed aside and removed
+        on a thread while the install goes on (tens of thousands of files on a real stack);
+        every sweep is joined before the run ends, and a killed run's leftovers go next time."""
+        cache = self.state.path("uv-cache")
+        if not later or not os.path.isdir(cache):
+            shutil.rmtree(cache, ignore_errors=True)
+            return
+        aside = f"{cache}.old-{len(self.sweeps)}"
+        try:
+            shutil.rmtree(aside, ignore_errors=True)
+            os.replace(cache, aside)
+        except OSError:
+            shutil.rmtree(cache, ignore_errors=True)
+            return
+        sweep = threading.Thread(target=shutil.rmtree, args=(aside, True), daemon=True)
+        sweep.start()
+        self.sweeps.append(sweep)
+
+    def swept(self) -> None:
+        """Wait for the uv caches being removed (and remove a killed run's leftovers)."""
+        for sweep in self.sweeps:
+            sweep.join()
+        if os.path.isdir(self.state.dir):
+            for name in os.listdir(self.state.dir):
+                if name.startswith("uv-cache.old-"):
+                    shutil.rmtree(self.state.path(name), ignore_errors=True)
 
     def postinstall_command(self, skipped: list[str], result: str) -> ph.Command:
         argv = [self.target_py, *ISOLATED, "-c", BOOT, os.path.join(self.opts.bundle, "lib")]
@@ -501,16 +533,22 @@ class Installer(Steps):
                     self.damaged(self.checking.finish())
                 raise
             skipped = self.phases(tools)
+        except BaseException:
+            self.swept()
+            raise
         finally:
             if self.checking is not None:
                 self.checking.stop()
             if self.early_uv is not None:
                 self.early_uv.close()
-        found = self.postinstall(skipped)
-        if found.verdict.code != EXIT_FAILED:  # installed as bundled (ready to train or not)
-            self.done(skipped)
-            if self.image_path is not None:
-                self.image(self.image_path)
+        try:
+            found = self.postinstall(skipped)
+            if found.verdict.code != EXIT_FAILED:  # installed as bundled (ready to train or not)
+                self.done(skipped)
+        finally:
+            self.swept()  # before an image packs the prefix: no uv cache left in it
+        if found.verdict.code != EXIT_FAILED and self.image_path is not None:
+            self.image(self.image_path)
         return found.verdict
 
     def image(self, path: str) -> None:
