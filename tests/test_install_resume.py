@@ -135,10 +135,11 @@ def test_a_rebuilt_bundle_upgrades_in_place(
     # pylatexenc left the bundle, but the toy verl still requires it: installed as bundled, and
     # the verdict names the hole (exit 5), so a careless rebuild never passes as ready.
     assert upgrade.returncode == 5, upgrade.stdout + upgrade.stderr
+    # The bundled uv checks the requirements (uv pip check), in its own words.
     assert (
         upgrade.stdout.rstrip()
         .splitlines()[-1]
-        .startswith("not ready to train: pip check: verl 0.2.0.post2 requires pylatexenc")
+        .startswith("not ready to train: pip check: The package `verl` requires `pylatexenc`")
     )
     phases = {
         e["phase"]: (e["status"], e["why"])

@@ -31,13 +31,19 @@ from verl_bundle.airgap.postinstall.readiness import (
 )
 
 
+# uv's lines around its findings ("Using Python 3.10.13 environment at: ...", "Checked 268
+# packages in 3ms", "Found 1 incompatibility"): not findings.
+_UV_HEADER = ("Using Python ", "Checked ", "Found ")
+
+
 def pip_check(python: str, uv: str | None = None) -> Check:
     """The installed set's consistency: `uv` (the bundled one, which the installer passes),
     else the uv next to the interpreter, else pip (a second interpreter start and pip's own
     imports: seconds on a real stack, where uv takes milliseconds)."""
     uv = uv or os.path.join(os.path.dirname(python), "uv")
     if os.access(uv, os.X_OK):
-        cmd, tool = [uv, "pip", "check", "--python", python], "uv pip check"
+        # --no-cache: nothing written outside the environment (uv would keep its cache in HOME).
+        cmd, tool = [uv, "pip", "check", "--no-cache", "--python", python], "uv pip check"
     else:
         cmd, tool = [python, "-m", "pip", "check"], "pip check"
     env = dict(os.environ, **OFFLINE_ENV)
@@ -50,7 +56,7 @@ def pip_check(python: str, uv: str | None = None) -> Check:
         return Check("pip-check", "ok", "no broken requirements", subject=tool)
     if "No module named pip" in text:
         return Check("pip-check", "skip", "neither uv nor pip in this environment", subject=tool)
-    lines = [ln for ln in text.splitlines() if ln.strip()][:5]
+    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith(_UV_HEADER)][:5]
     return Check(
         "pip-check",
         "fail",
