@@ -139,7 +139,7 @@ def test_a_rebuilt_bundle_upgrades_in_place(
     assert (
         upgrade.stdout.rstrip()
         .splitlines()[-1]
-        .startswith("not ready to train: pip check: The package `verl` requires `pylatexenc`")
+        .startswith("not ready to train: uv pip check: The package `verl` requires `pylatexenc`")
     )
     phases = {
         e["phase"]: (e["status"], e["why"])
