@@ -30,7 +30,6 @@ from verl_bundle.airgap.postinstall.readiness import (
     report,
 )
 
-
 # uv's lines around its findings ("Using Python 3.10.13 environment at: ...", "Checked 268
 # packages in 3ms", "Found 1 incompatibility"): not findings.
 _UV_HEADER = ("Using Python ", "Checked ", "Found ")
