@@ -12,6 +12,7 @@ Standard library only, Python 3.8+.
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 from typing import Any, Callable, NoReturn, Sequence
@@ -510,3 +511,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         say("interrupted; run the same command again", sys.stderr)
         return EXIT_INTERRUPTED
+    except OSError as exc:  # a full disk or quota: one line, where, and what to do
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        where = f" writing {exc.filename}" if exc.filename else ""
+        say(
+            f"{prog}: {exc.strerror or 'no space left on device'}{where}; free space there "
+            "(df -h shows how much is left) and run the same command again",
+            sys.stderr,
+        )
+        return EXIT_FAILED

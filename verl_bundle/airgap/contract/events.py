@@ -30,6 +30,7 @@ class EventLog:
     def __init__(self, path: str | None = None) -> None:
         self.events: list[Event] = []
         self._fh: IO[str] | None = None
+        self.path = path
         if path:
             self._fh = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
 
@@ -38,8 +39,11 @@ class EventLog:
         doc.update(fields)
         self.events.append(doc)
         if self._fh is not None:
-            self._fh.write(json.dumps(doc, sort_keys=False) + "\n")
-            self._fh.flush()
+            try:
+                self._fh.write(json.dumps(doc, sort_keys=False) + "\n")
+                self._fh.flush()
+            except OSError as exc:  # a full disk: the caller says where, in one line
+                raise OSError(exc.errno, exc.strerror, self.path) from exc
         return doc
 
     def close(self) -> None:

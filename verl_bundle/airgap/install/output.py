@@ -6,6 +6,7 @@ Until the prefix exists nothing may be written outside it, so the lines of the f
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from typing import IO
@@ -35,10 +36,23 @@ class Output:
         except (OSError, ValueError):
             pass  # a closed terminal must not stop an install
         if self._log is not None:
-            self._log.write(text + "\n")
-            self._log.flush()
+            try:
+                self._log.write(text + "\n")
+                self._log.flush()
+            except OSError as exc:  # a full disk under --log must not stop the install
+                self._lost(exc)
         else:
             self._pending.append(text)
+
+    def _lost(self, exc: OSError) -> None:
+        """The log can no longer be written: say so once, in one line, and go on without it."""
+        log, self._log = self._log, None
+        with contextlib.suppress(OSError):
+            if log is not None:
+                log.close()
+        why = exc.strerror or str(exc)
+        self.err(f"the log {self.log_path} can no longer be written ({why}); going on without it")
+        self.log_path = None
 
     def open_log(self, path: str) -> bool:
         """Start writing the log at `path` (with everything said so far). False when it cannot
@@ -51,10 +65,14 @@ class Output:
         except OSError:
             return False
         self.log_path = path
-        for line in self._pending:
-            self._log.write(line + "\n")
-        self._log.flush()
-        self._pending = []
+        pending, self._pending = self._pending, []
+        try:
+            for line in pending:
+                self._log.write(line + "\n")
+            self._log.flush()
+        except OSError as exc:
+            self._lost(exc)
+            return False
         return True
 
     def close(self) -> None:
