@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_server_program import STANDALONE
 
 from verl_bundle.airgap.contract import manifest as mf
 from verl_bundle.bundle.plan import _airgap_entries
@@ -291,13 +292,18 @@ def test_each_server_module_imports_alone_on_python38(tmp_path: Path) -> None:
     assert "verl_bundle.airgap.contract.manifest_read" in modules and len(modules) > 30
     failed = {}
     for module in modules:
+        # A standalone script (run by path, its siblings on PYTHONPATH) is imported as it runs:
+        # with its own directory on the path too, after the script's own place.
+        rel = "/".join(module.split(".")[2:]) + ".py"
+        own = str(lib.joinpath(*module.split(".")[:-1])) if rel in STANDALONE else ""
+        path = f"sys.path.append({own!r}); " if own else ""
         proc = subprocess.run(
             [
                 str(PY38),
                 "-I",
                 "-B",
                 "-c",
-                f"import sys; sys.path.insert(0, {str(lib)!r}); import {module}",
+                f"import sys; sys.path.insert(0, {str(lib)!r}); {path}import {module}",
             ],
             capture_output=True,
             text=True,

@@ -281,6 +281,59 @@ def test_two_nodes_install_offline_and_gather_their_results(
 
 
 @pytest.mark.slow
+def test_a_package_removed_on_one_node_is_named_and_repaired(
+    slurm: Slurm,
+    built_bundle: tuple[Path, Path, dict[str, object]],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Installed on both nodes; pylatexenc uninstalled on n2 afterwards: the next job fails and
+    the fleet report names n2, the package and --repair (the live fingerprint); a job written
+    with --repair reinstalls it there and the nodes agree again."""
+    netns_prefix()
+    gather = tmp_path / "results"
+
+    def job(*extra: str) -> subprocess.CompletedProcess[str]:
+        out = tmp_path / "install.sbatch"
+        r = run(
+            [
+                *("slurm", "install", str(built_bundle[0]), "--nodes", "2"),
+                *("--prefix", str(tmp_path / "prefix-%n"), "--gather", str(gather)),
+                *("--no-network", "--python", python310(), "-o", str(out), *extra),
+            ],
+            capsys,
+        )
+        assert r.code == 0, r.err
+        return submit(slurm, out, tmp_path)
+
+    first = job()
+    assert first.returncode == 0, first.stdout + first.stderr
+    n2 = tmp_path / "prefix-n2"
+    pip = [*netns_prefix(), str(n2 / "bin" / "python"), "-m", "pip", "uninstall", "-y"]
+    gone = subprocess.run([*pip, "pylatexenc"], capture_output=True, text=True, check=False)
+    assert gone.returncode == 0, gone.stderr
+
+    # A plain rerun trusts its finished phases: n2 fails, and the report says what and how.
+    rerun = job()
+    assert rerun.returncode != 0, rerun.stdout
+    report = run(["fleet", "report", str(gather), "--json"], capsys)
+    assert report.code == 1, report.out
+    result = json.loads(report.out)["result"]
+    named = [p for p in result["problems"] if p["node"] == "n2"]
+    assert named and all(p["node"] != "n1" for p in result["problems"]), result["problems"]
+    assert any("pylatexenc" in p["what"] for p in named), named
+    assert any("--repair" in p["fix"] for p in named), named
+
+    repaired = job("--repair")
+    log = "\n".join(p.read_text(errors="replace") for p in gather.glob("*.log"))
+    assert repaired.returncode == 0, repaired.stdout + repaired.stderr + log
+    assert "REPAIR=1" in (tmp_path / "install.sbatch").read_text()
+    assert list((n2 / "lib").glob("python3*/site-packages/pylatexenc-*.dist-info"))
+    report = run(["fleet", "report", str(gather)], capsys)
+    assert report.code == 0 and report.last_line == "fleet: 2 node(s) agree", report.out
+
+
+@pytest.mark.slow
 def test_two_nodes_install_from_one_served_copy(
     slurm: Slurm,
     built_bundle: tuple[Path, Path, dict[str, object]],

@@ -164,6 +164,15 @@ def slurm_install_cmd(
     ] = "",
     from_url: FromUrl = "",
     bundle_sha256: BundleSha256 = "",
+    repair: Annotated[
+        bool,
+        typer.Option(
+            "--repair",
+            help="Each node runs install.sh --repair: reinstall, offline, exactly the "
+            "distributions whose files or versions differ from the bundle (what `fleet report` "
+            "names after a package was removed or a file deleted on a node).",
+        ),
+    ] = False,
     output: Written = Path("verl-bundle-install.sbatch"),
 ) -> None:
     """Write an sbatch script that copies the tarball onto every node (sbcast --compress, read
@@ -186,6 +195,7 @@ def slurm_install_cmd(
         python,
         from_url,
         bundle_sha256,
+        repair,
     )
     typer.echo(write_install(req).submit)
 
