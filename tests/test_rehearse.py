@@ -105,7 +105,9 @@ def start_ray(prefix: list[str], where: Path) -> subprocess.CompletedProcess[str
     short = tempfile.mkdtemp(prefix="vbr-t", dir="/tmp")  # Ray's socket paths must be short
     marker = f"verl-bundle-test-{os.getpid()}-{short}"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_", "RAY_"))}
-    env.update(RAY_TMPDIR=short, RAY_USAGE_STATS_ENABLED="0", TEST_MARKER=marker)
+    # HOME too: Ray 2.60's ray.init() writes ~/.ray/auth_token, and a later `ray start` of
+    # another cluster on this host then fails with InvalidAuthToken (test_slurm_ray did).
+    env.update(RAY_TMPDIR=short, RAY_USAGE_STATS_ENABLED="0", TEST_MARKER=marker, HOME=str(where))
     code = (
         "import ray; ray.init(num_cpus=1, include_dashboard=False); "
         "print('got', ray.get(ray.remote(lambda: 41 + 1).remote())); ray.shutdown()"
