@@ -41,26 +41,27 @@ def full_tmpfs(where: Path) -> tuple[str, ...]:
     return ("unshare", "-m", "sh", "-c", mount, str(where))
 
 
+def install_beside_a_full_disk(
+    bundle: Path, home: Path, tmp_path: Path, *args: str
+) -> subprocess.CompletedProcess[str]:
+    """install.sh (offline, Python 3.10) into tmp_path/v with a full tmpfs at tmp_path/full."""
+    cmd = [
+        *full_tmpfs(tmp_path / "full"),
+        *netns_prefix(),
+        str(bundle / "install.sh"),
+        *("--prefix", str(tmp_path / "v"), "--python", python310(), "--yes", *args),
+    ]
+    env = clean_environ(home)
+    env["HOME"] = str(home)
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=home, timeout=600)
+
+
 def test_a_log_on_a_full_disk_is_given_up_in_one_line(
     bundle: Path, home: Path, tmp_path: Path
 ) -> None:
     full = tmp_path / "full"
     log = full / "install.log"
-    cmd = [
-        *full_tmpfs(full),
-        *netns_prefix(),
-        str(bundle / "install.sh"),
-        "--prefix",
-        str(tmp_path / "v"),
-        "--python",
-        python310(),
-        "--yes",
-        "--log",
-        str(log),
-    ]
-    env = clean_environ(home)
-    env["HOME"] = str(home)
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=home, timeout=600)
+    proc = install_beside_a_full_disk(bundle, home, tmp_path, "--log", str(log))
     said = proc.stdout + proc.stderr
     assert "Traceback" not in said, said
     lost = [line for line in proc.stderr.splitlines() if "can no longer be written" in line]
@@ -78,21 +79,7 @@ def test_events_on_a_full_disk_end_the_install_in_one_line(
 ) -> None:
     full = tmp_path / "full"
     events = full / "events.jsonl"
-    cmd = [
-        *full_tmpfs(full),
-        *netns_prefix(),
-        str(bundle / "install.sh"),
-        "--prefix",
-        str(tmp_path / "v"),
-        "--python",
-        python310(),
-        "--yes",
-        "--events",
-        str(events),
-    ]
-    env = clean_environ(home)
-    env["HOME"] = str(home)
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=home, timeout=600)
+    proc = install_beside_a_full_disk(bundle, home, tmp_path, "--events", str(events))
     assert "Traceback" not in proc.stdout + proc.stderr, proc.stderr
     assert proc.returncode == EXIT_FAILED, proc.stdout + proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (
