@@ -663,3 +663,94 @@ def test_an_error_a_ray_task_wraps_is_reported_as_its_own() -> None:
     inner = ValueError("Total available GPUs 0 is less than total desired GPUs 1")
     got = dryrun_hooks.error_fields(RayTaskError(inner))
     assert (got["type"], got["error"], got["via"]) == ("ValueError", str(inner), "RayTaskError")
+
+
+@pytest.mark.parametrize(
+    ("verl", "quick", "deep"),
+    [("0.3.0.post1", False, True), ("0.3.0.post1", True, False), ("0.2.0.post2", False, False)],
+)
+def test_install_sh_starts_the_trainer_unless_quick(
+    tmp_path: Path, verl: str, quick: bool, deep: bool
+) -> None:
+    """install.sh's post-install runs the dry run (postinstall --deep) for every verl release
+    with a recipe; --quick leaves it out; a release without one (0.2) never asks for it."""
+    from verl_bundle.airgap.contract.events import EventLog
+    from verl_bundle.airgap.contract.manifest import load
+    from verl_bundle.airgap.install.options import Options
+    from verl_bundle.airgap.install.output import Output
+    from verl_bundle.airgap.install.steps import Installer
+
+    where = bundle(tmp_path, {"torch": "2.5.1", "verl": verl})
+    opts = Options(bundle=str(where), prefix=str(tmp_path / "venv"), quick=quick)
+    inst = Installer(opts, load(str(where)), Output(), EventLog())
+    argv = inst.postinstall_command([], str(tmp_path / "checks.json")).argv
+    assert ("--deep" in argv) is deep
+    assert argv[argv.index("postinstall") :][:3] == ("postinstall", "--bundle", str(where))
+
+
+def test_quick_says_the_trainers_start_is_not_proven(tmp_path: Path) -> None:
+    """--quick: post-install's findings gain an untested check, so the verdict is never a bare
+    "ready": it names the trainer's start, why it is not proven and how to prove it."""
+    from verl_bundle.airgap.checks import Check
+    from verl_bundle.airgap.contract.events import EventLog
+    from verl_bundle.airgap.contract.manifest import load
+    from verl_bundle.airgap.install.options import Options
+    from verl_bundle.airgap.install.output import Output
+    from verl_bundle.airgap.install.steps import Installer
+    from verl_bundle.airgap.postinstall.run import Findings
+
+    where = bundle(tmp_path, {"verl": "0.4.1"})
+    opts = Options(bundle=str(where), prefix=str(tmp_path / "venv"), quick=True)
+    inst = Installer(opts, load(str(where)), Output(), EventLog())
+    ready = Findings((Check("v", "ok", "ok"),), (Check("import:main_ppo", "ok", "ok"),), "PPO")
+    assert ready.verdict.state == "ready"
+    found = inst.left_out(ready)
+    assert found.verdict.state == "ready-cpu"
+    assert found.verdict.code == 0
+    assert found.verdict.line == (
+        "ready to train on the CPU side (PPO); not proven here: the trainer's start "
+        "(left out by --quick)"
+    )
+    left = found.readiness[-1]
+    assert "readiness --bundle" in left.fix and left.fix.endswith("--deep")
+
+
+def test_the_verdict_says_why_each_untested_check_is_not_proven() -> None:
+    """Untested checks are grouped by their reason (their detail), in order; one without a
+    reason needs a GPU."""
+    from verl_bundle.airgap.checks import Check
+
+    v = verdict(
+        installed=[Check("v", "ok", "ok")],
+        readiness=[
+            Check("import:r", "untested", "GPU only", subject="r"),
+            Check("dryrun", "untested", "left out", detail="left out by --quick", subject="s"),
+            Check("dryrun:step", "untested", "GPU only", subject="one PPO step"),
+        ],
+        purpose="PPO",
+    )
+    assert v.line == (
+        "ready to train on the CPU side (PPO); not proven here: r, one PPO step (needs a GPU: "
+        "--require-gpu on a GPU server); s (left out by --quick)"
+    )
+
+
+@pytest.mark.slow
+def test_postinstall_deep_runs_the_dry_run_install_sh_asks_for(
+    stack: tuple[Path, Path, Path, Path],
+) -> None:
+    """The command install.sh runs after the phases (postinstall --deep) starts verl's
+    trainer: the dry run's checks are among post-install's findings, and the verdict names
+    the step a GPU would prove."""
+    py, where, model, data = stack
+    environ = clean_environ(where.parent)
+    environ.update(PYTHONPATH=str(ROOT))
+    cmd = [str(py), "-m", "verl_bundle.airgap", "postinstall", "--bundle", str(where)]
+    cmd += ["--deep", "--model", str(model), "--data", str(data), "--json"]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=environ, timeout=600)
+    doc = json.loads(out.stdout)
+    found = {c["id"]: c["status"] for c in doc["result"]["readiness"]}
+    assert found["dryrun:workers"] == "ok", out.stdout
+    assert found["dryrun:step"] == "untested"
+    assert (out.returncode, doc["verdict"]["state"]) == (0, "ready-cpu"), doc["verdict"]
+    assert "one PPO step" in doc["verdict"]["line"]

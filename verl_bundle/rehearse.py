@@ -254,6 +254,8 @@ def _rehearse(
     events = work / "install-events.jsonl"
     args = [*command, "--prefix", str(work / "venv")]
     args += ["--yes", "--skip-doctor", "--events", str(events)]
+    # The dry run follows install.sh as a step of its own (dry_run below), not inside it.
+    args += ["--quick"] if has_dry_run(manifest) else []
     for phase in skipped:
         args += ["--skip-phase", phase]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
@@ -305,8 +307,7 @@ def has_dry_run(manifest: Manifest) -> bool:
     """The bundle's verl has a trainer dry run (dryrun.json: verl 0.3 and later)."""
     from verl_bundle.airgap.postinstall import dryrun
 
-    verl = next((f.version for f in manifest.installed if f.name == "verl"), None)
-    return dryrun.row_for(verl, dryrun.load_table()) is not None
+    return dryrun.has_recipe(manifest)
 
 
 def dry_run(cut: list[str], root: Path, work: Path, installed: Verdict) -> tuple[Step, Verdict]:

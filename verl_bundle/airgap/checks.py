@@ -111,6 +111,9 @@ _STATE_OF_CODE = {
 }
 
 
+NEEDS_GPU = "needs a GPU: --require-gpu on a GPU server"
+
+
 def _first(found: Sequence[Check]) -> str:
     c = found[0]
     more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
@@ -160,14 +163,21 @@ def verdict(
             "installed",
             "installed and checked; this bundle has no verl, so there is no trainer to prove",
         )
-    untested = [c.about for c in readiness or () if c.status == "untested"]
+    # Untested, grouped by why: a check's detail says it (e.g. "left out by --quick"); without
+    # one, it could not be exercised on this machine because it needs a GPU.
+    why_untested: dict[str, list[str]] = {}
+    for c in readiness or ():
+        if c.status == "untested":
+            why_untested.setdefault(c.detail or NEEDS_GPU, []).append(c.about)
     what = purpose or "the bundle's trainer"
-    if untested:
+    if why_untested:
+        said = "; ".join(
+            f"{', '.join(dict.fromkeys(names))} ({why})" for why, names in why_untested.items()
+        )
         return Verdict(
             EXIT_OK,
             "ready-cpu",
-            f"ready to train on the CPU side ({what}); not proven here: "
-            f"{', '.join(dict.fromkeys(untested))} (needs a GPU: --require-gpu on a GPU server)",
+            f"ready to train on the CPU side ({what}); not proven here: {said}",
         )
     return Verdict(EXIT_OK, "ready", f"ready to train: {what}")
 

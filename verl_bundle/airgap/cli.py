@@ -461,6 +461,7 @@ def add_install_options(p: Parser) -> None:
     p.add_argument("--require-gpu", action="store_true")
     p.add_argument("--skip-phase", action="append", default=[], metavar="NAME")
     p.add_argument("--repair", action="store_true")
+    p.add_argument("--quick", action="store_true")
     p.add_argument("--image", metavar="FILE")
     p.add_argument("--yes", "-y", action="store_true")
     p.add_argument("--log", metavar="FILE")

@@ -30,6 +30,7 @@ class Options:
     base: str | None = None  # a delta's base: the old bundle's directory or its wheels
     repair: bool = False  # reinstall the distributions whose files or versions differ
     image: str | None = None  # pack the installed prefix into this squashfs image
+    quick: bool = False  # leave out the trainer dry run (post-install's imports and config only)
 
     @property
     def target(self) -> str:
@@ -92,6 +93,7 @@ def options(args: argparse.Namespace, m: Manifest | None) -> Options:
         base=os.path.abspath(args.base) if args.base else None,
         repair=args.repair,
         image=args.image,
+        quick=args.quick,
     )
 
 
@@ -111,8 +113,10 @@ Steps: (1) check every file against SHA256SUMS and the manifest; (2) check the P
 version; (3) run the doctor (stops on failures, prints the fixes); (4) create the venv and
 bring pip (and uv, where it runs) from bootstrap/; (5) install the phases in order: {phases};
 (6) post-install checks (versions, imports, torch version and CUDA, C++ ABI, GPU when
-present) and readiness (verl's trainer modules import, its config composes); (7) say how to
-activate. The last line is the verdict: ready to train, or why not. A second run after a
+present) and readiness (verl's trainer modules import, its config composes), then the trainer
+dry run: verl's own PPO entry started offline on a tiny model and dataset made here (or the
+asset bundle installed for this prefix), up to the GPU boundary on a server without a GPU and
+one PPO step where one is visible; (7) say how to activate. The last line is the verdict: ready to train, or why not. A second run after a
 failure, Ctrl-C or kill continues where it stopped; a newer bundle run on the same prefix
 installs what changed.
 
@@ -137,6 +141,11 @@ Options:
                     differ from the bundle (or that are missing); the rest is left as it is.
                     A plain rerun trusts the phases it finished: after a package was removed
                     or a file deleted from the venv, --repair is what brings it back
+  --quick           leave out the trainer dry run (minutes on a small server): post-install
+                    then proves imports and the config only, and the verdict says the
+                    trainer's start is not proven here. Prove it later with the venv's python:
+                    PYTHONPATH=BUNDLE/lib PREFIX/bin/python -m verl_bundle.airgap readiness
+                    --bundle BUNDLE --deep [--model DIR --data FILE]
   --image FILE      after the install, compile every module to bytecode (all cores) and
                     pack the prefix into one read-only squashfs image FILE (mksquashfs, from
                     squashfs-tools), with FILE.sha256 beside it, for a shared filesystem:

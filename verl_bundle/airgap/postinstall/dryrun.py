@@ -84,6 +84,16 @@ def row_for(verl: str | None, table: dict[str, Any]) -> dict[str, Any] | None:
     return next((r for r in table["verl"] if verl and _in_range(verl, r)), None)
 
 
+def verl_of(manifest: Any) -> str | None:
+    """The bundle's verl release (None when it carries no verl)."""
+    return next((f.version for f in manifest.installed if f.name == "verl"), None)
+
+
+def has_recipe(manifest: Any) -> bool:
+    """The bundle's verl has a trainer dry run (dryrun.json: verl 0.3 and later)."""
+    return row_for(verl_of(manifest), load_table()) is not None
+
+
 def installed_assets(python: str) -> tuple[str, str] | None:
     """(model dir, train file) of the asset bundle placed for the environment of `python`
     (assets install --prefix, its index); None when there is none, or it has no model and

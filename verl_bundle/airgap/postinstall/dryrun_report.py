@@ -188,6 +188,19 @@ def _step(run: DryRun, clean: bool, boundary: bool) -> Check:
     return Check("dryrun:step", "ok", f"one PPO step in {secs}{mem}", subject=SUBJECT)
 
 
+def left_out(how: str, prove: str) -> Check:
+    """The dry run was left out on request (`how`, e.g. "--quick"): the trainer's start is
+    not proven, which the verdict says (its detail is why), never a bare "ready"."""
+    return Check(
+        "dryrun",
+        "untested",
+        f"verl's trainer was not started: the dry run was left out ({how})",
+        detail=f"left out by {how}",
+        fix=prove,
+        subject="the trainer's start",
+    )
+
+
 def unavailable(why: str) -> Check:
     """The dry run did not run: no recipe for this release, or readiness failed before it."""
     return Check("dryrun", "skip", f"trainer dry run not run: {why}", subject=SUBJECT)
