@@ -215,7 +215,7 @@ def readiness(venv_python: Path, bundle: Path) -> str:
     for c in result["checks"]:
         print(f"  {c['status']:<8} {c['id']}: {c['summary']}")
     failed = next((c for c in result["checks"] if c["status"] == "fail"), None)
-    cause = f" (cause: {failed['cause']})" if failed else ""
+    cause = f" (cause: {failed['detail']})" if failed and failed.get("detail") else ""
     return str(result["headline"]) + cause
 
 
