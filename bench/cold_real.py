@@ -65,16 +65,32 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--before", type=Path, default=None, help="a checkout of older code")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
-    tag = "cp" + args.python.replace(".", "")
-    lock = ROOT / "profiles" / "locks" / f"pylock.{args.profile}-{tag}.toml"
+    try:
+        report, runs = measure(args.profile, args.python, args.runs, args.workdir, args.before)
+    except harness.BenchError as exc:
+        print(f"bench: {exc}", file=sys.stderr)
+        return 1
+    harness.emit(report, args.json)
+    if not args.json:
+        print(json.dumps({"runs": runs}))
+    return 0
+
+
+def measure(
+    profile: str, python: str, runs: int, workdir: Path, before: Path | None = None
+) -> tuple[Report, list[list[float]]]:
+    """The cold build of `profile`'s committed lock against the curls and pip download, `runs`
+    times each in ABBA order; the report and every sample. BenchError when one failed."""
+    tag = "cp" + python.replace(".", "")
+    lock = ROOT / "profiles" / "locks" / f"pylock.{profile}-{tag}.toml"
     files = locked_files(lock)
-    work = harness.fresh(args.workdir)
+    work = harness.fresh(workdir)
     log = work / "commands.log"
     cache, uv_cache, out, dest = work / "cache", work / "uv-cache", work / "out", work / "dl"
     env = harness.clean_env(UV_CACHE_DIR=str(uv_cache), XDG_CACHE_HOME=str(work / "xdg"))
     build = [
-        *(sys.executable, "-m", "verl_bundle", "build", "--profile", args.profile),
-        *("--python", args.python, "--lock", str(lock), "--compile", "never"),
+        *(sys.executable, "-m", "verl_bundle", "build", "--profile", profile),
+        *("--python", python, "--lock", str(lock), "--compile", "never"),
         *("--cache-dir", str(cache), "-o", str(out)),
     ]
     urls = work / "urls.txt"  # largest first, as ours starts them
@@ -116,11 +132,11 @@ def main(argv: list[str] | None = None) -> int:
             cleanup=lambda: fetched("pip"),
         ),
     ]
-    if args.before is not None:
-        before_env = dict(env, PYTHONPATH=str(args.before.resolve()))
+    if before is not None:
+        before_env = dict(env, PYTHONPATH=str(before.resolve()))
         contenders.append(
             Contender(
-                f"build --lock (cold), code in {args.before}",
+                f"build --lock (cold), code in {before}",
                 harness.show(build, before_env),
                 # From the work directory: `-m` puts the current one first on the path.
                 lambda: harness.run(build, log, before_env, work),
@@ -129,10 +145,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
     try:
-        harness.interleave(contenders, args.runs, sys.stderr)
-    except harness.BenchError as exc:
-        print(f"bench: {exc}", file=sys.stderr)
-        return 1
+        harness.interleave(contenders, runs, sys.stderr)
     finally:
         clean()
     results = harness.measured(contenders)
@@ -140,15 +153,15 @@ def main(argv: list[str] | None = None) -> int:
         harness.ratio("ratio build/8 parallel curls", results[0], results[1], TARGET_CURL),
         harness.ratio("ratio build/pip download", results[0], results[2], TARGET_PIP),
     ]
-    if args.before is not None:
+    if before is not None:
         comparisons.append(harness.ratio("ratio build/build before", results[0], results[3], None))
         comparisons.append(harness.ratio("ratio before/pip download", results[3], results[2], None))
     total = sum(f["size"] for f in files)
     report = Report(
         bench="cold_real",
-        title=f"cold build of the real {args.profile} stack vs 8 curls and pip download",
+        title=f"cold build of the real {profile} stack vs 8 curls and pip download",
         setup=f"{len(files)} files, {total / 1e9:.2f} GB, from the real index ({lock.name})",
-        runs=args.runs,
+        runs=runs,
         measured=results,
         comparisons=tuple(comparisons),
         notes=(
@@ -158,11 +171,8 @@ def main(argv: list[str] | None = None) -> int:
             "without building its metadata)",
         ),
     )
-    harness.emit(report, args.json)
-    if not args.json:
-        print(json.dumps({"runs": [m.samples for m in results]}))
     shutil.rmtree(work, ignore_errors=True)
-    return 0
+    return report, [list(m.samples) for m in results]
 
 
 if __name__ == "__main__":
