@@ -288,11 +288,6 @@ def main(argv: list[str] | None = None) -> int:
     reports: list[Report] = []
     work = harness.fresh(args.workdir)
     try:
-        if "cold" in rows:
-            print("== cold build", file=sys.stderr, flush=True)
-            reports.append(
-                cold_real.measure(args.profile, args.python, args.runs, work / "cold")[0]
-            )
         if rows & {"warm", "verify", "install"}:
             print("== warm rebuild", file=sys.stderr, flush=True)
             warm, tarball = warm_rows(args.profile, args.python, lock, work / "warm", args.runs)
@@ -305,6 +300,12 @@ def main(argv: list[str] | None = None) -> int:
             if "install" in rows:
                 print("== install", file=sys.stderr, flush=True)
                 reports.append(install_rows(tarball, python, skip, work / "install", args.runs))
+            harness.remove(work / "warm", work / "install")
+        if "cold" in rows:  # last: the new rows fail early, if they fail
+            print("== cold build", file=sys.stderr, flush=True)
+            reports.append(
+                cold_real.measure(args.profile, args.python, args.runs, work / "cold")[0]
+            )
     except harness.BenchError as exc:
         print(f"bench: {exc}", file=sys.stderr)
         return 1
