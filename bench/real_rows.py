@@ -69,6 +69,7 @@ def build_cmd(profile: str, python: str, lock: Path, cache: Path, out: Path) -> 
 def warm_rows(profile: str, python: str, lock: Path, work: Path, runs: int) -> tuple[Report, Path]:
     """Build once from the network into work/cache (untimed), then the warm rebuild with the
     lock against tar cf of the same cached files; the report and the tarball it kept."""
+    work.mkdir(parents=True, exist_ok=True)
     log, cache, out = work / "commands.log", work / "cache", work / "out"
     env = harness.clean_env(UV_CACHE_DIR=str(work / "uv-cache"), XDG_CACHE_HOME=str(work / "x"))
     print("  building once into the cache (untimed) ...", file=sys.stderr, flush=True)
@@ -155,6 +156,7 @@ def verify_rows(tarball: Path, work: Path, runs: int) -> Report:
 
 def install_rows(tarball: Path, python: str, skip: list[str], work: Path, runs: int) -> Report:
     """install.sh against uv on the extracted bundle, and its checks against their floor."""
+    work.mkdir(parents=True, exist_ok=True)
     log = work / "commands.log"
     print("  extracting the bundle (untimed) ...", file=sys.stderr, flush=True)
     with tarfile.open(tarball) as tf:
