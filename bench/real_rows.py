@@ -66,15 +66,21 @@ def build_cmd(profile: str, python: str, lock: Path, cache: Path, out: Path) -> 
     ]
 
 
-def warm_rows(profile: str, python: str, lock: Path, work: Path, runs: int) -> tuple[Report, Path]:
-    """Build once from the network into work/cache (untimed), then the warm rebuild with the
-    lock against tar cf of the same cached files; the report and the tarball it kept."""
+def build_once(profile: str, python: str, lock: Path, work: Path) -> Path:
+    """Build once from the network into work/cache (untimed); the tarball."""
     work.mkdir(parents=True, exist_ok=True)
-    log, cache, out = work / "commands.log", work / "cache", work / "out"
     env = harness.clean_env(UV_CACHE_DIR=str(work / "uv-cache"), XDG_CACHE_HOME=str(work / "x"))
     print("  building once into the cache (untimed) ...", file=sys.stderr, flush=True)
-    harness.run(build_cmd(profile, python, lock, cache, work / "first"), log, env)
-    tarball = next((work / "first").glob("*.tar"))
+    cmd = build_cmd(profile, python, lock, work / "cache", work / "first")
+    harness.run(cmd, work / "commands.log", env)
+    return next((work / "first").glob("*.tar"))
+
+
+def warm_rows(profile: str, python: str, lock: Path, work: Path, runs: int) -> Report:
+    """The warm rebuild with the lock (the cache build_once filled) against tar cf of the same
+    cached files."""
+    log, cache, out = work / "commands.log", work / "cache", work / "out"
+    env = harness.clean_env(UV_CACHE_DIR=str(work / "uv-cache"), XDG_CACHE_HOME=str(work / "x"))
     ours = build_cmd(profile, python, lock, cache, out)
     files = cache / "sha256"
     tar = ["tar", "cf", str(out / "all.tar"), "-C", str(files), "."]
@@ -119,7 +125,7 @@ def warm_rows(profile: str, python: str, lock: Path, work: Path, runs: int) -> t
             "ours checks every cached file against the lock's sha256 while the kernel copies "
             "it into the bundle, writes the manifest and SHA256SUMS, and the tarball's .sha256",
         ),
-    ), tarball
+    )
 
 
 def verify_rows(tarball: Path, work: Path, runs: int) -> Report:
@@ -291,10 +297,10 @@ def main(argv: list[str] | None = None) -> int:
     work = harness.fresh(args.workdir)
     try:
         if rows & {"warm", "verify", "install"}:
-            print("== warm rebuild", file=sys.stderr, flush=True)
-            warm, tarball = warm_rows(args.profile, args.python, lock, work / "warm", args.runs)
+            tarball = build_once(args.profile, args.python, lock, work / "warm")
             if "warm" in rows:
-                reports.append(warm)
+                print("== warm rebuild", file=sys.stderr, flush=True)
+                reports.append(warm_rows(args.profile, args.python, lock, work / "warm", args.runs))
             if "verify" in rows:
                 print("== verify", file=sys.stderr, flush=True)
                 reports.append(verify_rows(tarball, work / "warm", args.runs))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -246,6 +247,47 @@ def fake_verl_03() -> dict[str, str]:
     ) | {"verl/utils/__init__.py": "from .tokenizer import hf_tokenizer\n"}
 
 
+# transformers as the model step meets it on a host without a GPU (4.49's and 5.9's checks
+# in _check_and_enable_flash_attn_2 / _flash_attn_import_error, same words): flash-attn
+# missing is an ImportError; installed but no GPU, "... is not available on CPU".
+FAKE_TRANSFORMERS = """
+import importlib.util, json, os
+
+PREFACE = 'FlashAttention2 has been toggled on, but it cannot be used due to the following error:'
+
+
+class AutoConfig:
+    @staticmethod
+    def from_pretrained(path):
+        with open(os.path.join(path, 'config.json')) as fh:
+            return json.load(fh)
+
+
+class AutoModelForCausalLM:
+    @staticmethod
+    def from_config(config, attn_implementation=None):
+        if config.get('model_type') != 'qwen2':
+            raise ValueError(f"The checkpoint you are trying to load has model type "
+                             f"`{config.get('model_type')}` but Transformers does not recognize "
+                             f"this architecture.")
+        if attn_implementation == 'flash_attention_2':
+            if os.environ.get('FAKE_NO_FLASH_ATTN') or importlib.util.find_spec('flash_attn') is None:
+                raise ImportError(f'{PREFACE} the package flash_attn seems to be not installed.')
+            raise ValueError(f'{PREFACE} Flash Attention 2 is not available on CPU. Please make '
+                             f'sure torch can access a CUDA device.')
+        return object()
+"""
+
+
+def fake_torch_meta() -> dict[str, str]:
+    """The fake torch, with `torch.device(...)` as a context manager (the meta device)."""
+    files = fake_torch("2.5.1", device_mesh=True)
+    files["torch/__init__.py"] += (
+        "import contextlib\ndef device(name):\n    return contextlib.nullcontext()\n"
+    )
+    return files
+
+
 def link_pyarrow(py: Path) -> None:
     """This test environment's real pyarrow, linked into the venv (the fake RLHFDataset and
     the wrapper's row count read the parquet with it)."""
@@ -267,9 +309,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path, P
     py = make_env(
         root,
         [
-            wheel(w, "torch", "2.5.1", fake_torch("2.5.1", device_mesh=True)),
+            wheel(w, "torch", "2.5.1", fake_torch_meta()),
             wheel(w, "vllm", "0.7.3", {"vllm/__init__.py": "LLM = object\n"}),
             wheel(w, "ray", "2.40.0", {"ray/__init__.py": FAKE_RAY}),
+            wheel(w, "transformers", "4.49.0", {"transformers/__init__.py": FAKE_TRANSFORMERS}),
+            wheel(w, "flash-attn", "2.7.3", {"flash_attn/__init__.py": "__version__ = '2.7.3'\n"}),
             wheel(w, "verl", "0.3.0.post1", fake_verl_03()),
         ],
     )
@@ -326,6 +370,7 @@ def test_a_trainer_that_reaches_the_gpu_boundary_is_ready_on_the_cpu_side(
         "dryrun:dataset": "ok",
         "dryrun:ray": "ok",
         "dryrun:workers": "ok",
+        "dryrun:model": "ok",
         "dryrun:step": "untested",
     }
     checks = {c["id"]: c for c in doc["result"]["checks"]}
@@ -335,6 +380,9 @@ def test_a_trainer_that_reaches_the_gpu_boundary_is_ready_on_the_cpu_side(
         "Total available GPUs 0 is less than total desired GPUs 1"
         in (checks["dryrun:workers"]["summary"])
     )
+    # flash-attn is installed, so transformers refused only the CPU: the model was built.
+    assert "attn_implementation=flash_attention_2" in checks["dryrun:model"]["summary"]
+    assert "need a GPU" in checks["dryrun:model"]["summary"]
     # Never a bare "ready": the step a GPU would prove is named.
     assert doc["verdict"]["state"] == "ready-cpu"
     assert "one PPO step" in doc["verdict"]["line"]
@@ -754,3 +802,49 @@ def test_postinstall_deep_runs_the_dry_run_install_sh_asks_for(
     assert found["dryrun:step"] == "untested"
     assert (out.returncode, doc["verdict"]["state"]) == (0, "ready-cpu"), doc["verdict"]
     assert "one PPO step" in doc["verdict"]["line"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("env", "words", "fix"),
+    [
+        (
+            {"FAKE_NO_FLASH_ATTN": "1"},
+            "ImportError: FlashAttention2 has been toggled on",
+            "flash-attn phase",
+        ),
+        ({"FAKE_MODEL_TYPE": "qwen9"}, "does not recognize this architecture", "main_ppo"),
+    ],
+)
+def test_a_model_verls_workers_cannot_build_fails_at_the_model_step(
+    stack: tuple[Path, Path, Path, Path], env: dict[str, str], words: str, fix: str
+) -> None:
+    """On a host without a GPU, after the boundary, the model is built as verl's workers build
+    it: flash-attn missing for verl's default attention, or an architecture transformers does
+    not know, is "not ready" at the model step (not at the GPU node)."""
+    py, where, model, data = stack
+    own = model.parent / f"model-{len(env)}-{sorted(env)[0]}"
+    shutil.copytree(model, own, dirs_exist_ok=True)
+    config = json.loads((own / "config.json").read_text())
+    config["model_type"] = env.get("FAKE_MODEL_TYPE", "qwen2")
+    (own / "config.json").write_text(json.dumps(config))
+    out = deep((py, where, own, data), **{k: v for k, v in env.items() if k != "FAKE_MODEL_TYPE"})
+    assert out.returncode == 5, out.stdout + out.stderr
+    doc, status = statuses(out)
+    assert status["dryrun:workers"] == "ok"  # the GPU boundary was reached first
+    assert [k for k, v in status.items() if v == "fail"] == ["dryrun:model"]
+    check = next(c for c in doc["result"]["checks"] if c["id"] == "dryrun:model")
+    assert words in check["summary"]
+    assert fix in check["fix"]
+    assert doc["verdict"]["line"].startswith("not ready to train: trainer dry run: model built")
+
+
+def test_the_attention_is_verls_unless_an_override_sets_it() -> None:
+    """verl 0.9 reads override_config.attn_implementation; 0.3/0.4 fix flash_attention_2."""
+    table = dryrun.load_table()
+    v09, v03 = dryrun.row_for("0.9.1", table), dryrun.row_for("0.3.0.post1", table)
+    assert v09 is not None and v03 is not None
+    key = "actor_rollout_ref.model.override_config.attn_implementation"
+    assert dryrun._attention(v09, ()) == "flash_attention_2"
+    assert dryrun._attention(v09, (f"+{key}=sdpa",)) == "sdpa"
+    assert dryrun._attention(v03, (f"+{key}=sdpa",)) == "flash_attention_2"

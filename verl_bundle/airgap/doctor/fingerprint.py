@@ -181,9 +181,10 @@ def examine(prefix: str, deep: bool = False) -> Environment:
 # -- what the install left ----------------------------------------------------------------------
 
 
-def write(prefix: str) -> str:
-    """Record the environment at `prefix` as the install leaves it; return its fingerprint."""
-    env = examine(prefix)
+def write(prefix: str, env: Environment | None = None) -> str:
+    """Record the environment at `prefix` as the install leaves it (`env`: examined already,
+    while post-install ran); return its fingerprint."""
+    env = examine(prefix) if env is None else env
     state = Path(prefix) / FINGERPRINT
     state.parent.mkdir(parents=True, exist_ok=True)
     for path, text in (
@@ -196,10 +197,10 @@ def write(prefix: str) -> str:
     return env.fingerprint
 
 
-def record(prefix: str) -> str | None:
+def record(prefix: str, env: Environment | None = None) -> str | None:
     """`write`, for the installer's last step: None when the prefix is not writable."""
     try:
-        return write(prefix)
+        return write(prefix, env)
     except OSError:
         return None
 

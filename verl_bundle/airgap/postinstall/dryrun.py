@@ -142,6 +142,17 @@ def _cpus_key(row: dict[str, Any], verl: str) -> str | None:
     return str(given["key"])
 
 
+def _attention(row: dict[str, Any], overrides: Sequence[str]) -> str:
+    """The attention verl's workers load the model with: the release's own (dryrun.json), or
+    the value of an override of its config key where it has one."""
+    key = row.get("attn_key")
+    for o in overrides:
+        name, _, value = o.lstrip("+").partition("=")
+        if key and name.endswith(str(key)):
+            return value
+    return str(row.get("attn_implementation") or "eager")
+
+
 def _private_dir() -> str:
     """A short private directory: Ray's unix socket paths must stay under 108 bytes."""
     short = "/tmp"  # noqa: S108 - a private mkdtemp below it (mode 0700), for the short path
@@ -300,6 +311,10 @@ def run_dry(
             "gpus": max(request.gpus, 1),
             "nodes": 1,
             "extra": list(request.overrides),
+            # Where verl stops at the GPU boundary, the entry builds the model as verl's
+            # workers would, with verl's attention (or the override that sets it).
+            "boundary": table["boundary"]["match"],
+            "attn": _attention(row, request.overrides),
         }
         spec_path = os.path.join(work, "spec.json")
         with open(spec_path, "w", encoding="utf-8") as fh:

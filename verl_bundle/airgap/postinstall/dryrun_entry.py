@@ -9,7 +9,12 @@ worker). In order, each a step with JSON-line events in SPEC's `events` file:
   config   verl's own Hydra config, composed with the overrides that point it at them
   ray      ray.init, as verl's entry calls it (marked here, in the driver)
   then verl's own PPO entry (run_ppo(cfg), or main.__wrapped__(cfg)), whose tokenizer, dataset,
-  workers and step are marked by the hooks. The last event is `run/end`. Nothing of verl_bundle
+  workers and step are marked by the hooks.
+  model    where verl stopped at the GPU boundary (no GPU here): the model built as verl's
+           workers build it, with verl's attention (flash_attention_2 unless overridden), on
+           the meta device (no weights in memory), so a missing flash-attn or an architecture
+           transformers cannot build is found here, not on the GPU node.
+The last event is `run/end`. Nothing of verl_bundle
   is imported: the environment is seen exactly as the trainer sees it.
 """
 
@@ -204,7 +209,11 @@ def run(spec: dict[str, Any]) -> bool:
     except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt):
             raise
-        emit(events, step, "error", **error_fields(exc))
+        fields = error_fields(exc)
+        emit(events, step, "error", **fields)
+        if step == "entry" and spec.get("boundary") and spec["boundary"] in json.dumps(fields):
+            _shutdown_ray()
+            model_step(spec, model, events)
         emit(events, "run", "end", ok=False)
         return False
     finally:
@@ -212,6 +221,41 @@ def run(spec: dict[str, Any]) -> bool:
     emit(events, step, "done")
     emit(events, "run", "end", ok=True)
     return True
+
+
+# transformers' own words when flash-attn is installed but no GPU is visible (4.49: "Flash
+# Attention 2 is not available on CPU"; 5.x: "FlashAttention2 is not available on CPU").
+NOT_ON_CPU = "is not available on CPU"
+
+
+def model_step(spec: dict[str, Any], model: str, events: str) -> None:
+    """The model built as verl's workers build it (transformers' from_config with verl's
+    attention), on the meta device: its architecture and the attention's package are checked,
+    no weights are read. With flash-attn installed and no GPU, transformers refuses the CPU;
+    then the model is built with eager attention (the architecture still proven) and the event
+    says the attention needs a GPU."""
+    attn = str(spec.get("attn") or "eager")
+    emit(events, "model", "start", attn=attn)
+    started = time.monotonic()
+    try:
+        import torch
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        config = AutoConfig.from_pretrained(model)
+        gpu_only = False
+        with torch.device("meta"):
+            try:
+                AutoModelForCausalLM.from_config(config, attn_implementation=attn)  # type: ignore[no-untyped-call]
+            except (ImportError, ValueError) as exc:
+                if NOT_ON_CPU not in str(exc):
+                    raise
+                gpu_only = True
+                AutoModelForCausalLM.from_config(config, attn_implementation="eager")  # type: ignore[no-untyped-call]
+    except Exception as exc:
+        emit(events, "model", "error", **error_fields(exc))
+        return
+    seconds = time.monotonic() - started
+    emit(events, "model", "done", seconds=seconds, attn=attn, gpu_only=gpu_only)
 
 
 # Ray's raylet waits a fixed ~30 s for its agent process at start-up; a loaded host can miss it,

@@ -157,6 +157,9 @@ def checks(run: DryRun, table: dict[str, Any]) -> list[Check]:
                 )
             )
             continue
+        if step == "model":
+            out.append(_model(run, table, reached and failed is None, boundary is not None))
+            continue
         if step == "step":
             out.append(_step(run, reached and failed is None, boundary is not None))
             continue
@@ -168,6 +171,31 @@ def checks(run: DryRun, table: dict[str, Any]) -> list[Check]:
         else:
             out.append(Check(cid, "skip", f"{what[step]}: not reached", subject=SUBJECT))
     return out
+
+
+def _model(run: DryRun, table: dict[str, Any], clean: bool, boundary: bool) -> Check:
+    """The model built as verl's workers build it: by verl itself where a GPU ran the step,
+    by the entry after the GPU boundary where none is visible (dryrun_entry.model_step)."""
+    what = "model built as verl's workers build it"
+    ev = [e for e in run.events if e["step"] == "model"]
+    error = next((e for e in ev if e["event"] == "error"), None)
+    if error is not None:
+        cause, fix = explain(_line(error), "model", run.verl, False, table, run.cpus)
+        return Check("dryrun:model", "fail", f"{what}: {_line(error)}", cause, fix, SUBJECT)
+    done = next((e for e in ev if e["event"] == "done"), None)
+    if done is not None:
+        attn = done.get("attn", "?")
+        secs = f", {done['seconds']:.1f} s" if isinstance(done.get("seconds"), (int, float)) else ""
+        gpu = "; its flash-attn kernels need a GPU" if done.get("gpu_only") else ""
+        return Check(
+            "dryrun:model",
+            "ok",
+            f"{what} (attn_implementation={attn}, on the meta device{secs}){gpu}",
+            subject=SUBJECT,
+        )
+    if clean and not boundary and run.gpus > 0:
+        return Check("dryrun:model", "ok", f"{what}: verl's workers loaded it", subject=SUBJECT)
+    return Check("dryrun:model", "skip", f"{what}: not reached", subject=SUBJECT)
 
 
 def _step(run: DryRun, clean: bool, boundary: bool) -> Check:
