@@ -110,11 +110,12 @@ def warm_rows(profile: str, python: str, lock: Path, work: Path, runs: int) -> R
         c.cleanup()
     harness.interleave(contenders, runs, sys.stderr)
     m = harness.measured(contenders)
-    size = sum(f.stat().st_size for f in files.iterdir())
+    blobs = [f for f in files.rglob("*") if f.is_file()]
+    size = sum(f.stat().st_size for f in blobs)
     return Report(
         bench="real_warm",
         title=f"warm rebuild of the real {profile} stack vs tar cf",
-        setup=f"{len(list(files.iterdir()))} cached files, {size / 1e9:.2f} GB",
+        setup=f"{len(blobs)} cached files, {size / 1e9:.2f} GB",
         runs=runs,
         measured=m,
         comparisons=(
