@@ -848,3 +848,46 @@ def test_the_attention_is_verls_unless_an_override_sets_it() -> None:
     assert dryrun._attention(v09, ()) == "flash_attention_2"
     assert dryrun._attention(v09, (f"+{key}=sdpa",)) == "sdpa"
     assert dryrun._attention(v03, (f"+{key}=sdpa",)) == "flash_attention_2"
+
+
+@pytest.mark.slow
+def test_the_host_command_runs_the_dry_run_in_the_installed_environment(
+    stack: tuple[Path, Path, Path, Path],
+) -> None:
+    """`verl-bundle readiness --bundle DIR --python VENV_PY --deep` runs the server program's
+    readiness by that environment's python: the dry run's checks and the same verdict."""
+    py, where, model, data = stack
+    environ = clean_environ(where.parent)
+    cmd = [sys.executable, "-m", "verl_bundle", "readiness", "--bundle", str(where)]
+    cmd += ["--python", str(py), "--deep", "--model", str(model), "--data", str(data), "--json"]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=environ, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    doc, status = statuses(out)
+    assert status["dryrun:workers"] == "ok" and status["dryrun:step"] == "untested"
+    assert doc["verdict"]["state"] == "ready-cpu"
+    # Text: the verdict is the last line.
+    text = subprocess.run(cmd[:-1], capture_output=True, text=True, env=environ, timeout=600)
+    assert text.stdout.strip().splitlines()[-1] == doc["verdict"]["line"]
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--bundle", "{tmp}"], "no manifest.json there"),
+        (["--bundle", "{where}", "--model", "{tmp}"], "go with --deep"),
+        (["--bundle", "{where}", "--python", "/nowhere/python"], "no such file"),
+    ],
+)
+def test_the_host_command_says_bad_input_in_one_line(
+    tmp_path: Path, args: list[str], words: str
+) -> None:
+    (tmp_path / "b").mkdir()
+    where = bundle(tmp_path / "b", {"verl": "0.3.0.post1"})
+    given = [a.format(tmp=tmp_path, where=where) for a in args]
+    if "--python" not in given:
+        given += ["--python", sys.executable]
+    cmd = [sys.executable, "-m", "verl_bundle", "readiness", *given]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and words in out.stderr
+    assert "Traceback" not in out.stderr

@@ -1,5 +1,6 @@
-"""The commands that check a written bundle (`verl-bundle verify`, `verl-bundle inspect`): thin,
-as cli.py's; registered there after build, so that the help lists them in pipeline order."""
+"""The commands that check a written bundle (`verl-bundle verify`, `verl-bundle inspect`) or an
+environment installed from one (`verl-bundle readiness`): thin, as cli.py's; registered there
+after build, so that the help lists them in pipeline order."""
 
 from __future__ import annotations
 
@@ -87,8 +88,86 @@ def inspect_cmd(
     show(ctx, render_crossing.inspect(inspect(tarball, base, allowed_signers)), json_out)
 
 
+def readiness_cmd(
+    bundle: Annotated[
+        Path,
+        typer.Option(
+            help="The extracted bundle the environment was installed from.", metavar="DIR"
+        ),
+    ],
+    python: Annotated[
+        str,
+        typer.Option(help="The installed environment's python, e.g. /opt/verl/bin/python."),
+    ],
+    deep: Annotated[
+        bool,
+        typer.Option(
+            "--deep",
+            help="Also start verl's own PPO trainer offline on a tiny model and dataset: up to "
+            "the GPU boundary without a GPU, one PPO step where one is visible.",
+        ),
+    ] = False,
+    model: Annotated[
+        Path | None, typer.Option(help="With --deep: your own model directory.", metavar="DIR")
+    ] = None,
+    data: Annotated[
+        Path | None,
+        typer.Option(help="With --deep: your own parquet, in verl's RL format.", metavar="FILE"),
+    ] = None,
+    deadline: Annotated[
+        float,
+        typer.Option(help="With --deep: seconds before the dry run is stopped (not ready)."),
+    ] = 900,
+    override: Annotated[
+        list[str] | None,
+        typer.Option(help="With --deep: one more verl override (repeatable).", metavar="KEY=VALUE"),
+    ] = None,
+    require_gpu: Annotated[
+        bool, typer.Option("--require-gpu", help="No GPU visible is not ready.")
+    ] = False,
+    json_out: Json = False,
+) -> None:
+    """Prove an installed environment can start the bundle's verl trainer.
+
+    Runs the server program's readiness with the environment's own python (as post-install
+    does): verl's trainer, workers and rollout import, its config composes, the installed set is
+    consistent; with --deep, verl's own PPO entry starts offline on a tiny model and dataset made
+    on the spot (or yours: --model DIR --data FILE), so a wrong chat template, a dataset in the
+    wrong shape or a model verl cannot build is found before the GPU job is queued. The verdict
+    is the last line; exit 0 ready (or ready on the CPU side), 5 not ready, 2 bad input."""
+    import os
+    import subprocess
+
+    from verl_bundle.interpreter import interpreter
+
+    if not (bundle / "manifest.json").is_file():
+        raise UsageError(f"--bundle {bundle}: no manifest.json there (an extracted bundle)")
+    py = interpreter(python)
+    cmd = [py, "-m", "verl_bundle.airgap", "readiness", "--bundle", str(bundle)]
+    cmd += ["--require-gpu"] if require_gpu else []
+    cmd += ["--json"] if json_out else []
+    if deep:
+        cmd += ["--deep", "--deadline", str(deadline)]
+        cmd += ["--model", str(model)] if model else []
+        cmd += ["--data", str(data)] if data else []
+        for o in override or []:
+            cmd += ["--override", o]
+    elif model or data or override:
+        raise UsageError("--model, --data and --override go with --deep (the dry run)")
+    # The server program that ships in every bundle is this package's own airgap/: run it from
+    # here, by the environment's python, so what it proves is that environment.
+    here = str(Path(__file__).resolve().parent.parent)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]))
+    code = subprocess.run(cmd, env=env, check=False).returncode
+    if code:
+        raise typer.Exit(code)
+
+
 def register(app: typer.Typer) -> None:
     app.command("verify", short_help="Recheck a bundle against its manifest and sums.")(verify_cmd)
     app.command("inspect", short_help="What an approver asks of a bundle, without extracting it.")(
         inspect_cmd
+    )
+    app.command("readiness", short_help="Prove an installed venv can start verl's trainer.")(
+        readiness_cmd
     )

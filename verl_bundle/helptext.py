@@ -23,6 +23,7 @@ Commands:
   build      Resolve, fetch and write the bundle tarball.
   verify     Recheck a bundle against its manifest and sums.
   inspect    What an approver asks of a bundle, without extracting it.
+  readiness  Prove an installed venv can start verl's trainer.
   rehearse   Install a bundle here with the network cut.
   doctor     Check a machine before installing, with fixes.
   explain    Match a failed install's log to causes and fixes.
