@@ -835,6 +835,7 @@ def test_a_model_verls_workers_cannot_build_fails_at_the_model_step(
     assert [k for k, v in status.items() if v == "fail"] == ["dryrun:model"]
     check = next(c for c in doc["result"]["checks"] if c["id"] == "dryrun:model")
     assert words in check["summary"]
+    assert "(from" not in check["summary"]  # its own error, not chained to verl's boundary
     assert fix in check["fix"]
     assert doc["verdict"]["line"].startswith("not ready to train: trainer dry run: model built")
 

@@ -189,6 +189,7 @@ def run(spec: dict[str, Any]) -> bool:
     """Every step in order; True when verl's entry returned (a whole step, on a GPU host)."""
     events = spec["events"]
     step = "assets"
+    at_boundary = False
     try:
         model, data, rows = assets(spec, events)
         step = "config"
@@ -211,13 +212,17 @@ def run(spec: dict[str, Any]) -> bool:
             raise
         fields = error_fields(exc)
         emit(events, step, "error", **fields)
-        if step == "entry" and spec.get("boundary") and spec["boundary"] in json.dumps(fields):
-            _shutdown_ray()
-            model_step(spec, model, events)
-        emit(events, "run", "end", ok=False)
-        return False
+        boundary = str(spec.get("boundary") or "")
+        at_boundary = step == "entry" and bool(boundary) and boundary in json.dumps(fields)
+        if not at_boundary:
+            emit(events, "run", "end", ok=False)
+            return False
     finally:
         _shutdown_ray()
+    if at_boundary:  # outside the handler: the model's own error is not chained to verl's
+        model_step(spec, model, events)
+        emit(events, "run", "end", ok=False)
+        return False
     emit(events, step, "done")
     emit(events, "run", "end", ok=True)
     return True
