@@ -216,7 +216,7 @@ def readiness(venv_python: Path, bundle: Path) -> str:
         print(f"  {c['status']:<8} {c['id']}: {c['summary']}")
     failed = next((c for c in result["checks"] if c["status"] == "fail"), None)
     cause = f" (cause: {failed['detail']})" if failed and failed.get("detail") else ""
-    return str(result["headline"]) + cause
+    return str(doc.get("verdict", {}).get("line", "no verdict")) + cause
 
 
 def compare_pip(workdir: Path, tarball: Path, build_s: float, rehearsal: dict[str, Any]) -> None:
