@@ -121,3 +121,20 @@ def start_ray(prefix: list[str], where: Path) -> subprocess.CompletedProcess[str
         for pid in _marked(marker):
             os.kill(pid, signal.SIGKILL)
         shutil.rmtree(short, ignore_errors=True)
+
+
+def test_a_dry_run_that_gives_no_result_is_never_ready(tmp_path: Path) -> None:
+    """The dry run's readiness died without its JSON (here: a command that fails at once): the
+    step fails, and a "ready" install verdict becomes not ready, naming why; a worse install
+    verdict stays."""
+    from verl_bundle.airgap.checks import Verdict
+    from verl_bundle.rehearse import dry_run
+
+    cut = ["sh", "-c", "echo 'Segmentation fault' >&2; exit 139", "sh"]
+    ready = Verdict(0, "ready-cpu", "ready to train on the CPU side (PPO)")
+    step, verdict = dry_run(cut, tmp_path, tmp_path, ready)
+    assert (step.name, step.status) == ("trainer dry run", "fail")
+    assert (verdict.code, verdict.state) == (5, "not-ready")
+    assert "gave no result: Segmentation fault" in verdict.line
+    worse = Verdict(1, "failed", "not installed as bundled: x")
+    assert dry_run(cut, tmp_path, tmp_path, worse)[1] == worse

@@ -314,7 +314,8 @@ def dry_run(cut: list[str], root: Path, work: Path, installed: Verdict) -> tuple
     """`readiness --deep` in the rehearsed venv, in a network namespace of its own with its
     loopback up (Ray needs it): verl's own trainer started on a tiny model and dataset, up to
     the GPU boundary here. Its verdict (readiness's checks and the dry run's) replaces the
-    install's, which it includes; a run that gives no verdict keeps the install's and fails."""
+    install's, which it includes; a run that gives no verdict fails, and is not ready unless
+    the install's own verdict already says something worse."""
     python = work / "venv" / "bin" / "python"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
     env.update(HOME=str(work), PYTHONPATH=str(root / "lib"))
@@ -330,7 +331,12 @@ def dry_run(cut: list[str], root: Path, work: Path, installed: Verdict) -> tuple
         checks = [c for c in doc["result"]["checks"] if str(c["id"]).startswith("dryrun")]
     except (ValueError, KeyError, TypeError):
         tail = (proc.stderr.strip().splitlines() or [f"exited {proc.returncode}"])[-1]
-        return Step("trainer dry run", "fail", seconds, f"no result: {tail}"), installed
+        # Never the install's "ready" beside a dry run that failed: the trainer is not proven.
+        unproven = of_error(
+            EXIT_NOT_READY, f"not ready to train: the trainer dry run gave no result: {tail}"
+        )
+        kept = installed if not installed.ok else unproven
+        return Step("trainer dry run", "fail", seconds, f"no result: {tail}"), kept
     failed = next((c for c in checks if c["status"] == "fail"), None)
     last = failed or next((c for c in reversed(checks) if c["status"] == "ok"), None)
     detail = f"{last['id']}: {last['summary']}" if last else verdict.line
