@@ -380,6 +380,10 @@ def test_a_trainer_that_reaches_the_gpu_boundary_is_ready_on_the_cpu_side(
         "Total available GPUs 0 is less than total desired GPUs 1"
         in (checks["dryrun:workers"]["summary"])
     )
+    # Progress on stderr as it goes (install.sh shows post-install's output): each step.
+    said = [ln.strip() for ln in out.stderr.splitlines() if ln.strip().startswith("dry run:")]
+    assert any(ln.startswith("dry run: ray done (") for ln in said), out.stderr
+    assert "dry run: workers reached the GPU boundary" in said, out.stderr
     # flash-attn is installed, so transformers refused only the CPU: the model was built.
     assert "attn_implementation=flash_attention_2" in checks["dryrun:model"]["summary"]
     assert "need a GPU" in checks["dryrun:model"]["summary"]

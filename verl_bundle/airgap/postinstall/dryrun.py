@@ -21,6 +21,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -320,7 +321,8 @@ def run_dry(
         with open(spec_path, "w", encoding="utf-8") as fh:
             json.dump(spec, fh)
         env = _environment(work, events, row, dict(os.environ if environ is None else environ))
-        return _supervise(python, work, spec_path, events, env, request, verl, cpus)
+        boundary = str(spec["boundary"])
+        return _supervise(python, work, spec_path, events, env, request, verl, cpus, boundary)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -334,6 +336,7 @@ def _supervise(
     request: DryRunRequest,
     verl: str,
     cpus: int | None,
+    boundary: str = "",
 ) -> DryRun:
     log = os.path.join(work, "run.log")
     watch = _MemoryWatch(request.gpus)
@@ -352,11 +355,8 @@ def _supervise(
         except OSError as exc:
             watch.stop()
             raise ReadinessError(f"cannot run {python}: {exc.strerror or exc}") from None
-        timed_out = False
         try:
-            proc.wait(timeout=request.deadline)
-        except subprocess.TimeoutExpired:
-            timed_out = True
+            timed_out = _wait(proc, events, started + request.deadline, boundary)
         except BaseException:
             _kill_all(proc, events)
             raise
@@ -377,6 +377,35 @@ def _supervise(
         watch.stop(),
         left,
     )
+
+
+def _wait(proc: subprocess.Popen[bytes], events: str, deadline: float, boundary: str) -> bool:
+    """Wait for the run until the deadline (True: it passed), saying each step as it starts
+    and ends on stderr (the run takes minutes; install.sh shows post-install's output)."""
+    said: set[tuple[str, str]] = set()
+    while True:
+        try:
+            proc.wait(timeout=1.0)
+            _say_progress(events, said, boundary)
+            return False
+        except subprocess.TimeoutExpired:
+            _say_progress(events, said, boundary)
+        if time.monotonic() >= deadline:
+            return True
+
+
+def _say_progress(events: str, said: set[tuple[str, str]], boundary: str) -> None:
+    for e in read_events(events):
+        key = (str(e.get("step")), str(e.get("event")))
+        if key in said or key[1] not in ("start", "done", "error") or key[0] in ("entry", "run"):
+            continue
+        said.add(key)
+        secs = e.get("seconds")
+        took = f" ({secs:.1f} s)" if key[1] == "done" and isinstance(secs, (int, float)) else ""
+        what = key[1]
+        if what == "error":
+            what = "reached the GPU boundary" if boundary in json.dumps(e) else "failed"
+        print(f"    dry run: {key[0]} {what}{took}", file=sys.stderr, flush=True)
 
 
 def dry_run_request(
