@@ -81,6 +81,9 @@ def main(config):
 
 
 def run_ppo(config) -> None:
+    if os.environ.get('FAKE_VERL_TMP'):  # as torch.distributed leaves one when killed
+        import tempfile
+        tempfile.mkdtemp(prefix='verl-dryrun-leak-')
     if not ray.is_initialized():
         ray.init(runtime_env={'env_vars': {'TOKENIZERS_PARALLELISM': 'true'}})
     runner = TaskRunner.remote()
@@ -896,3 +899,17 @@ def test_the_host_command_says_bad_input_in_one_line(
     assert out.returncode == 2, out.stdout + out.stderr
     assert len(out.stderr.strip().splitlines()) == 1 and words in out.stderr
     assert "Traceback" not in out.stderr
+
+
+@pytest.mark.slow
+def test_the_runs_temporary_files_go_with_its_own_directory(
+    stack: tuple[Path, Path, Path, Path], tmp_path: Path
+) -> None:
+    """What the trainer's processes leave in the temporary directory (torch.distributed makes
+    one at import, left when the run's workers are killed) is removed with the run's own
+    directory, never left in the caller's TMPDIR."""
+    mine = tmp_path / "tmp"
+    mine.mkdir()
+    out = deep(stack, FAKE_VERL_TMP="1", TMPDIR=str(mine))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert not [p.name for p in mine.iterdir() if p.name.startswith("verl-dryrun-leak-")]

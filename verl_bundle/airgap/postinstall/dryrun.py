@@ -173,6 +173,9 @@ def _environment(
             # The run's own Ray session directory: a stale /tmp/ray/ray_current_cluster from a
             # killed Ray elsewhere can neither hang it nor be touched by it.
             "RAY_TMPDIR": os.path.join(work, "ray"),
+            # Temporary files of every process (torch.distributed makes a directory at import,
+            # left behind when the run's workers are killed) go with the run's own directory.
+            "TMPDIR": os.path.join(work, "tmp"),
             "RAY_USAGE_STATS_ENABLED": "0",
             "HYDRA_FULL_ERROR": "1",
             "TOKENIZERS_PARALLELISM": "false",
@@ -292,6 +295,7 @@ def run_dry(
     try:
         hooks = os.path.join(work, "hooks")
         os.makedirs(hooks)
+        os.makedirs(os.path.join(work, "tmp"))
         for name in (ENTRY, HOOKS):
             shutil.copyfile(os.path.join(HERE, name), os.path.join(hooks, name))
         with open(os.path.join(hooks, "sitecustomize.py"), "w", encoding="utf-8") as fh:
