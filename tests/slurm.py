@@ -4,6 +4,7 @@ Needs root (slurmd runs jobs as their users); skips with the reason when it cann
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -96,13 +97,22 @@ def started(root: Path) -> Iterator[Slurm]:
     socket_dir = Path("/run/munge")
     socket_dir.mkdir(parents=True, exist_ok=True)
     shutil.chown(socket_dir, "munge", "munge")
-    munge = subprocess.run(["pgrep", "-x", "munged"], capture_output=True, check=False)
-    if munge.returncode != 0:
-        started = subprocess.run(
-            ["runuser", "-u", "munge", "--", "munged"], capture_output=True, text=True, check=False
+    ours: list[subprocess.Popen[bytes]] = []  # the munged this run started, stopped on exit
+    if not _munged_running():
+        # In the foreground, as this process's child: stopped and reaped on exit, never left.
+        munged = subprocess.Popen(
+            ["runuser", "-u", "munge", "--", "munged", "--foreground"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
-        if started.returncode != 0:
-            pytest.skip(f"munged does not start: {started.stderr.strip()}")
+        ours.append(munged)
+        socket_file = socket_dir / "munge.socket.2"
+        until = time.monotonic() + 15
+        while not socket_file.exists() and munged.poll() is None and time.monotonic() < until:
+            time.sleep(0.1)
+        if not socket_file.exists():
+            _stop(ours)
+            pytest.skip("munged does not start (no /run/munge/munge.socket.2)")
     quiet = subprocess.DEVNULL  # the daemons log to files under root
     for argv in (["slurmctld"], *(["slurmd", "-N", n] for n in NODES)):
         cmd = [argv[0], "-D", "-f", str(conf), *argv[1:]]
@@ -118,6 +128,7 @@ def started(root: Path) -> Iterator[Slurm]:
     else:
         for p in procs:
             p.terminate()
+        _stop(ours)
         log = (
             (root / "slurmctld.log").read_text(errors="replace")[-500:]
             if (root / "slurmctld.log").exists()
@@ -134,3 +145,26 @@ def started(root: Path) -> Iterator[Slurm]:
                 p.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 p.kill()
+        _stop(ours)
+
+
+def _munged_running() -> bool:
+    """A live munged (a stopped one not yet reaped is a zombie, and does not count)."""
+    found = subprocess.run(["pgrep", "-x", "munged"], capture_output=True, text=True)
+    for pid in found.stdout.split():
+        with contextlib.suppress(OSError):
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            if state != "Z":
+                return True
+    return False
+
+
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    """Stop the munged this run started (a machine's own munged is left running)."""
+    for p in procs:
+        p.terminate()
+        try:
+            p.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
