@@ -96,8 +96,9 @@ def probe(
         env = dict(os.environ, **OFFLINE_ENV)
         try:
             # Not -B: the probe imports the whole stack once, from source in a fresh venv
-            # (uv writes no bytecode), and keeps the bytecode it compiles, so every later
-            # import of those modules (each Ray worker's) loads it instead of compiling again.
+            # (uv writes no bytecode), and keeps the bytecode it compiles (written on a
+            # thread: probe.BytecodeWriter), so every later import of those modules (each Ray
+            # worker's) loads it instead of compiling again.
             run = subprocess.run(
                 [python, "-I", PROBE, spec_path, out_path],
                 capture_output=True,
