@@ -19,7 +19,7 @@ after each sample and every ratio's range over the paired samples. The targets:
 
 Needs the internet (the cold rows) and about 4x the stack's size in free disk under --workdir.
 
-    python bench/real_rows.py [--profile cu130] [--runs 3] [--workdir DIR] [--json]
+    python bench/real_rows.py [--profile cu130] [--runs 3] [--workdir DIR] [--cache-dir DIR] [--json]
 """
 
 from __future__ import annotations
@@ -66,20 +66,20 @@ def build_cmd(profile: str, python: str, lock: Path, cache: Path, out: Path) -> 
     ]
 
 
-def build_once(profile: str, python: str, lock: Path, work: Path) -> Path:
-    """Build once from the network into work/cache (untimed); the tarball."""
+def build_once(profile: str, python: str, lock: Path, work: Path, cache: Path) -> Path:
+    """Build once into `cache` (untimed: from the network unless it is filled); the tarball."""
     work.mkdir(parents=True, exist_ok=True)
     env = harness.clean_env(UV_CACHE_DIR=str(work / "uv-cache"), XDG_CACHE_HOME=str(work / "x"))
     print("  building once into the cache (untimed) ...", file=sys.stderr, flush=True)
-    cmd = build_cmd(profile, python, lock, work / "cache", work / "first")
+    cmd = build_cmd(profile, python, lock, cache, work / "first")
     harness.run(cmd, work / "commands.log", env)
     return next((work / "first").glob("*.tar"))
 
 
-def warm_rows(profile: str, python: str, lock: Path, work: Path, runs: int) -> Report:
+def warm_rows(profile: str, python: str, lock: Path, work: Path, cache: Path, runs: int) -> Report:
     """The warm rebuild with the lock (the cache build_once filled) against tar cf of the same
     cached files."""
-    log, cache, out = work / "commands.log", work / "cache", work / "out"
+    log, out = work / "commands.log", work / "out"
     env = harness.clean_env(UV_CACHE_DIR=str(work / "uv-cache"), XDG_CACHE_HOME=str(work / "x"))
     ours = build_cmd(profile, python, lock, cache, out)
     files = cache / "sha256"
@@ -282,6 +282,13 @@ def main(argv: list[str] | None = None) -> int:
         help="install.sh leaves it out (default: flash-attn, a server build)",
     )
     p.add_argument("--rows", default="cold,warm,verify,install", help="which rows to run")
+    p.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=None,
+        help="a build cache already filled for the profile (kept): the untimed first build "
+        "downloads nothing (default: a new one under --workdir, removed)",
+    )
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     rows = set(args.rows.split(","))
@@ -298,10 +305,12 @@ def main(argv: list[str] | None = None) -> int:
     work = harness.fresh(args.workdir)
     try:
         if rows & {"warm", "verify", "install"}:
-            tarball = build_once(args.profile, args.python, lock, work / "warm")
+            cache = args.cache_dir or work / "warm" / "cache"
+            tarball = build_once(args.profile, args.python, lock, work / "warm", cache)
             if "warm" in rows:
                 print("== warm rebuild", file=sys.stderr, flush=True)
-                reports.append(warm_rows(args.profile, args.python, lock, work / "warm", args.runs))
+                warm = warm_rows(args.profile, args.python, lock, work / "warm", cache, args.runs)
+                reports.append(warm)
             if "verify" in rows:
                 print("== verify", file=sys.stderr, flush=True)
                 reports.append(verify_rows(tarball, work / "warm", args.runs))
