@@ -31,6 +31,17 @@ SYSTEM_TMP = tempfile.gettempdir()
 NAME = "verl-bundle-cu118-legacy-cp310-manylinux_2_17_x86_64"
 
 
+def site_packages(python: Path) -> Path:
+    """The site-packages directory of a venv's (or any) interpreter, as it reports it."""
+    out = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return Path(out.stdout.strip())
+
+
 def clean_environ(scratch: Path) -> dict[str, str]:
     """os.environ without this machine's pip/uv settings or proxies, for subprocesses."""
     env = {

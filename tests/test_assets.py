@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from airgap import extract, netns_prefix
+from conftest import site_packages
 from fakehub import GSM8K_TEST, GSM8K_TRAIN, FakeHub, Repo, tiny_gsm8k, tiny_model
 
 from verl_bundle.cli import run
@@ -173,17 +174,7 @@ def venv_with_transformers(prefix: Path) -> None:
     import sysconfig
 
     purelib = sysconfig.get_paths()["purelib"]
-    site = subprocess.run(
-        [
-            str(prefix / "bin/python"),
-            "-c",
-            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    Path(site, "test-packages.pth").write_text(purelib + "\n")
+    (site_packages(prefix / "bin/python") / "test-packages.pth").write_text(purelib + "\n")
 
 
 def install(

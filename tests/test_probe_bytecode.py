@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import site_packages
 
 from verl_bundle.airgap.postinstall import readiness
 
@@ -24,14 +25,7 @@ def venv_with(root: Path, python: str, files: dict[str, str]) -> Path:
     venv = root / "venv"
     subprocess.run([python, "-m", "venv", "--without-pip", str(venv)], check=True)
     py = venv / "bin" / "python"
-    site = Path(
-        subprocess.run(
-            [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    )
+    site = site_packages(py)
     for name, text in files.items():
         (site / name).parent.mkdir(parents=True, exist_ok=True)
         (site / name).write_text(text)
@@ -71,17 +65,13 @@ def pythons() -> list[str]:
 OLDEST = ".pyenv/versions/3.8*/bin/python3.8"
 
 
-def site_of(py: Path) -> Path:
-    return next(py.parent.parent.glob("lib/python3*/site-packages"))
-
-
 @pytest.mark.parametrize("python", pythons(), ids=lambda p: Path(p).name)
 def test_the_probe_keeps_the_bytecode_of_what_it_imported(tmp_path: Path, python: str) -> None:
     py = venv_with(tmp_path, python, PACKAGE)
     result = probe(py, tmp_path, {"modules": ["pkgx.a", "pkgx.broken"], "checks": []})
     imports = {i["module"]: i["ok"] for i in result["imports"]}
     assert imports == {"pkgx.a": True, "pkgx.broken": False}
-    cache = site_of(py) / "pkgx" / "__pycache__"
+    cache = site_packages(py) / "pkgx" / "__pycache__"
     # Every module compiled has its bytecode, written before the probe ended: no temporary
     # file left, nothing for what was never imported.
     assert sorted(p.name.split(".")[0] for p in cache.iterdir()) == ["__init__", "a", "b", "broken"]
@@ -110,4 +100,4 @@ def test_under_dash_b_the_probe_writes_no_bytecode(tmp_path: Path) -> None:
     spec, result = str(tmp_path / "spec.json"), str(tmp_path / "result.json")
     subprocess.run([str(py), "-I", "-B", readiness.PROBE, spec, result], check=True)
     assert json.loads(Path(result).read_text())["imports"][0]["ok"] is True
-    assert not (site_of(py) / "pkgx" / "__pycache__").exists()
+    assert not (site_packages(py) / "pkgx" / "__pycache__").exists()

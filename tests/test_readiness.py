@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, clean_environ
+from conftest import ROOT, clean_environ, site_packages
 from packaging.requirements import Requirement
 
 from verl_bundle.airgap.contract import manifest as mf
@@ -197,14 +197,7 @@ def make_env(root: Path, wheels: list[Path]) -> Path:
         capture_output=True,
         env=env,
     )
-    site = Path(
-        subprocess.run(
-            [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    )
+    site = site_packages(py)
     copy_dist("hydra-core", site, set())
     (venv / "bin" / "uv").symlink_to(uv)
     return py
