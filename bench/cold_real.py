@@ -26,7 +26,7 @@ if __package__ in (None, ""):  # run as `python bench/cold_real.py`
 
 from bench import harness
 from bench.harness import Contender, Report
-from verl_bundle.lock import read_lock
+from verl_bundle.resolve.lock import read_lock
 
 ROOT = Path(__file__).resolve().parents[1]
 JOBS = 8

@@ -232,7 +232,7 @@ def compare_pip(workdir: Path, tarball: Path, build_s: float, rehearsal: dict[st
     ca = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("SSL_CERT_FILE")
     if ca:
         env["PIP_CERT"] = ca
-    from verl_bundle.target import Target, parse_python
+    from verl_bundle.profile.target import Target, parse_python
 
     target = Target(parse_python(manifest["target"]["python"]), manifest["target"]["platform"])
     platforms = [arg for tag in target.platform_tags for arg in ("--platform", tag)]

@@ -63,8 +63,8 @@ def _test_module(name: str) -> ModuleType:
     return importlib.import_module(name)
 
 
-_pkgindex = _test_module("pkgindex")
-_stack = _test_module("stack")
+_pkgindex = _test_module("support.pkgindex")
+_stack = _test_module("support.stack")
 _TestServer: Any = _pkgindex.Server
 
 

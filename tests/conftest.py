@@ -15,9 +15,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from pkgindex import Server
-from stack import UPLOADED, StackDirs, build_stack
-from toolchain import CLEARED, FakeMachine
+from support.pkgindex import Server
+from support.stack import UPLOADED, StackDirs, build_stack
+from support.toolchain import CLEARED, FakeMachine
 
 # A test run started in the background of a non-interactive shell inherits SIGINT as ignored, and
 # so would every subprocess: the Ctrl-C tests need the default disposition to be inherited.
@@ -201,7 +201,7 @@ def built_bundle(
 @pytest.fixture
 def bundle(built_bundle: tuple[Path, Path, dict[str, object]], tmp_path: Path) -> Path:
     """A fresh extraction of the built test bundle, free to change (install tests)."""
-    from airgap import extract
+    from support.airgap import extract
 
     return extract(built_bundle[0], tmp_path / "b")
 
@@ -216,7 +216,7 @@ def home(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeMachine:
-    """A fake GPU server (tests/toolchain.py), none of this machine's CUDA or compiler
+    """A fake GPU server (tests/support/toolchain.py), none of this machine's CUDA or compiler
     variables inherited."""
     for var in CLEARED:
         monkeypatch.delenv(var, raising=False)
@@ -233,13 +233,13 @@ def server(files: Path) -> Iterator[Server]:
 
 # The bundled-interpreter fixtures (an install_only archive, its release host, a bundle with it).
 # Imported last: cpython imports airgap, which imports clean_environ from here.
-from cpython import cpython_archive, python_bundle, release_host  # noqa: E402, F401
+from support.cpython import cpython_archive, python_bundle, release_host  # noqa: E402, F401
 
 
 @pytest.fixture(scope="session")
 def pinned_pair(stack_servers: Stack, tmp_path_factory: pytest.TempPathFactory) -> object:
     """Two bundles differing in one pin (tests/crossing.py's Pair). Read-only."""
-    from crossing import build_pair
+    from support.crossing import build_pair
 
     stack_servers.reset()
     return build_pair(stack_servers, tmp_path_factory.mktemp("pair"))

@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 import yaml  # type: ignore[import-untyped]  # ansible-core brings PyYAML, without stubs
-from airgap import extract, python310
-from bundlefix import replace_wheel
-from cli import run
 from conftest import clean_environ
-from fakebundle import fake_bundle
+from support.airgap import extract, python310
+from support.bundlefix import replace_wheel
+from support.cli import run
+from support.fakebundle import fake_bundle
 
 HOSTS = ("node-a", "node-b")
 LOOKUP = "{{ lookup('pipe', 'touch PWNED') }}"
@@ -289,7 +289,7 @@ def test_two_hosts_install_from_one_served_copy_with_no_other_network(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from served import BASE, serving
+    from support.served import BASE, serving
 
     out = tmp_path / "install.yml"
     pin = __import__("hashlib").sha256((built_bundle[1] / "SHA256SUMS").read_bytes()).hexdigest()

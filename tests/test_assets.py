@@ -16,12 +16,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from airgap import extract, netns_prefix
 from conftest import site_packages
-from fakehub import GSM8K_TEST, GSM8K_TRAIN, FakeHub, Repo, tiny_gsm8k, tiny_model
+from support.airgap import extract, netns_prefix
+from support.fakehub import GSM8K_TEST, GSM8K_TRAIN, FakeHub, Repo, tiny_gsm8k, tiny_model
 
-from verl_bundle.cli import run
-from verl_bundle.cli_options import Session
+from verl_bundle.cli.main import run
+from verl_bundle.cli.options import Session
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "hf_secret_token_for_tests"  # noqa: S105 - what the fake Hub accepts
@@ -474,7 +474,7 @@ def test_dataset_configuration_is_chosen_per_repository(
 def test_verl_shaped_dataset_passes_through(
     hub: FakeHub, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from fakehub import parquet_bytes
+    from support.fakehub import parquet_bytes
 
     from verl_bundle.assets.convert import gsm8k_rows
 
@@ -491,7 +491,7 @@ def test_verl_shaped_dataset_passes_through(
 def test_not_a_gsm8k_or_verl_dataset(
     hub: FakeHub, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from fakehub import parquet_bytes
+    from support.fakehub import parquet_bytes
 
     hub.add(Repo("dataset", "tiny/other", {"train.parquet": parquet_bytes([{"text": "x"}])}))
     code, _, err = assets(tmp_path, capsys, "--dataset", "tiny/other")

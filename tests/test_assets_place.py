@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from airgap import extract, netns_prefix
-from fakehub import FakeHub, Repo, tiny_model
+from support.airgap import extract, netns_prefix
+from support.fakehub import FakeHub, Repo, tiny_model
 from test_assets import PY38, TOKEN, assets, install, one_line
 
 from verl_bundle.airgap.assets.place import load_record

@@ -9,15 +9,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from airgap import extract
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
-from fakehub import FakeHub, Repo, tiny_gsm8k, tiny_model
+from support.airgap import extract
+from support.fakehub import FakeHub, Repo, tiny_gsm8k, tiny_model
 
 from verl_bundle.airgap.contract import assets as am
 from verl_bundle.airgap.contract import manifest as mf
-from verl_bundle.cli import run
-from verl_bundle.cli_options import Session
+from verl_bundle.cli.main import run
+from verl_bundle.cli.options import Session
 
 CARD = b"---\nlanguage: en\nlicense: apache-2.0\ntags:\n- tiny\n---\n# a tiny model\n"
 DATA_CARD = b"---\nlicense:\n- llama3\n- cc-by-4.0\n---\n# a tiny gsm8k\n"

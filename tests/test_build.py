@@ -10,12 +10,12 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from cli import Result, run
 from conftest import NAME, Stack
+from support.cli import Result, run
 from test_resolve import derived_profile
 
 from verl_bundle.airgap.verify.bundle import unsafe_member
-from verl_bundle.lock import read_lock
+from verl_bundle.resolve.lock import read_lock
 
 
 def build(
@@ -325,7 +325,7 @@ def test_a_lock_made_upstream_builds_against_intranet_mirrors(
 ) -> None:
     """A lock made against one set of locations builds against mirrors of them: each locked file
     is looked up by name on the mirror, and must still have the locked hash."""
-    from pkgindex import Server
+    from support.pkgindex import Server
 
     lock_path = tmp_path / "upstream.toml"
     assert (

@@ -10,14 +10,14 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from cli import Result, run
 from conftest import NAME, Stack
+from support.cli import Result, run
 
 from verl_bundle.airgap.contract.manifest import BuildTime
-from verl_bundle.bundle import Entry, bundle_name
+from verl_bundle.bundle.assembly import Entry, bundle_name
 from verl_bundle.bundle.tarball import DamagedCacheError, DigestMemo, write_bundle
-from verl_bundle.lock import read_lock
 from verl_bundle.progress import Silent
+from verl_bundle.resolve.lock import read_lock
 
 WHEEL = "einops-1.1.0-py3-none-any.whl"
 
@@ -229,8 +229,8 @@ def test_the_manifest_carries_the_hosts_build_time_figure() -> None:
     """The host's measured CPU-core-minutes per architecture reach the server (its doctor and
     installer say how long the build will take there); archs the profile names win."""
     from verl_bundle.bundle.plan import build_time_of
-    from verl_bundle.compile import CORE_MINUTES_PER_ARCH
-    from verl_bundle.profile import SourceBuild
+    from verl_bundle.compile.compiler import CORE_MINUTES_PER_ARCH
+    from verl_bundle.profile.model import SourceBuild
 
     flash = SourceBuild("flash-attn", ("torch",))
     took = build_time_of(flash)

@@ -12,15 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli import run
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
+from support.cli import run
 
-from verl_bundle.catalog import builtin_profiles, profile_for_cuda
 from verl_bundle.errors import UsageError
-from verl_bundle.lock import Lock, read_lock
-from verl_bundle.profile import Profile
+from verl_bundle.profile.catalog import builtin_profiles, profile_for_cuda
+from verl_bundle.profile.model import Profile
+from verl_bundle.resolve.lock import Lock, read_lock
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -13,10 +13,10 @@ import threading
 from pathlib import Path
 
 import pytest
-from cli import run
 from conftest import NAME, ROOT, Stack, clean_environ
+from support.cli import run
 
-from verl_bundle.lock import read_lock
+from verl_bundle.resolve.lock import read_lock
 
 PY38 = Path.home() / ".pyenv" / "versions" / "3.8.18" / "bin" / "python3.8"
 
@@ -455,11 +455,11 @@ def _fresh(code: str, *args: str, columns: int = 100) -> subprocess.CompletedPro
 def test_fast_help_is_typers_help(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from verl_bundle.helptext import TOP
+    from verl_bundle.cli.helptext import TOP
 
     typers = run(["--help"], capsys)
     assert typers.code == 0
-    assert typers.out == TOP, "run `python -m verl_bundle.helptext` to regenerate helptext.py"
+    assert typers.out == TOP, "run `python -m verl_bundle.cli.helptext` to regenerate helptext.py"
     fast = _fresh(
         "import sys; sys.argv[1:] = ['--help']; from verl_bundle.__main__ import main; main()"
     )
@@ -498,9 +498,12 @@ def test_version_and_help_load_no_framework(args: list[str]) -> None:
     [
         (
             ["profiles"],
-            {"requests", "jinja2", "rich", "verl_bundle.resolve", "verl_bundle.bundle"},
+            {"requests", "jinja2", "rich", "verl_bundle.resolve.resolver", "verl_bundle.bundle"},
         ),
-        (["explain", "{log}"], {"requests", "jinja2", "rich", "packaging", "verl_bundle.profile"}),
+        (
+            ["explain", "{log}"],
+            {"requests", "jinja2", "rich", "packaging", "verl_bundle.profile.model"},
+        ),
         (["verify", "{missing}"], {"requests", "jinja2", "rich", "verl_bundle.pipeline"}),
     ],
 )
@@ -512,14 +515,14 @@ def test_a_command_imports_only_what_it_uses(
     argv = [a.format(log=log, missing=tmp_path / "nope") for a in args]
     code = (
         "import sys\n"
-        "from verl_bundle.cli import run\n"
-        "from verl_bundle.cli_options import Session\n"
+        "from verl_bundle.cli.main import run\n"
+        "from verl_bundle.cli.options import Session\n"
         f"code = run({argv!r}, Session())\n"
         "print(' '.join(sorted(sys.modules)), file=sys.stderr)"
     )
     proc = _fresh(code)
     loaded = set(proc.stderr.split())
-    assert "verl_bundle.cli" in loaded, proc.stderr[-2000:]
+    assert "verl_bundle.cli.main" in loaded, proc.stderr[-2000:]
     assert not unused & loaded
     assert "pydantic" not in loaded  # typer 0.29 validates options through it (~0.25 s)
 

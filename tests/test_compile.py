@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from airgap import extract, python310, run_install
-from cli import run
 from conftest import clean_environ
-from pkgindex import Server
-from stack import UPLOADED, build_uv_wheel, bundled_wheel
+from support.airgap import extract, python310, run_install
+from support.cli import run
+from support.pkgindex import Server
+from support.stack import UPLOADED, build_uv_wheel, bundled_wheel
 
 from verl_bundle.compile.toolkit import nvcc_release
 

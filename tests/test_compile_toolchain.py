@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
-from cli import run
+from support.cli import run
 
-from verl_bundle.catalog import builtin_profiles
+from verl_bundle.profile.catalog import builtin_profiles
 
 
 def _toolkit(root: Path, release: str) -> Path:

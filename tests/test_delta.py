@@ -11,9 +11,9 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from airgap import extract, install_into
 from conftest import Stack
-from crossing import NAME, Pair, result, verl_bundle
+from support.airgap import extract, install_into
+from support.crossing import NAME, Pair, result, verl_bundle
 
 from verl_bundle.airgap.contract import manifest as mf
 from verl_bundle.airgap.verify.bundle import verify_dir

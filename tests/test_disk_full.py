@@ -13,8 +13,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from airgap import netns_prefix, python310
 from conftest import clean_environ
+from support.airgap import netns_prefix, python310
 
 from verl_bundle.airgap.errors import EXIT_FAILED, EXIT_OK
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from toolchain import (
+from support.toolchain import (
     A100,
     BUSY,
     CLEARED,

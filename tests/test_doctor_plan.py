@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli import run
+from support.cli import run
+from support.toolchain import FakeMachine
 from test_doctor import IDS, examine, needs, run_cli, with_wheel, write_bundle
-from toolchain import FakeMachine
 
 from verl_bundle.airgap.contract.manifest import BuildTime
 from verl_bundle.airgap.doctor.resources import build_estimate

@@ -613,7 +613,7 @@ def test_the_hooks_mark_a_call_in_a_child_process(tmp_path: Path) -> None:
     do): a module loaded after start-up has its site wrapped before anyone imports it."""
     hooks = tmp_path / "hooks"
     hooks.mkdir()
-    src = Path(dryrun.HERE)
+    src = Path(dryrun.INSIDE)
     (hooks / "dryrun_hooks.py").write_text((src / "dryrun_hooks.py").read_text())
     (hooks / "sitecustomize.py").write_text("import dryrun_hooks\n")
     (tmp_path / "pkg").mkdir()
@@ -655,7 +655,7 @@ def test_the_tiny_tokenizer_and_dataset_are_what_verl_reads(
     for name in (dryrun.HOOKS, dryrun.ENTRY):  # as the run has them: hooks on the path
         copy = tmp_path / name.split(".")[0]
         copy.mkdir()
-        (copy / name).write_text((Path(dryrun.HERE) / name).read_text())
+        (copy / name).write_text((Path(dryrun.INSIDE) / name).read_text())
         monkeypatch.syspath_prepend(str(copy))
     import dryrun_entry  # type: ignore[import-not-found]
 
@@ -708,7 +708,7 @@ def test_no_dry_run_when_verls_entry_cannot_start() -> None:
 def test_an_error_a_ray_task_wraps_is_reported_as_its_own() -> None:
     """Ray's RayTaskError carries the task's own exception as `cause`: the event holds that
     one's line (so the GPU boundary raised inside a Ray actor is recognised as such)."""
-    from verl_bundle.airgap.postinstall import dryrun_hooks
+    from verl_bundle.airgap.inside import dryrun_hooks
 
     class RayTaskError(Exception):
         def __init__(self, cause: BaseException) -> None:

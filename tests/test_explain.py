@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli import run
+from support.cli import run
 
 from verl_bundle.airgap.cli import main as cli_main
 from verl_bundle.airgap.explain import engine as explain

@@ -15,12 +15,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cli import run
 from conftest import NAME, ROOT, Stack, build_bundle, clean_environ
+from support.cli import run
 
 from verl_bundle.bundle.plan import manifest_for_profile
-from verl_bundle.catalog import builtin_profiles, find_profile
 from verl_bundle.compile.cost import CORE_MINUTES_PER_ARCH, server_build_time
+from verl_bundle.profile.catalog import builtin_profiles, find_profile
 
 PROFILE = "cu118-legacy"  # the tests' stack (tests/stack.py), whose flash-attn sdist is 2.5.8
 FLASH_WHEEL = "flash_attn-2.5.8+cu118torch2.1cxx11abiFALSE-cp310-cp310-linux_x86_64.whl"

@@ -15,9 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from cli import run
 from conftest import clean_environ
-from toolchain import CLEARED, FakeGpu, FakeMachine
+from support.cli import run
+from support.toolchain import CLEARED, FakeGpu, FakeMachine
 
 from verl_bundle.airgap.doctor import fingerprint
 from verl_bundle.airgap.doctor.node import ifname_matches
@@ -540,7 +540,7 @@ def test_two_files_naming_one_node_are_refused(
     ],
 )
 def test_slurm_hostlists_expand_without_scontrol(text: str, names: list[str]) -> None:
-    from verl_bundle.fleet.hostlist import expand
+    from verl_bundle.cluster.fleet.hostlist import expand
 
     assert expand(text) == names
 

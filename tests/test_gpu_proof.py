@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from toolchain import FakeGpu, FakeMachine, gpu_csv
+from support.toolchain import FakeGpu, FakeMachine, gpu_csv
 
 SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "gpu_proof.py"
 H200 = (FakeGpu(0, "NVIDIA H200", 143771, 1),)

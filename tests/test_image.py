@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from airgap import READY, extract, install_into, netns_prefix, run_install
 from conftest import clean_environ
+from support.airgap import READY, extract, install_into, netns_prefix, run_install
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]

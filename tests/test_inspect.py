@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import Stack
-from crossing import NAME, Pair, allowed_signers, ssh_key, verl_bundle
+from support.crossing import NAME, Pair, allowed_signers, ssh_key, verl_bundle
 
 from verl_bundle.airgap.contract import manifest as mf
 

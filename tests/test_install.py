@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-from airgap import (
+from conftest import NAME, Stack, build_bundle, clean_environ
+from support.airgap import (
     READY,
     extract,
     find_python,
@@ -24,7 +25,6 @@ from airgap import (
     run_install,
     start_install,
 )
-from conftest import NAME, Stack, build_bundle, clean_environ
 
 from verl_bundle.airgap.contract.events import read_events
 from verl_bundle.airgap.doctor import fingerprint
@@ -400,7 +400,7 @@ def test_bundle_runs_from_any_directory(bundle: Path, home: Path, tmp_path: Path
 def test_rehearse_passes_for_a_good_bundle(
     built_bundle: tuple[Path, Path, dict[str, object]], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from cli import run
+    from support.cli import run
 
     python310()
     netns_prefix()
@@ -437,13 +437,13 @@ def test_rehearse_fails_for_a_bundle_that_does_not_install(
     import json
     import tarfile
 
-    from cli import run
+    from support.cli import run
 
     python310()
     root = extract(built_bundle[0], tmp_path / "x")
     # Replace verl's wheel by one that installs but cannot be imported, and re-sign the bundle
     # consistently (as a broken upstream release would be): the checksums pass, the import fails.
-    from pkgindex import build_wheel
+    from support.pkgindex import build_wheel
 
     old = next(root.glob("wheels/verl-*.whl"))
     old.unlink()
@@ -479,7 +479,7 @@ def test_rehearse_refuses_a_damaged_tarball(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from cli import run
+    from support.cli import run
 
     netns_prefix()
     data = bytearray(built_bundle[0].read_bytes())
@@ -546,7 +546,7 @@ def test_rehearse_says_clearly_when_the_network_cannot_be_cut(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from cli import run
+    from support.cli import run
 
     bare = tmp_path / "bin"
     bare.mkdir()

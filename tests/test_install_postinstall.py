@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from verl_bundle.airgap.contract.manifest import Checks, Manifest, ProfileInfo, Target, Toolchain
-from verl_bundle.airgap.postinstall import probe as readiness_probe
+from verl_bundle.airgap.inside import probe as readiness_probe
 from verl_bundle.airgap.postinstall.run import run_checks
 
 

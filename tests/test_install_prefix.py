@@ -7,8 +7,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from airgap import install_into, python310, run_install
-from pkgindex import build_wheel
+from support.airgap import install_into, python310, run_install
+from support.pkgindex import build_wheel
 
 pytestmark = pytest.mark.slow
 

@@ -12,12 +12,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from airgap import extract, netns_prefix
-from cli import run
-from cpython import Archive
+from support.airgap import extract, netns_prefix
+from support.cli import run
+from support.cpython import Archive
 
 from verl_bundle.airgap.contract import manifest as mf
-from verl_bundle.rehearse import bare_path
+from verl_bundle.rehearse.rehearsal import bare_path
 
 pytestmark = pytest.mark.slow
 

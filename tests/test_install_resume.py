@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-from airgap import extract, install_into, start_install
-from bundlefix import drop_package, replace_wheel
+from support.airgap import extract, install_into, start_install
+from support.bundlefix import drop_package, replace_wheel
 
 from verl_bundle.airgap.contract.events import read_events
 

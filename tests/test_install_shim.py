@@ -10,8 +10,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from airgap import python310, run_install
 from conftest import clean_environ
+from support.airgap import python310, run_install
 
 from verl_bundle.bundle.plan import render_install
 

@@ -18,10 +18,10 @@ import time
 from pathlib import Path
 
 import pytest
-from airgap import netns_prefix, python310, run_install
-from bundlefix import add_wheel
 from conftest import clean_environ
-from pkgindex import build_wheel
+from support.airgap import netns_prefix, python310, run_install
+from support.bundlefix import add_wheel
+from support.pkgindex import build_wheel
 
 from verl_bundle.airgap.errors import EXIT_DAMAGED, EXIT_FAILED, EXIT_NOT_READY
 

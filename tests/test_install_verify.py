@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from airgap import install_into
+from support.airgap import install_into
 
 from verl_bundle.airgap.contract import manifest as mf
 from verl_bundle.airgap.contract.events import read_events

@@ -8,12 +8,12 @@ import json
 import socket
 
 import pytest
-from cli import run
 from conftest import Stack
+from support.cli import run
 
-from verl_bundle.catalog import find_profile
 from verl_bundle.errors import FetchError
-from verl_bundle.mirrors import make_mirrors, mirror_args, name_the_rest, needs
+from verl_bundle.profile.catalog import find_profile
+from verl_bundle.profile.mirrors import make_mirrors, mirror_args, name_the_rest, needs
 
 CU118 = "--mirror pypi=URL --mirror pytorch-cu118=URL --mirror flash-attn-releases=URL --mirror vllm-releases=URL"
 

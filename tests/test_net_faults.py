@@ -15,21 +15,21 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cli import run
 from conftest import ROOT, Stack, clean_environ
-from pkgindex import Server, build_sdist, build_wheel
-from stack import UPLOADED
+from support.cli import run
+from support.pkgindex import Server, build_sdist, build_wheel
+from support.stack import UPLOADED
 
 from verl_bundle.airgap.contract.hashing import sha256_file
 from verl_bundle.credentials import Redactor
 from verl_bundle.errors import FetchError
-from verl_bundle.fetch import fetch_order
-from verl_bundle.hostbuild import build_pure_wheel
-from verl_bundle.integrity import wheel_problem
-from verl_bundle.lock import Kind, LockedFile, LockedPackage, read_lock
-from verl_bundle.net.cache import Cache
-from verl_bundle.net.download import Downloader, Want
-from verl_bundle.net.http import Http
+from verl_bundle.fetch.hostbuild import build_pure_wheel
+from verl_bundle.fetch.integrity import wheel_problem
+from verl_bundle.fetch.net.cache import Cache
+from verl_bundle.fetch.net.download import Downloader, Want
+from verl_bundle.fetch.net.http import Http
+from verl_bundle.fetch.wheelhouse import fetch_order
+from verl_bundle.resolve.lock import Kind, LockedFile, LockedPackage, read_lock
 
 BIG = 2 * 1024 * 1024
 FLASH = "flash_attn-2.5.8+cu118torch2.1cxx11abiFALSE-cp310-cp310-linux_x86_64.whl"
@@ -121,9 +121,9 @@ signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 resource.setrlimit(resource.RLIMIT_FSIZE, (256 * 1024, 256 * 1024))
 from pathlib import Path
 from verl_bundle.errors import FetchError
-from verl_bundle.net.cache import Cache
-from verl_bundle.net.download import Downloader, Want
-from verl_bundle.net.http import Http
+from verl_bundle.fetch.net.cache import Cache
+from verl_bundle.fetch.net.download import Downloader, Want
+from verl_bundle.fetch.net.http import Http
 want = Want(*{json.dumps([w.package, w.filename, w.url, w.location, w.sha256, w.size])})
 try:
     Downloader(Cache(Path({str(cache)!r})), Http(), backoff=0.01).fetch(want)

@@ -12,9 +12,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli import run
 from conftest import clean_environ
-from toolchain import APPS_ARGS, CLEARED, GPU_ARGS, FakeApp, FakeGpu, FakeMachine, apps_csv, gpu_csv
+from support.cli import run
+from support.toolchain import (
+    APPS_ARGS,
+    CLEARED,
+    GPU_ARGS,
+    FakeApp,
+    FakeGpu,
+    FakeMachine,
+    apps_csv,
+    gpu_csv,
+)
 
 from verl_bundle.airgap.launch import verlconfig
 from verl_bundle.airgap.launch.preflight import nvlink_pairs

@@ -3,11 +3,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from cli import run
+from support.cli import run
 
-from verl_bundle.catalog import builtin_profiles, find_profile, profile_for_cuda, select_profile
 from verl_bundle.errors import ProfileError
-from verl_bundle.profile_load import load_profile
+from verl_bundle.profile.catalog import (
+    builtin_profiles,
+    find_profile,
+    profile_for_cuda,
+    select_profile,
+)
+from verl_bundle.profile.load import load_profile
 
 MINIMAL = """
 name = "mine"

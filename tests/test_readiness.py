@@ -474,7 +474,7 @@ def test_an_unknown_purpose_is_refused(tmp_path: Path) -> None:
 def test_the_probe_is_carried_in_every_bundle() -> None:
     """assemble carries airgap's .py and .json files: the probe and the table are among them."""
     here = Path(readiness.__file__).parent
-    assert (here / "probe.py").is_file() and (here / "readiness.json").is_file()
+    assert (here.parent / "inside" / "probe.py").is_file() and (here / "readiness.json").is_file()
     assert os.path.basename(readiness.PROBE) == "probe.py"
 
 

@@ -11,16 +11,16 @@ import re
 from pathlib import Path
 
 import pytest
-from cli import run
 from conftest import ROOT
+from support.cli import run
 
 from verl_bundle.airgap.cli import main
 from verl_bundle.airgap.install.options import usage
 from verl_bundle.bundle.plan import name_for
-from verl_bundle.catalog import builtin_profiles, profile_for_cuda, target_for
-from verl_bundle.mirrors import make_mirrors, mirror_args, needs
-from verl_bundle.profile import Profile
-from verl_bundle.render_profile import profile_sources
+from verl_bundle.cli.render.profile import profile_sources
+from verl_bundle.profile.catalog import builtin_profiles, profile_for_cuda, target_for
+from verl_bundle.profile.mirrors import make_mirrors, mirror_args, needs
+from verl_bundle.profile.model import Profile
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 DOCS = sorted((ROOT / "docs").glob("*.md"))

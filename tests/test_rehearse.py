@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from airgap import netns_prefix, python310
+from support.airgap import netns_prefix, python310
 
 pytestmark = pytest.mark.slow
 
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 def test_rehearse_leaves_out_a_phase_on_request(
     built_bundle: tuple[Path, Path, dict[str, object]], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from cli import run
+    from support.cli import run
 
     python310()
     netns_prefix()
@@ -62,7 +62,7 @@ def test_rehearse_leaves_out_a_phase_on_request(
 def test_rehearse_refuses_an_unknown_phase_in_one_line(
     built_bundle: tuple[Path, Path, dict[str, object]], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from cli import run
+    from support.cli import run
 
     netns_prefix()
     result = run(["rehearse", str(built_bundle[0]), "--skip-phase", "flash_attn"], capsys)
@@ -81,7 +81,7 @@ def test_ray_starts_in_the_rehearsals_network_namespace(tmp_path: Path) -> None:
     for its agent, which a heavily loaded host can miss), the namespace proves nothing and the
     test is skipped. Nothing is left running."""
     pytest.importorskip("ray")
-    from verl_bundle.rehearse import LOOPBACK_UP, network_cut
+    from verl_bundle.rehearse.rehearsal import LOOPBACK_UP, network_cut
 
     netns_prefix()
     plain = start_ray([], tmp_path / "plain")
@@ -128,7 +128,7 @@ def test_a_dry_run_that_gives_no_result_is_never_ready(tmp_path: Path) -> None:
     step fails, and a "ready" install verdict becomes not ready, naming why; a worse install
     verdict stays."""
     from verl_bundle.airgap.checks import Verdict
-    from verl_bundle.rehearse import dry_run
+    from verl_bundle.rehearse.rehearsal import dry_run
 
     cut = ["sh", "-c", "echo 'Segmentation fault' >&2; exit 139", "sh"]
     ready = Verdict(0, "ready-cpu", "ready to train on the CPU side (PPO)")

@@ -10,8 +10,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from airgap import READY, extract, install_into, netns_prefix
 from conftest import clean_environ
+from support.airgap import READY, extract, install_into, netns_prefix
 
 from verl_bundle.airgap.doctor import fingerprint
 

@@ -6,12 +6,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli import run
 from conftest import ROOT, Stack
-from pkgindex import Server, make_certificates
+from support.cli import run
+from support.pkgindex import Server, make_certificates
 
-from verl_bundle.lock import read_lock
-from verl_bundle.target import Target
+from verl_bundle.profile.target import Target
+from verl_bundle.resolve.lock import read_lock
 
 CU118 = (ROOT / "profiles" / "cu118-legacy.toml").read_text()
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
-from pkgindex import build_sdist, build_wheel
+from support.pkgindex import build_sdist, build_wheel
 
 from verl_bundle.airgap.contract import manifest as mf
-from verl_bundle.licenses import _table, declared, judge, of_file
+from verl_bundle.fetch.licenses import _table, declared, judge, of_file
 
 
 @pytest.fixture(scope="module")

@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from airgap import python310, resign
 from conftest import ROOT, clean_environ
-from served import BASE, serving
+from support.airgap import python310, resign
+from support.served import BASE, serving
 
 from verl_bundle.airgap.contract import manifest as mf
 

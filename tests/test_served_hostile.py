@@ -17,9 +17,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from airgap import python310, resign
 from conftest import ROOT, clean_environ
-from hostile_http import Hostile, hostile
+from support.airgap import python310, resign
+from support.hostile_http import Hostile, hostile
 
 from verl_bundle.airgap.contract import manifest as mf
 

@@ -21,7 +21,7 @@ from verl_bundle.airgap.errors import EXIT_CODES, ServerError
 AIRGAP = ROOT / "verl_bundle" / "airgap"
 # Run as scripts on their own (not through the CLI): the probe and the trainer dry run's entry
 # wrapper in the venv's python, and the --from fetcher before any of lib/ exists on the node.
-STANDALONE = {"postinstall/probe.py", "postinstall/dryrun_entry.py", "verify/served.py"}
+STANDALONE = {"inside/probe.py", "inside/dryrun_entry.py", "verify/served.py"}
 
 
 def modules() -> dict[str, ast.Module]:
@@ -144,6 +144,7 @@ def test_the_layout_reads_as_the_pipeline() -> None:
         "contract",
         "doctor",
         "explain",
+        "inside",
         "install",
         "launch",
         "postinstall",
@@ -349,7 +350,7 @@ def _server_options() -> dict[str, set[str]]:
 def _host_options() -> dict[str, set[str]]:
     import typer
 
-    from verl_bundle.cli import app
+    from verl_bundle.cli.main import app
 
     group = typer.main.get_command(app)
     out: dict[str, set[str]] = {}
@@ -452,7 +453,7 @@ def test_every_phase_a_doctor_fix_names_is_a_phase_of_the_bundle() -> None:
     --skip-phase X names a phase install.sh accepts."""
     from verl_bundle.airgap import doctor
     from verl_bundle.bundle.plan import manifest_for_profile
-    from verl_bundle.catalog import builtin_profiles
+    from verl_bundle.profile.catalog import builtin_profiles
 
     for profile in builtin_profiles():
         m = manifest_for_profile(profile, profile.target())

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from airgap import extract
 from conftest import Stack
-from crossing import (
+from support.airgap import extract
+from support.crossing import (
     NAME,
     Pair,
     allowed_signers,
@@ -215,7 +215,7 @@ def test_install_sh_refuses_an_unallowed_signer_before_anything_runs(
 ) -> None:
     """install.sh --allowed-signers: refused in one line, exit 3, before the doctor, the venv
     or any file of the bundle is used; the right signer installs."""
-    from airgap import install_into
+    from support.airgap import install_into
 
     out, _ = signed
     home = tmp_path / "home"

@@ -12,13 +12,13 @@ from pathlib import Path
 from urllib.parse import unquote
 
 import pytest
-from airgap import python310
 from conftest import clean_environ
-from served import BASE, serving
+from support.airgap import python310
+from support.served import BASE, serving
 
 from verl_bundle.airgap.contract import manifest as mf
 from verl_bundle.airgap.verify.bundle import parse_sums, verify_dir
-from verl_bundle.uvcmd import uv_binary
+from verl_bundle.resolve.uvcmd import uv_binary
 
 pytestmark = pytest.mark.slow
 

@@ -15,10 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from airgap import netns_prefix, python310
-from cli import run
-from fakebundle import bundle_id, fake_bundle
-from slurm import NODES, Slurm, started
+from support.airgap import netns_prefix, python310
+from support.cli import run
+from support.fakebundle import bundle_id, fake_bundle
+from support.slurm import NODES, Slurm, started
 
 HOSTILE = ("a\nb", "$(touch PWNED)", "{{ lookup('pipe', 'touch PWNED') }}", "`touch PWNED`")
 

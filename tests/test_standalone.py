@@ -9,9 +9,9 @@ import json
 from pathlib import Path
 
 import pytest
-from cli import run
 from conftest import Stack
-from cpython import (
+from support.cli import run
+from support.cpython import (
     PLATFORM,
     Archive,
     archive_name,
@@ -20,19 +20,19 @@ from cpython import (
     python_profile,
     runs_moved,
 )
-from pkgindex import Server
+from support.pkgindex import Server
 
 from verl_bundle.airgap.contract import manifest as mf
 from verl_bundle.airgap.verify.bundle import verify_dir
 from verl_bundle.errors import ProfileError
-from verl_bundle.profile_load import load_profile
-from verl_bundle.standalone import (
+from verl_bundle.fetch.standalone import (
     InterpreterError,
     check_fits,
     check_name,
     inspect_archive,
 )
-from verl_bundle.target import Target
+from verl_bundle.profile.load import load_profile
+from verl_bundle.profile.target import Target
 
 pytestmark = pytest.mark.slow
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from verl_bundle.errors import UsageError
-from verl_bundle.target import Target, normalize_platform, parse_python
+from verl_bundle.profile.target import Target, normalize_platform, parse_python
 
 T310 = Target((3, 10), "manylinux_2_17_x86_64")
 

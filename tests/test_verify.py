@@ -9,8 +9,8 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from cli import run
 from conftest import NAME
+from support.cli import run
 
 from verl_bundle.airgap.verify.bundle import verify
 

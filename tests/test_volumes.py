@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 from conftest import Stack
-from crossing import NAME, Pair, result, verl_bundle
+from support.crossing import NAME, Pair, result, verl_bundle
 
 from verl_bundle.airgap.verify.volumes import verify_volumes
-from verl_bundle.bundle.volumes import parse_size
+from verl_bundle.bundle.crossing.volumes import parse_size
 from verl_bundle.errors import UsageError
 
 SIZE = 4_000_000

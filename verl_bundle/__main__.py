@@ -1,7 +1,7 @@
 """`verl-bundle` and `python -m verl_bundle`: `--version` and `--help` are answered here, before
-typer (about 0.1 s of imports) is loaded; everything else goes to verl_bundle.cli.
+typer (about 0.1 s of imports) is loaded; everything else goes to verl_bundle.cli.main.
 
-The help text is typer's own, kept in verl_bundle/helptext.py; a test checks that the two agree.
+The help text is typer's own, kept in verl_bundle/cli/helptext.py; a test checks that the two agree.
 """
 
 from __future__ import annotations
@@ -34,11 +34,11 @@ def main() -> None:
         sys.exit(0)
     # click wraps help at min(terminal width, 80) - 2: the stored text is for 80 or more.
     if args in (["--help"], ["-h"]) and _columns() >= 80:
-        from verl_bundle.helptext import TOP
+        from verl_bundle.cli.helptext import TOP
 
         sys.stdout.write(TOP)
         sys.exit(0)
-    from verl_bundle.cli import main as run
+    from verl_bundle.cli.main import main as run
 
     run(args)
 

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from verl_bundle.bundle import (
+from verl_bundle.bundle.assembly import (
     Base,
     Bundle,
     Compression,
@@ -22,18 +22,18 @@ from verl_bundle.bundle import (
     bundle_name,
 )
 from verl_bundle.bundle.plan import check_phases, driver_line
-from verl_bundle.compile import CompileOptions
+from verl_bundle.compile.compiler import CompileOptions
 from verl_bundle.errors import LockError
-from verl_bundle.fetch import Wheelhouse, fetch
-from verl_bundle.lock import Lock, diff_locks, read_lock, write_lock
-from verl_bundle.net.cache import Cache
-from verl_bundle.net.download import Downloader
-from verl_bundle.net.http import Http
-from verl_bundle.profile import Profile
+from verl_bundle.fetch.net.cache import Cache
+from verl_bundle.fetch.net.download import Downloader
+from verl_bundle.fetch.net.http import Http
+from verl_bundle.fetch.standalone import fetch_interpreter
+from verl_bundle.fetch.wheelhouse import Wheelhouse, fetch
+from verl_bundle.profile.model import Profile
+from verl_bundle.profile.target import Target
 from verl_bundle.progress import Reporter
-from verl_bundle.resolve import lock_profile
-from verl_bundle.standalone import fetch_interpreter
-from verl_bundle.target import Target
+from verl_bundle.resolve.lock import Lock, diff_locks, read_lock, write_lock
+from verl_bundle.resolve.resolver import lock_profile
 
 
 @dataclass(frozen=True)
@@ -146,8 +146,8 @@ def load_matching_lock(req: Request, path: Path) -> tuple[Lock, list[str]]:
 
 def _crossing(request: BuildRequest, notes: list[str]) -> Crossing:
     """--base, --split-size and --sign, checked before anything is fetched."""
+    from verl_bundle.bundle.crossing.sign import Signer
     from verl_bundle.bundle.read import open_bundle
-    from verl_bundle.bundle.sign import Signer
 
     signer = Signer.parse(request.sign) if request.sign else None
     base = None

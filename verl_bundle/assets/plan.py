@@ -32,7 +32,7 @@ from verl_bundle.progress import Reporter
 from verl_bundle.resources import data_dir
 
 if TYPE_CHECKING:
-    from verl_bundle.render import Shown
+    from verl_bundle.cli.render.results import Shown
 
 
 @dataclass(frozen=True)
@@ -207,7 +207,7 @@ def build_assets(req: AssetsRequest, reporter: Reporter) -> AssetsBuilt:
 
 def shown(built: AssetsBuilt) -> Shown:
     """The result for people (the last line is the tarball's path) and for scripts."""
-    from verl_bundle.render import Shown, human_size
+    from verl_bundle.cli.render.results import Shown, human_size
 
     b, m = built.bundle, built.manifest
     lines = [

@@ -1,7 +1,7 @@
 """The asset bundle's sbom.cdx.json and LICENSES.txt: each model and dataset as a CycloneDX
 component (a machine-learning model or data, `pkg:huggingface/ORG/NAME@COMMIT`, its files with
 their sha256 inside it) with the licence its card states, so that an approver reads models the
-way they read the stack (verl_bundle/bundle/sbom.py)."""
+way they read the stack (verl_bundle/bundle/crossing/sbom.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 from verl_bundle import __version__
 from verl_bundle.airgap.contract import assets as am
-from verl_bundle.bundle.sbom import NAMESPACE, _licenses, _prop, _sha256, _timestamp
-from verl_bundle.licenses import judge
+from verl_bundle.bundle.crossing.sbom import NAMESPACE, _licenses, _prop, _sha256, _timestamp
+from verl_bundle.fetch.licenses import judge
 
 if TYPE_CHECKING:
     from cyclonedx.model.component import Component

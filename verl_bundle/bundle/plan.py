@@ -21,18 +21,18 @@ from verl_bundle.airgap.contract import manifest as mf
 from verl_bundle.bundle import simple
 from verl_bundle.compile.cost import pinned_version, server_build_time
 from verl_bundle.errors import LockError
-from verl_bundle.fetch import Artifact, Wheelhouse
-from verl_bundle.licenses import declared, metadata_of_wheel, of_file
-from verl_bundle.lock import Lock, dumps, group_by_phase
-from verl_bundle.profile import Profile
-from verl_bundle.profile import SourceBuild as ProfileSourceBuild
+from verl_bundle.fetch.licenses import declared, metadata_of_wheel, of_file
+from verl_bundle.fetch.standalone import BundledPython
+from verl_bundle.fetch.wheelhouse import Artifact, Wheelhouse
+from verl_bundle.profile.model import Profile
+from verl_bundle.profile.model import SourceBuild as ProfileSourceBuild
+from verl_bundle.profile.target import Target
+from verl_bundle.resolve.lock import Lock, dumps, group_by_phase
 from verl_bundle.resources import airgap_dir, data_dir
-from verl_bundle.standalone import BundledPython
-from verl_bundle.target import Target
 
 if TYPE_CHECKING:
-    from verl_bundle.bundle.crossing import Base
-    from verl_bundle.bundle.sign import Signer
+    from verl_bundle.bundle.crossing.extras import Base
+    from verl_bundle.bundle.crossing.sign import Signer
 
 
 @dataclass(frozen=True)
@@ -291,7 +291,7 @@ def plan(
         readiness=mf.Readiness(**vars(profile.readiness)),
         interpreter=python.entry if python else None,
     )
-    from verl_bundle.bundle.crossing import finish
+    from verl_bundle.bundle.crossing.extras import finish
 
     return finish(name, manifest, generated, payload, carried, base, signer)
 

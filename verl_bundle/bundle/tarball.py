@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Literal
 
+from verl_bundle.bundle.crossing.volumes import Volume, VolumeWriter, listing, stale
 from verl_bundle.bundle.plan import Entry
 from verl_bundle.bundle.tarstream import (
     EXECUTABLE,
@@ -33,13 +34,12 @@ from verl_bundle.bundle.tarstream import (
     recipe,
     stream,
 )
-from verl_bundle.bundle.volumes import Volume, VolumeWriter, listing, stale
 from verl_bundle.errors import AssembleError
 from verl_bundle.leftovers import alive
 from verl_bundle.progress import Reporter
 
 if TYPE_CHECKING:
-    from verl_bundle.bundle.sign import Signer
+    from verl_bundle.bundle.crossing.sign import Signer
 
 __all__ = ["EXECUTABLE", "Bundle", "Damaged", "DamagedCacheError", "DigestMemo", "write_bundle"]
 

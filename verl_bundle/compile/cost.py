@@ -18,7 +18,7 @@ from packaging.version import InvalidVersion, Version
 
 from verl_bundle.airgap.contract import manifest as mf
 from verl_bundle.airgap.contract.figures import build_cost, duration
-from verl_bundle.profile import Profile, SourceBuild
+from verl_bundle.profile.model import Profile, SourceBuild
 
 # Measured host figures: CPU-core-minutes to compile one GPU architecture. flash-attn: `make
 # compile-real` (docs/benchmarks.md): 2.8.3 with nvcc 13.0 and gcc 12 for sm90, all 73 objects,

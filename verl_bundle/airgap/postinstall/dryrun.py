@@ -38,6 +38,8 @@ from verl_bundle.airgap.postinstall.readiness import (
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TABLE = os.path.join(HERE, "dryrun.json")
+# The entry and its hooks run in the target environment's python (airgap/inside/).
+INSIDE = os.path.join(os.path.dirname(HERE), "inside")
 ENTRY, HOOKS = "dryrun_entry.py", "dryrun_hooks.py"
 DEADLINE = 900.0
 EVENTS_VAR, SITES_VAR = "VERL_BUNDLE_DRYRUN_EVENTS", "VERL_BUNDLE_DRYRUN_SITES"
@@ -297,7 +299,7 @@ def run_dry(
         os.makedirs(hooks)
         os.makedirs(os.path.join(work, "tmp"))
         for name in (ENTRY, HOOKS):
-            shutil.copyfile(os.path.join(HERE, name), os.path.join(hooks, name))
+            shutil.copyfile(os.path.join(INSIDE, name), os.path.join(hooks, name))
         with open(os.path.join(hooks, "sitecustomize.py"), "w", encoding="utf-8") as fh:
             fh.write("import dryrun_hooks  # noqa: F401 - marks the trainer's steps\n")
         events = os.path.join(work, "events.jsonl")

@@ -27,7 +27,9 @@ from verl_bundle.airgap.checks import Check, Verdict, verdict
 from verl_bundle.airgap.contract import manifest as mf
 from verl_bundle.airgap.errors import StepError, UsageError
 
-PROBE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "probe.py")
+# The probe runs in the target environment's own python: it lives with the other such scripts.
+INSIDE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "inside")
+PROBE = os.path.join(INSIDE, "probe.py")
 TABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "readiness.json")
 DEFAULT_PURPOSE = "ppo-fsdp-vllm"
 

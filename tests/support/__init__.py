@@ -1,0 +1,1 @@
+"""The test suite's helpers: fixtures' builders, servers and fake machines."""

@@ -1,0 +1,117 @@
+"""The assemble stage: plan the bundle (files, hashes, manifest), then write it as one tarball.
+
+A cached file found damaged while it is copied is evicted and fetched again (through
+`refetch`), and the tarball written once more; a second failure is reported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from verl_bundle.bundle.crossing.extras import Base
+from verl_bundle.bundle.plan import BundlePlan, Entry, bundle_name, plan
+from verl_bundle.bundle.tarball import (
+    Bundle,
+    Compression,
+    Damaged,
+    DamagedCacheError,
+    DigestMemo,
+    write_bundle,
+)
+from verl_bundle.fetch.wheelhouse import Wheelhouse
+from verl_bundle.profile.model import Profile
+from verl_bundle.progress import Reporter
+from verl_bundle.resolve.lock import Lock
+
+if TYPE_CHECKING:
+    from verl_bundle.bundle.crossing.sign import Signer
+
+__all__ = [
+    "Base",
+    "Bundle",
+    "BundlePlan",
+    "Compression",
+    "Crossing",
+    "Damaged",
+    "DamagedCacheError",
+    "DeltaFigures",
+    "DigestMemo",
+    "Entry",
+    "Refetch",
+    "assemble",
+    "bundle_name",
+    "plan",
+]
+
+# Removes the damaged files from the cache and fetches them again: the fetch stage's result.
+Refetch = Callable[[Sequence[Damaged]], Wheelhouse]
+
+
+@dataclass(frozen=True)
+class Crossing:
+    """How the bundle crosses the air gap: a delta against `base`, volumes of at most `split`
+    bytes, signed by `signer`. The default: one whole, unsigned tarball."""
+
+    base: Base | None = None
+    split: int | None = None
+    signer: Signer | None = None
+
+
+@dataclass(frozen=True)
+class DeltaFigures:
+    """What a delta carries against its full bundle (`delta: 2 of 268 files, ...`)."""
+
+    base: str
+    carried_files: int
+    payload_files: int
+    # The full bundle's tarball, uncompressed (to a few KB: its manifest lists no omitted files).
+    full_size: int
+
+
+def _figures(planned: BundlePlan, base: Base) -> DeltaFigures:
+    from verl_bundle.bundle.tarstream import layout
+
+    payload = [e for e in planned.entries if e.source is not None]
+    full = layout(planned.manifest.name, [*planned.entries, *planned.omitted])
+    return DeltaFigures(
+        base=base.manifest.name,
+        carried_files=len(payload),
+        payload_files=len(payload) + len(planned.omitted),
+        full_size=sum(len(p) if isinstance(p, bytes) else p.size for p in full),
+    )
+
+
+def assemble(
+    profile: Profile,
+    lock: Lock,
+    wheelhouse: Wheelhouse,
+    output: Path,
+    compress: Compression,
+    reporter: Reporter,
+    refetch: Refetch | None = None,
+    memo: DigestMemo | None = None,
+    crossing: Crossing = Crossing(),
+) -> tuple[Bundle, DeltaFigures | None]:
+    """The bundle written, and what a delta carries (None for a full bundle)."""
+    c = crossing
+
+    def write(planned: BundlePlan) -> Bundle:
+        return write_bundle(
+            planned.name, planned.entries, output, compress, reporter, memo, c.split, c.signer
+        )
+
+    planned = plan(profile, lock, wheelhouse, c.base, c.signer)
+    try:
+        bundle = write(planned)
+    except DamagedCacheError as exc:
+        if refetch is None:
+            raise
+        for d in exc.damaged:
+            reporter.note(f"{d.line()}: removed it from the cache and fetching it again")
+        planned = plan(profile, lock, refetch(exc.damaged), c.base, c.signer)
+        bundle = write(planned)
+    figures = _figures(planned, c.base) if c.base is not None else None
+    return bundle, figures

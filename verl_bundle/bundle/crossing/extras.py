@@ -1,0 +1,78 @@
+"""What a bundle needs to cross the gap, beyond its files: the SBOM and licence report made from
+its manifest, and, for a delta (build --base OLD), the base it extends and the files it leaves
+to it. The plan (bundle/plan.py) calls these before it lists SHA256SUMS."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from verl_bundle.airgap.contract import manifest as mf
+from verl_bundle.bundle.plan import BundlePlan, Entry, _entry
+
+if TYPE_CHECKING:
+    from verl_bundle.bundle.crossing.sign import Signer
+
+
+@dataclass(frozen=True)
+class Base:
+    """The bundle a delta is built against (build --base OLD): its manifest, and the sha256 of
+    its manifest.json (recorded in the delta, so an approver sees which bundle it extends)."""
+
+    manifest: mf.Manifest
+    manifest_sha256: str
+    where: str  # what the user gave: a tarball, a directory or a manifest.json
+
+
+def with_sbom(manifest: mf.Manifest, generated: list[Entry]) -> tuple[mf.Manifest, list[Entry]]:
+    """sbom.cdx.json and LICENSES.txt, made from the manifest's values, and the manifest that
+    lists them among its generated files."""
+    from verl_bundle.bundle.crossing import sbom
+
+    lock_sha256 = next(e.sha256 for e in generated if e.arcname == mf.LOCK)
+    made = [
+        _entry(mf.SBOM, sbom.document(manifest, lock_sha256)),
+        _entry(mf.LICENSES, sbom.report(manifest).encode()),
+    ]
+    listed = (*manifest.generated, *(mf.Generated(e.arcname, e.sha256, e.size) for e in made))
+    return dataclasses.replace(manifest, generated=listed), made
+
+
+def delta_of(
+    manifest: mf.Manifest, base: Base, payload: list[Entry]
+) -> tuple[mf.Manifest, str, list[Entry]]:
+    """The delta's manifest, its name (its own top directory, so that it never unpacks over
+    the base's) and the payload files its base already has, by sha256."""
+    have = {f.sha256 for f in base.manifest.files}
+    omitted = [e for e in payload if e.sha256 in have]
+    delta = mf.Delta(base.manifest.name, base.manifest_sha256, tuple(e.arcname for e in omitted))
+    return dataclasses.replace(manifest, delta=delta), f"{manifest.name}-delta", omitted
+
+
+def finish(
+    name: str,
+    manifest: mf.Manifest,
+    generated: list[Entry],
+    payload: list[Entry],
+    carried: list[Entry],
+    base: Base | None,
+    signer: Signer | None,
+) -> BundlePlan:
+    """The plan's last step: the SBOM and licences, a delta's omissions, manifest.json and its
+    signature, and SHA256SUMS, which lists every file of the full bundle (a delta completed
+    from its base is that)."""
+    manifest, approval = with_sbom(manifest, generated)
+    generated = [*generated, *approval]
+    omitted: list[Entry] = []
+    if base is not None:
+        manifest, name, omitted = delta_of(manifest, base, payload)
+    manifest_entry = _entry(mf.MANIFEST, mf.dumps(manifest).encode())
+    signed = [] if signer is None else [signer.sign_manifest(manifest_entry.data or b"")]
+    everything = [manifest_entry, *signed, *generated, *payload, *carried]
+    sums = "".join(
+        f"{e.sha256}  {e.arcname}\n" for e in sorted(everything, key=lambda e: e.arcname)
+    )
+    left_out = {e.arcname for e in omitted}
+    written = [e for e in everything if e.arcname not in left_out]
+    return BundlePlan(name, (_entry(mf.SUMS, sums.encode()), *written), manifest, tuple(omitted))

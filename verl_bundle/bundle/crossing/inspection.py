@@ -1,0 +1,125 @@
+"""The approval step (`verl-bundle inspect TARBALL [--base OLD]`): what a security office asks
+of a bundle before it crosses, read without extracting it: profile, target, counts and sizes,
+the licences, the signer, the lock's hash, and what changed since the bundle approved before.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+from verl_bundle.airgap.contract import manifest as mf
+from verl_bundle.airgap.verify.signature import check, ssh_key_of
+from verl_bundle.bundle.crossing.sbom import PYTHON_LICENSE
+from verl_bundle.bundle.read import Opened, open_bundle
+from verl_bundle.fetch.licenses import judge
+
+
+@dataclass(frozen=True)
+class LicenceGroup:
+    name: str
+    open: bool
+    why: str
+    components: tuple[str, ...]  # "name version"
+
+
+@dataclass(frozen=True)
+class Change:
+    """A package added (old None), removed (new None) or at another version."""
+
+    name: str
+    old: str | None
+    new: str | None
+
+
+@dataclass(frozen=True)
+class Signer:
+    """`state`: "verified" (an allowed signer, unaltered), "refused", "unchecked" (signed,
+    no --allowed-signers given) or "unsigned"; `line` says it in words."""
+
+    state: str
+    line: str
+
+
+@dataclass(frozen=True)
+class Inspection:
+    opened: Opened
+    lock_sha256: str | None
+    licences: tuple[LicenceGroup, ...]
+    signer: Signer
+    base: str | None = None  # the bundle compared with (--base)
+    changes: tuple[Change, ...] = ()
+
+    @property
+    def manifest(self) -> mf.Manifest:
+        return self.opened.manifest
+
+    @property
+    def ok(self) -> bool:
+        return self.signer.state != "refused"
+
+
+def licences(m: mf.Manifest) -> tuple[LicenceGroup, ...]:
+    """The components grouped by licence; those to review first, then by size of group."""
+    groups: dict[str, list[str]] = defaultdict(list)
+    verdicts = {}
+    items = [(f.name, f.version, f.license) for f in m.files]
+    if m.interpreter is not None:
+        items.append(("cpython", m.interpreter.version, PYTHON_LICENSE))
+    for name, version, license in items:
+        v = judge(license)
+        verdicts[v.name] = v
+        groups[v.name].append(f"{name} {version}")
+    ordered = sorted(groups, key=lambda n: (verdicts[n].open, -len(groups[n]), n))
+    return tuple(
+        LicenceGroup(n, verdicts[n].open, verdicts[n].why, tuple(sorted(groups[n])))
+        for n in ordered
+    )
+
+
+def changes(old: mf.Manifest, new: mf.Manifest) -> tuple[Change, ...]:
+    """Packages added, removed and changed between two bundles, by name."""
+    before = {f.name: f.version for f in old.files}
+    after = {f.name: f.version for f in new.files}
+    out = [
+        Change(n, before.get(n), after.get(n))
+        for n in sorted(set(before) | set(after))
+        if before.get(n) != after.get(n)
+    ]
+    return tuple(out)
+
+
+def _signer(opened: Opened, allowed: Path | None) -> Signer:
+    sig = opened.texts.get(mf.SIGNATURE) or opened.texts.get(mf.SIGNATURE_GPG)
+    if sig is None:
+        return Signer("unsigned", "not signed (build --sign KEY signs a bundle)")
+    key = ssh_key_of(sig) or "a GPG key"
+    if allowed is None:
+        return Signer(
+            "unchecked", f"signed with {key}; not checked: pass --allowed-signers FILE to check"
+        )
+    with tempfile.TemporaryDirectory(prefix="verl-bundle-inspect-") as tmp:
+        signed = Path(tmp) / mf.MANIFEST
+        signed.write_bytes(opened.texts[mf.MANIFEST])
+        suffix = ".sig" if mf.SIGNATURE in opened.texts else ".asc"
+        signed.with_name(mf.MANIFEST + suffix).write_bytes(sig)
+        verdict = check(str(signed), str(allowed))
+    return Signer("verified" if verdict.ok else "refused", verdict.line)
+
+
+def inspect(path: Path, base: Path | None = None, allowed: Path | None = None) -> Inspection:
+    """Everything an approver reads, from `path` (and `base`) without extracting either."""
+    opened = open_bundle(path)
+    m = opened.manifest
+    lock = next((g.sha256 for g in m.generated if g.path == mf.LOCK), None)
+    old = open_bundle(base) if base is not None else None
+    return Inspection(
+        opened=opened,
+        lock_sha256=lock,
+        licences=licences(m),
+        signer=_signer(opened, allowed),
+        base=old.manifest.name if old else None,
+        changes=changes(old.manifest, m) if old else (),
+    )

@@ -1,0 +1,1 @@
+"""Every host result rendered as text for people and as JSON for machines."""

@@ -1,0 +1,441 @@
+"""The fleet report: the results gathered from every node of a cluster (one file per node, as the
+Slurm or Ansible install writes them, or a plain `doctor --json`), checked and compared. Each
+expected node must have reported, in this run, with its install and doctor passing; and Ray and
+NCCL need the nodes to agree on the driver, CUDA, GPUs, glibc, Python's patch version, the
+installed distributions and bundle, and the variables that change a run. A missing, stale or
+failed node is named in one line, a difference is drift named with the nodes on each side; each
+with its fix. Reading is results.py, --expect is hostlist.py, rendering is cli/render/results.py;
+`fleet_report(DIR, EXPECT)` is the core."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from verl_bundle.airgap.doctor.node import IFNAME_VARS, RUN_VAR_NAMES, RUN_VAR_PREFIXES
+from verl_bundle.cluster.fleet import hostlist
+from verl_bundle.cluster.fleet.results import FleetError, NodeResult, Run, load
+
+__all__ = ["FleetError", "FleetReport", "NodeResult", "compare", "fleet_report"]
+
+GIB = 1 << 30
+INSTALL_EXIT = {
+    1: "a phase or a post-install check failed",
+    2: "usage error",
+    3: "the bundle is damaged",
+    4: "the server is not ready",
+    127: "install.sh not found",
+    130: "interrupted",
+}
+# The variables that change a run, as the doctor reports them (NCCL/GLOO_SOCKET_IFNAME are the
+# doctor's socket_ifnames).
+ENV_PREFIXES = RUN_VAR_PREFIXES
+ENV_NAMES = RUN_VAR_NAMES
+ENV_SKIP = IFNAME_VARS
+SHOWN = 120  # characters of a value shown in a drift line
+SHOWN_DISTS = 10  # distributions named under a fingerprint drift
+
+
+@dataclass(frozen=True)
+class Fact:
+    """A fact every node must agree on: where it is in the doctor's `host`, and why it matters."""
+
+    key: str
+    label: str
+    why: str
+    fix: str
+    show: Callable[[Any], str] = str
+
+
+@dataclass(frozen=True)
+class Drift:
+    """Nodes that differ in one fact: each value seen, with the nodes that have it."""
+
+    fact: Fact
+    groups: tuple[tuple[str, tuple[str, ...]], ...]
+    detail: tuple[str, ...] = ()  # what differs inside the fact (the distributions)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A node whose network setting cannot work on its own (no such interface, no address)."""
+
+    node: str
+    what: str
+    fix: str
+
+
+@dataclass(frozen=True)
+class FleetReport:
+    nodes: tuple[NodeResult, ...]
+    drift: tuple[Drift, ...]
+    problems: tuple[Problem, ...]
+    run: str | None = None  # this run's id (None: the results carry none)
+    expected: tuple[str, ...] | None = None  # None: no list of nodes to expect
+    missing: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        """Every expected node reported in this run and passed, and no drift."""
+        return not self.drift and not self.problems
+
+    def check_ids(self) -> list[str]:
+        return list(dict.fromkeys(cid for n in self.nodes for cid, _ in n.checks))
+
+
+def _gib(value: Any) -> str:
+    return f"{value / GIB:.1f} GiB" if isinstance(value, int) else "unknown"
+
+
+def _models(value: Any) -> str:
+    if not value:
+        return "no GPU"
+    counts: dict[str, int] = {}
+    for model in value:
+        counts[str(model)] = counts.get(str(model), 0) + 1
+    return ", ".join(f"{n} x {m}" for m, n in counts.items())
+
+
+def _short(value: Any) -> str:
+    return str(value)[:12] if value else "none (no fingerprint under the prefix)"
+
+
+SAME = "install the same bundle (the same tarball, the same --skip-phase) on every node"
+FACTS = (
+    Fact(
+        "driver",
+        "NVIDIA driver",
+        "NCCL and CUDA IPC between nodes expect one driver version",
+        "install the same NVIDIA driver on every node (from the intranet mirror) and reboot",
+    ),
+    Fact(
+        "cuda_driver",
+        "CUDA (driver)",
+        "a node whose driver supports an older CUDA cannot run the bundle's kernels",
+        "upgrade the older nodes' NVIDIA driver to the newest nodes' version",
+    ),
+    Fact(
+        "gpu_models",
+        "GPU model and memory",
+        "verl sizes each worker's share per GPU: the smallest GPU sets the limit",
+        "give the job nodes of one GPU kind (a Slurm partition or --constraint per kind)",
+        _models,
+    ),
+    Fact(
+        "glibc",
+        "glibc",
+        "wheels and compiled extensions built on one node may not load on another",
+        "run every node on one OS release, or build the bundle for the oldest glibc",
+    ),
+    Fact(
+        "python",
+        "Python patch version",
+        "Ray refuses to join nodes whose Python versions differ",
+        "make every node's venv from the same Python build (./install.sh --python PATH)",
+    ),
+    Fact(
+        "fingerprint",
+        "environment fingerprint",
+        "Ray workers unpickle objects with their own packages: every node must have the "
+        "same distributions at the same versions, with the same files",
+        SAME + "; on a node where a distribution was removed or a file changed (named below), "
+        "run the bundle's ./install.sh --repair with the same --prefix",
+        _short,
+    ),
+    Fact(
+        "image",
+        "how the environment is provided",
+        "a node running its own venv copy where the others mount the shared image (or the "
+        "reverse) runs files nobody compared",
+        "mount the same image at the prefix on every node (squashfuse FILE PREFIX), or "
+        "install into a directory on every node",
+    ),
+    Fact(
+        "open_files",
+        "ulimit -n",
+        "Ray and NCCL open many sockets and files; the lowest limit fails first",
+        "raise the limit to the same value everywhere (ulimit -n 65536 in the job script, "
+        "or nofile in /etc/security/limits.conf)",
+    ),
+    Fact(
+        "shm_bytes",
+        "/dev/shm size",  # noqa: S108 - a label, not a file this writes
+        "NCCL and the dataloaders use shared memory; a small /dev/shm fails on one node",
+        "give /dev/shm the same size everywhere (mount -o remount,size=64G /dev/shm, or "
+        "--shm-size for containers)",
+        _gib,
+    ),
+    Fact(
+        "socket_ifnames",
+        "NCCL/GLOO interface names",
+        "NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME must pick the same network on every node",
+        "export the same NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME on every node (the "
+        "interface of the cluster network, e.g. from `ip -br addr`)",
+        lambda v: ", ".join(f"{k}={x}" for k, x in sorted(v.items())) if v else "not set",
+    ),
+)
+
+
+BUNDLE = Fact(
+    "bundle",
+    "bundle (its SHA256SUMS)",
+    "nodes that installed different bundles run different code",
+    SAME,
+    _short,
+)
+
+
+def _key(value: Any) -> str:
+    return json.dumps(value, sort_keys=True)
+
+
+def _groups(
+    fact: Fact, values: list[tuple[str, Any]], show_missing: str = "unknown"
+) -> Drift | None:
+    groups: dict[str, list[str]] = {}
+    shown: dict[str, str] = {}
+    for name, value in values:
+        key = _key(value)
+        groups.setdefault(key, []).append(name)
+        shown[key] = fact.show(value)[:SHOWN] if value is not None else show_missing
+    if len(groups) < 2:
+        return None
+    ordered = sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[1]))
+    return Drift(fact, tuple((shown[k], tuple(v)) for k, v in ordered))
+
+
+def _drift(fact: Fact, nodes: list[NodeResult]) -> Drift | None:
+    get: Callable[[NodeResult], Any] = (
+        (lambda n: n.bundle) if fact is BUNDLE else (lambda n: n.host.get(fact.key))
+    )
+    return _groups(fact, [(n.name, get(n)) for n in nodes])
+
+
+def _distributions(nodes: list[NodeResult]) -> tuple[str, ...]:
+    """Under a fingerprint drift: each distribution whose entry differs, with the nodes on
+    each side ("not installed" where a node lacks it)."""
+    maps = [(n.name, n.host.get("distributions")) for n in nodes]
+    known = [(name, m) for name, m in maps if isinstance(m, dict)]
+    if len(known) < 2:
+        return ()
+    lines = []
+    for dist in sorted({d for _, m in known for d in m}):
+        groups: dict[str, list[str]] = {}
+        for name, m in known:
+            groups.setdefault(str(m.get(dist, "not installed")), []).append(name)
+        if len(groups) > 1:
+            ordered = sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[1]))
+            lines.append(
+                f"{dist}: " + "; ".join(f"{v[:SHOWN]} on {', '.join(ns)}" for v, ns in ordered)
+            )
+    if len(lines) > SHOWN_DISTS:
+        lines = [*lines[:SHOWN_DISTS], f"... and {len(lines) - SHOWN_DISTS} more distribution(s)"]
+    return tuple(lines)
+
+
+def _changed(node: NodeResult) -> list[Problem]:
+    """A node whose environment changed since its own install (seen with one node too)."""
+    changed = node.host.get("changed_since_install") or []
+    if not changed:
+        return []
+    shown = "; ".join(changed[:3]) + (f"; and {len(changed) - 3} more" if len(changed) > 3 else "")
+    return [
+        Problem(
+            node.name,
+            f"changed since its install: {shown}",
+            "on the node, run the bundle's ./install.sh --repair with the same --prefix: it "
+            "reinstalls exactly what differs, offline",
+        )
+    ]
+
+
+def _env_fact(var: str) -> Fact:
+    if var.startswith("HF_") or var == "TRANSFORMERS_OFFLINE":
+        why = "a node online, or with another cache, loads other files (or fails offline)"
+    elif var in ("PYTHONPATH", "LD_LIBRARY_PATH"):
+        why = "a node with it imports or loads other code than the bundle's venv"
+    elif var.startswith(("NCCL_", "GLOO_")):
+        why = "collectives need one transport setting on every node; a mismatch hangs or slows"
+    else:
+        why = "it changes which GPUs and CUDA libraries a node uses"
+    fix = (
+        f"set {var} the same on every node (in the job script, not one node's profile) or unset it"
+    )
+    return Fact(f"env:{var}", var, why, fix)
+
+
+def _env_drift(nodes: list[NodeResult]) -> list[Drift]:
+    """One drift per run-changing variable that differs (unset counts as a value)."""
+    recorded = [n for n in nodes if n.env is not None]
+    names = sorted(
+        {
+            var
+            for n in recorded
+            for var in n.env or {}
+            if (var.startswith(ENV_PREFIXES) or var in ENV_NAMES) and var not in ENV_SKIP
+        }
+    )
+    found = [
+        _groups(_env_fact(var), [(n.name, (n.env or {}).get(var)) for n in recorded], "unset")
+        for var in names
+    ]
+    return [d for d in found if d is not None]
+
+
+def _network(node: NodeResult) -> list[Problem]:
+    out: list[Problem] = []
+    missing = node.host.get("missing_ifnames") or {}
+    for var, value in sorted(missing.items()):
+        out.append(
+            Problem(
+                node.name,
+                f"{var}={value} names no network interface of this node",
+                f"export {var} as one of this node's interfaces (`ip -br link`), the same "
+                "network on every node",
+            )
+        )
+    if node.host.get("master_addr_resolves") is False:
+        addr = node.host.get("master_addr")
+        out.append(
+            Problem(
+                node.name,
+                f"MASTER_ADDR={addr} does not resolve on this node",
+                "set MASTER_ADDR to the head node's IP address, or add its name to /etc/hosts "
+                "on every node",
+            )
+        )
+    return out
+
+
+def _failed(node: NodeResult, run: Run | None) -> list[Problem]:
+    """This node's own failures: its install, its doctor, the bundle it installed."""
+    out: list[Problem] = []
+    log = f" ({node.install_log} on {node.name})" if node.install_log else ""
+    if node.install_rc not in (None, 0):
+        meaning = INSTALL_EXIT.get(node.install_rc or 0, "failed")
+        out.append(
+            Problem(
+                node.name,
+                f"install failed: exit {node.install_rc} ({meaning})",
+                f"read its log{log}, fix what it names, and run the install again",
+            )
+        )
+    if node.ok is False:
+        failed = [cid for cid, status in node.checks if status == "fail"] or ["(none named)"]
+        out.append(
+            Problem(
+                node.name,
+                f"the doctor found failures: {', '.join(failed)}",
+                "run ./doctor --prefix PREFIX on the node: each failure is shown with its fix",
+            )
+        )
+    elif node.doctor_error is not None:
+        out.append(
+            Problem(
+                node.name,
+                f"{node.doctor_error.split(';')[0]}",
+                f"read {node.name}.doctor.err, or run ./doctor --json --prefix PREFIX on the node",
+            )
+        )
+    elif node.ok is None:
+        code = f" (doctor exit {node.doctor_rc})" if node.doctor_rc is not None else ""
+        out.append(
+            Problem(
+                node.name,
+                f"no doctor result{code}",
+                f"the install left no bundle to run the doctor from; read its log{log}",
+            )
+        )
+    if run is not None and run.bundle and node.bundle and node.bundle != run.bundle:
+        out.append(
+            Problem(
+                node.name,
+                f"installed bundle {node.bundle[:12]}, not the run's {run.bundle[:12]}",
+                "the tarball that node read is another bundle's: put the tarball on storage "
+                "every node sees and install again",
+            )
+        )
+    return out
+
+
+def _current_run(nodes: list[NodeResult], run: Run | None) -> str | None:
+    """The run the report is about: the run's record, else the newest result's run."""
+    if run is not None:
+        return run.run
+    with_run = [n for n in nodes if n.run]
+    return max(with_run, key=lambda n: n.mtime).run if with_run else None
+
+
+def compare(
+    nodes: list[NodeResult], run: Run | None = None, expected: list[str] | None = None
+) -> FleetReport:
+    """Each node's standing (stale, unexpected, failed), the expected nodes that did not
+    report, each node's network problems, and the drift among this run's nodes."""
+    current = _current_run(nodes, run)
+    problems: list[Problem] = []
+    live: list[NodeResult] = []
+    for n in nodes:
+        other = current is not None and n.run != current
+        if expected is not None and n.name not in expected:
+            of = f" (a result of run {n.run or '(none)'})" if other else ""
+            problems.append(
+                Problem(
+                    n.name,
+                    f"not one of the expected nodes{of}",
+                    "remove its file, or gather each run into its own directory",
+                )
+            )
+        elif other:
+            problems.append(
+                Problem(
+                    n.name,
+                    f"stale: a result of run {n.run or '(none)'}, not of this run {current}",
+                    "its install did not report in this run: read the job's (or the play's) "
+                    "output for this node, and run the install again",
+                )
+            )
+        else:
+            live.append(n)
+            problems += _failed(n, run) + _changed(n) + _network(n)
+    reported = {n.name for n in live}
+    missing = [name for name in expected or [] if name not in reported]
+    stale = {n.name for n in nodes if n not in live}
+    for name in missing:
+        if name not in stale:
+            problems.append(
+                Problem(
+                    name,
+                    "missing: no result from this node",
+                    "its install never reported: read the job's (or the play's) output for "
+                    "this node (down, unreachable, killed), and run the install again",
+                )
+            )
+    drift = [d for d in (_drift(f, live) for f in (*FACTS, BUNDLE)) if d is not None]
+    drift = [
+        replace(d, detail=_distributions(live)) if d.fact.key == "fingerprint" else d for d in drift
+    ]
+    drift += _env_drift(live)
+    return FleetReport(
+        tuple(nodes),
+        tuple(drift),
+        tuple(problems),
+        current,
+        tuple(expected) if expected is not None else None,
+        tuple(missing),
+    )
+
+
+def fleet_report(directory: Path, expect: str | None = None) -> FleetReport:
+    """Read the results gathered in `directory` and compare them; the expected nodes are
+    `expect` (a list, Slurm's hostlist or a file), else the run's own list."""
+    gathered = load(directory)
+    if expect is not None:
+        expected: list[str] | None = hostlist.read_expect(expect)
+    elif gathered.run is not None and gathered.run.expect:
+        expected = list(gathered.run.expect)
+    else:
+        expected = None
+    return compare(list(gathered.nodes), gathered.run, expected)

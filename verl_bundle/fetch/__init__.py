@@ -1,0 +1,1 @@
+"""The fetch stage: every locked file into the cache with its hash, pure sdists built here, every wheel checked; net/ is the network."""

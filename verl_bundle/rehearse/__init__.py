@@ -1,0 +1,1 @@
+"""The rehearsal: a bundle's install.sh run here with the network cut."""
