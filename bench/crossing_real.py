@@ -48,8 +48,8 @@ def default_index() -> str:
 def changed_lock(out: Path) -> Path:
     """The committed lock with PACKAGE at version TO: its file, URL, size and sha256 read from
     the profile's own index (the default one: PEP 691 JSON)."""
-    from verl_bundle.fetch.net.http import Http
-    from verl_bundle.fetch.net.index import read_project
+    from verl_bundle.net.http import Http
+    from verl_bundle.net.index import read_project
     from verl_bundle.profile.catalog import select_profile
 
     index = select_profile(None, "cu130").locations["pypi"].url or default_index()

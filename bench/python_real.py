@@ -18,10 +18,10 @@ import tempfile
 from pathlib import Path
 
 from verl_bundle.errors import BundleError
-from verl_bundle.fetch.net.cache import Cache, default_cache_dir
-from verl_bundle.fetch.net.download import Downloader
-from verl_bundle.fetch.net.http import Http
 from verl_bundle.fetch.standalone import fetch_interpreter
+from verl_bundle.net.cache import Cache, default_cache_dir
+from verl_bundle.net.download import Downloader
+from verl_bundle.net.http import Http
 from verl_bundle.profile.catalog import select_profile
 from verl_bundle.profile.model import parse_mirror
 from verl_bundle.profile.target import Target, parse_python

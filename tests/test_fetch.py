@@ -9,10 +9,10 @@ import pytest
 from support.pkgindex import Server, build_wheel, make_certificates
 
 from verl_bundle.errors import FetchError
-from verl_bundle.fetch.net import download
-from verl_bundle.fetch.net.cache import Cache
-from verl_bundle.fetch.net.download import Downloader, Want
-from verl_bundle.fetch.net.http import Http
+from verl_bundle.net import download
+from verl_bundle.net.cache import Cache
+from verl_bundle.net.download import Downloader, Want
+from verl_bundle.net.http import Http
 
 BIG = 3 * 1024 * 1024
 

@@ -13,9 +13,9 @@ from support.pkgindex import build_wheel
 
 from verl_bundle.airgap.contract.hashing import sha256_file
 from verl_bundle.errors import FetchError
-from verl_bundle.fetch.integrity import passed, recorded, structure_problem, wheel_problem
-from verl_bundle.fetch.net.cache import Cache
 from verl_bundle.fetch.wheelchecks import WheelCheck, WheelChecks
+from verl_bundle.integrity import passed, recorded, structure_problem, wheel_problem
+from verl_bundle.net.cache import Cache
 
 
 @pytest.fixture

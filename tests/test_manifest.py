@@ -13,7 +13,7 @@ import pytest
 from test_server_program import STANDALONE
 
 from verl_bundle.airgap.contract import manifest as mf
-from verl_bundle.bundle.plan import _airgap_entries
+from verl_bundle.bundle.entries import airgap_entries
 
 PY38 = Path.home() / ".pyenv" / "versions" / "3.8.18" / "bin" / "python3.8"
 SHA = "a" * 64
@@ -243,7 +243,7 @@ def test_load_finds_the_one_bundle_inside_a_folder_and_names_a_missing_file(
 
 def _lay_out_lib(root: Path) -> Path:
     """The bundle's lib/ under `root`, as the bundle stage lays it out; its path."""
-    for entry in _airgap_entries():
+    for entry in airgap_entries():
         assert entry.data is not None
         target = root / entry.arcname
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -19,10 +19,10 @@ from support.pkgindex import Server, build_wheel, make_certificates
 from verl_bundle.airgap.contract.hashing import sha256_file
 from verl_bundle.airgap.contract.names import UnsafeNameError
 from verl_bundle.errors import FetchError
-from verl_bundle.fetch.net.cache import Cache
-from verl_bundle.fetch.net.download import Downloader, Want
-from verl_bundle.fetch.net.http import Http
-from verl_bundle.fetch.net.index import parse_project_page, read_project
+from verl_bundle.net.cache import Cache
+from verl_bundle.net.download import Downloader, Want
+from verl_bundle.net.http import Http
+from verl_bundle.net.index import parse_project_page, read_project
 
 UNRESOLVABLE = "http://mirror.verl-bundle-test.invalid"
 

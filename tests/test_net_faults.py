@@ -24,11 +24,11 @@ from verl_bundle.airgap.contract.hashing import sha256_file
 from verl_bundle.credentials import Redactor
 from verl_bundle.errors import FetchError
 from verl_bundle.fetch.hostbuild import build_pure_wheel
-from verl_bundle.fetch.integrity import wheel_problem
-from verl_bundle.fetch.net.cache import Cache
-from verl_bundle.fetch.net.download import Downloader, Want
-from verl_bundle.fetch.net.http import Http
 from verl_bundle.fetch.wheelhouse import fetch_order
+from verl_bundle.integrity import wheel_problem
+from verl_bundle.net.cache import Cache
+from verl_bundle.net.download import Downloader, Want
+from verl_bundle.net.http import Http
 from verl_bundle.resolve.lock import Kind, LockedFile, LockedPackage, read_lock
 
 BIG = 2 * 1024 * 1024
@@ -121,9 +121,9 @@ signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 resource.setrlimit(resource.RLIMIT_FSIZE, (256 * 1024, 256 * 1024))
 from pathlib import Path
 from verl_bundle.errors import FetchError
-from verl_bundle.fetch.net.cache import Cache
-from verl_bundle.fetch.net.download import Downloader, Want
-from verl_bundle.fetch.net.http import Http
+from verl_bundle.net.cache import Cache
+from verl_bundle.net.download import Downloader, Want
+from verl_bundle.net.http import Http
 want = Want(*{json.dumps([w.package, w.filename, w.url, w.location, w.sha256, w.size])})
 try:
     Downloader(Cache(Path({str(cache)!r})), Http(), backoff=0.01).fetch(want)

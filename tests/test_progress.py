@@ -10,9 +10,9 @@ import pytest
 from support.pkgindex import Server, build_wheel
 
 from verl_bundle.airgap.contract.hashing import sha256_file
-from verl_bundle.fetch.net.cache import Cache
-from verl_bundle.fetch.net.download import Downloader, Want
-from verl_bundle.fetch.net.http import Http
+from verl_bundle.net.cache import Cache
+from verl_bundle.net.download import Downloader, Want
+from verl_bundle.net.http import Http
 from verl_bundle.progress import Silent
 
 SIZE = 1 << 20

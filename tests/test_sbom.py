@@ -13,7 +13,7 @@ from cyclonedx.validation.json import JsonStrictValidator
 from support.pkgindex import build_sdist, build_wheel
 
 from verl_bundle.airgap.contract import manifest as mf
-from verl_bundle.fetch.licenses import _table, declared, judge, of_file
+from verl_bundle.licenses import declared, judge, of_file, table
 
 
 @pytest.fixture(scope="module")
@@ -137,11 +137,11 @@ def test_judge(text: str, name: str, is_open: bool) -> None:
 
 
 def test_every_entry_of_the_licence_table_matches_its_own_sample() -> None:
-    table = _table()
-    for alias in table["aliases"]:
+    entries = table()
+    for alias in entries["aliases"]:
         v = judge(alias["text"])
         assert v.open and v.name == alias["spdx"], alias
-        assert alias["spdx"] in table["open"], alias
-    for mark in table["review"]:
+        assert alias["spdx"] in entries["open"], alias
+    for mark in entries["review"]:
         v = judge(mark["sample"])
         assert not v.open and v.why == mark["why"], mark

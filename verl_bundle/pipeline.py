@@ -24,11 +24,11 @@ from verl_bundle.bundle.assembly import (
 from verl_bundle.bundle.plan import check_phases, driver_line
 from verl_bundle.compile.compiler import CompileOptions
 from verl_bundle.errors import LockError
-from verl_bundle.fetch.net.cache import Cache
-from verl_bundle.fetch.net.download import Downloader
-from verl_bundle.fetch.net.http import Http
 from verl_bundle.fetch.standalone import fetch_interpreter
 from verl_bundle.fetch.wheelhouse import Wheelhouse, fetch
+from verl_bundle.net.cache import Cache
+from verl_bundle.net.download import Downloader
+from verl_bundle.net.http import Http
 from verl_bundle.profile.model import Profile
 from verl_bundle.profile.target import Target
 from verl_bundle.progress import Reporter

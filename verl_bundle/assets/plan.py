@@ -16,7 +16,6 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from verl_bundle import __version__
 from verl_bundle.airgap.contract import assets as am
@@ -25,14 +24,11 @@ from verl_bundle.airgap.contract.names import UnsafeNameError, bundle_path
 from verl_bundle.assets import sbom as assets_sbom
 from verl_bundle.assets.convert import convert
 from verl_bundle.assets.fetch import AssetSpec, Fetched, Hub, fetch
-from verl_bundle.bundle.plan import Entry, _airgap_entries
+from verl_bundle.bundle.entries import Entry, airgap_entries, made_here
 from verl_bundle.bundle.tarball import Bundle, write_bundle
 from verl_bundle.errors import FetchError, UsageError
 from verl_bundle.progress import Reporter
 from verl_bundle.resources import data_dir
-
-if TYPE_CHECKING:
-    from verl_bundle.cli.render.results import Shown
 
 
 @dataclass(frozen=True)
@@ -49,10 +45,6 @@ class AssetsBuilt:
     bundle: Bundle
     manifest: am.AssetsManifest
     notes: tuple[str, ...] = field(default=())
-
-
-def _entry(arcname: str, data: bytes) -> Entry:
-    return Entry(arcname, hashlib.sha256(data).hexdigest(), len(data), data=data)
 
 
 def _dirname(repo_id: str) -> str:
@@ -151,7 +143,7 @@ def plan(fetched: list[Fetched], work: Path) -> tuple[str, list[Entry], am.Asset
         assets.append(asset)
         payload += entries
     script = (data_dir("templates") / am.INSTALL).read_bytes()
-    generated = [_entry(am.INSTALL, script), *_airgap_entries()]
+    generated = [made_here(am.INSTALL, script), *airgap_entries()]
     manifest = am.AssetsManifest(
         name=name,
         created_by=f"verl-bundle {__version__}",
@@ -159,17 +151,17 @@ def plan(fetched: list[Fetched], work: Path) -> tuple[str, list[Entry], am.Asset
         assets=tuple(assets),
     )
     generated += [
-        _entry(SBOM, assets_sbom.document(manifest)),
-        _entry(LICENSES, assets_sbom.report(manifest).encode()),
+        made_here(SBOM, assets_sbom.document(manifest)),
+        made_here(LICENSES, assets_sbom.report(manifest).encode()),
     ]
     manifest = dataclasses.replace(
         manifest, generated=tuple(Generated(e.arcname, e.sha256, e.size) for e in generated)
     )
-    everything = [_entry(MANIFEST, am.dumps(manifest).encode()), *generated, *payload]
+    everything = [made_here(MANIFEST, am.dumps(manifest).encode()), *generated, *payload]
     sums = "".join(
         f"{e.sha256}  {e.arcname}\n" for e in sorted(everything, key=lambda e: e.arcname)
     )
-    return name, [_entry(SUMS, sums.encode()), *everything], manifest
+    return name, [made_here(SUMS, sums.encode()), *everything], manifest
 
 
 def patterns_for(spec: AssetSpec, patterns: tuple[str, ...]) -> list[str]:
@@ -203,37 +195,3 @@ def build_assets(req: AssetsRequest, reporter: Reporter) -> AssetsBuilt:
     name, entries, manifest = plan(fetched, req.hub.cache_dir / "verl-converted")
     bundle = write_bundle(name, entries, req.output, "none", reporter)
     return AssetsBuilt(bundle, manifest)
-
-
-def shown(built: AssetsBuilt) -> Shown:
-    """The result for people (the last line is the tarball's path) and for scripts."""
-    from verl_bundle.cli.render.results import Shown, human_size
-
-    b, m = built.bundle, built.manifest
-    lines = [
-        f"{a.kind} {a.repo_id}@{a.revision} = {a.commit}: {len(a.files)} file(s)"
-        + (
-            f", {a.conversion} -> {', '.join(n for _, n in a.splits)}"
-            if a.kind == "dataset"
-            else ""
-        )
-        for a in m.assets
-    ]
-    unstated = [
-        f.path for a in m.assets if a.kind == "model" for f in a.files if f.hash_by == "host"
-    ]
-    if unstated:
-        lines.append(
-            f"hash computed here; the Hub stated none: {', '.join(unstated[:5])}"
-            + (f" and {len(unstated) - 5} more" if len(unstated) > 5 else "")
-            + " (pinned by this bundle; compare with the publisher's if it matters)"
-        )
-    lines += [f"asset bundle: {human_size(b.size)}, sha256 {b.sha256}", str(b.path)]
-    result = {
-        "bundle": str(b.path),
-        "sha256": b.sha256,
-        "size": b.size,
-        "files": b.files,
-        "assets": am.to_dict(m)["assets"],
-    }
-    return Shown("assets", True, result, "\n".join(lines), built.notes)

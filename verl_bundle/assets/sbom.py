@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 from verl_bundle import __version__
 from verl_bundle.airgap.contract import assets as am
-from verl_bundle.bundle.crossing.sbom import NAMESPACE, _licenses, _prop, _sha256, _timestamp
-from verl_bundle.fetch.licenses import judge
+from verl_bundle.bundle.crossing.sbom import NAMESPACE, licenses_of, prop, sha256_hash, timestamp_of
+from verl_bundle.licenses import judge
 
 if TYPE_CHECKING:
     from cyclonedx.model.component import Component
@@ -29,8 +29,8 @@ def _component(a: am.Asset) -> Component:
             type=ComponentType.FILE,
             name=f.path.rsplit("/", 1)[-1],
             bom_ref=f.path,
-            hashes=[_sha256(f.sha256)],
-            properties=[_prop("source", f.source)] if f.source else [],
+            hashes=[sha256_hash(f.sha256)],
+            properties=[prop("source", f.source)] if f.source else [],
         )
         for f in a.files
     ]
@@ -40,8 +40,8 @@ def _component(a: am.Asset) -> Component:
         version=a.commit,
         bom_ref=a.path,
         purl=PackageURL("huggingface", namespace=org or None, name=name, version=a.commit),
-        licenses=_licenses(a.license),
-        properties=[_prop("revision", a.revision), _prop("path", a.path)],
+        licenses=licenses_of(a.license),
+        properties=[prop("revision", a.revision), prop("path", a.path)],
         components=files,
     )
 
@@ -56,12 +56,12 @@ def document(m: am.AssetsManifest) -> bytes:
         type=ComponentType.DATA,
         name=m.name,
         bom_ref=m.name,
-        properties=[_prop("tool", f"verl-bundle {__version__}")],
+        properties=[prop("tool", f"verl-bundle {__version__}")],
     )
     components = [_component(a) for a in m.assets]
     bom = Bom(
         serial_number=uuid.uuid5(NAMESPACE, content),
-        metadata=BomMetaData(component=bundle, timestamp=_timestamp(m.created)),
+        metadata=BomMetaData(component=bundle, timestamp=timestamp_of(m.created)),
         components=components,
     )
     bom.metadata.tools.components.add(

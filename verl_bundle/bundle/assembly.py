@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from verl_bundle.bundle.crossing.extras import Base
-from verl_bundle.bundle.plan import BundlePlan, Entry, bundle_name, plan
+from verl_bundle.bundle.entries import BundlePlan, Entry
+from verl_bundle.bundle.plan import bundle_name, plan
 from verl_bundle.bundle.tarball import (
     Bundle,
     Compression,

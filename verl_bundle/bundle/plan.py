@@ -3,12 +3,10 @@ out before a byte of the tarball is written (the tarball module only copies what
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shlex
 import tarfile
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,46 +17,21 @@ from verl_bundle import __version__
 from verl_bundle.airgap.contract import figures
 from verl_bundle.airgap.contract import manifest as mf
 from verl_bundle.bundle import simple
+from verl_bundle.bundle.entries import BundlePlan, Entry, airgap_entries, made_here
 from verl_bundle.compile.cost import pinned_version, server_build_time
 from verl_bundle.errors import LockError
-from verl_bundle.fetch.licenses import declared, metadata_of_wheel, of_file
 from verl_bundle.fetch.standalone import BundledPython
 from verl_bundle.fetch.wheelhouse import Artifact, Wheelhouse
+from verl_bundle.licenses import declared, metadata_of_wheel, of_file
 from verl_bundle.profile.model import Profile
 from verl_bundle.profile.model import SourceBuild as ProfileSourceBuild
 from verl_bundle.profile.target import Target
 from verl_bundle.resolve.lock import Lock, dumps, group_by_phase
-from verl_bundle.resources import airgap_dir, data_dir
+from verl_bundle.resources import data_dir
 
 if TYPE_CHECKING:
     from verl_bundle.bundle.crossing.extras import Base
     from verl_bundle.bundle.crossing.sign import Signer
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One file of the bundle: bytes made here, or a file streamed from the cache (whose bytes
-    must hash to `sha256`, the lock's hash, while they are copied)."""
-
-    arcname: str
-    sha256: str
-    size: int
-    data: bytes | None = None
-    source: str | None = None
-    # Downloaded and hashed against the lock in this run: the tar writer trusts that digest.
-    verified: bool = False
-
-
-@dataclass(frozen=True)
-class BundlePlan:
-    """What `plan` decided: the bundle's name (its top directory), its files in tar order
-    (SHA256SUMS first, then manifest.json), and the manifest written into it. A delta bundle
-    (`base` given) leaves `omitted` out of the tarball: files its base already has."""
-
-    name: str
-    entries: tuple[Entry, ...]
-    manifest: mf.Manifest
-    omitted: tuple[Entry, ...] = ()
 
 
 SERVED = "verl_bundle/airgap/verify/served.py"
@@ -84,10 +57,6 @@ def check_phases(lock: Lock, profile: Profile, where: str = "the lock") -> None:
                 f"{where}: {pkg.name} is in phase {pkg.phase!r}, which profile {profile.name} "
                 f"does not have ({', '.join(known)}); make the lock again with `verl-bundle lock`"
             )
-
-
-def _entry(arcname: str, data: bytes) -> Entry:
-    return Entry(arcname, hashlib.sha256(data).hexdigest(), len(data), data=data)
 
 
 def _folder(a: Artifact) -> str:
@@ -150,18 +119,6 @@ def render_install(context: dict[str, Any], template: str = "install.sh.j2") -> 
     return env.get_template(template).render(**context)
 
 
-def _airgap_entries() -> list[Entry]:
-    """The standard-library server code (modules, subpackages and their data files), as
-    lib/verl_bundle/airgap/..."""
-    entries = [_entry(f"{mf.LIB}/verl_bundle/__init__.py", b'"""verl-bundle server side."""\n')]
-    root = airgap_dir()
-    for path in sorted(root.rglob("*")):
-        rel = path.relative_to(root).as_posix()
-        if path.is_file() and path.suffix in (".py", ".json") and "__pycache__" not in rel:
-            entries.append(_entry(f"{mf.LIB}/verl_bundle/airgap/{rel}", path.read_bytes()))
-    return entries
-
-
 def _phases(
     lock: Lock, profile: Profile, by_name: dict[str, Artifact]
 ) -> tuple[list[mf.Phase], list[Entry]]:
@@ -174,7 +131,7 @@ def _phases(
         members = [by_name[m.name] for m in locked]
         req_path = f"{mf.REQUIREMENTS}/{i:02d}-{phase}.txt"
         text = "".join(_requirement_line(a) + "\n" for a in members)
-        files.append(_entry(req_path, text.encode()))
+        files.append(made_here(req_path, text.encode()))
         builds = []
         for a in members:
             # A source build compiled on the online host is a wheel: the server builds nothing.
@@ -231,10 +188,10 @@ def plan(
         for a in ordered
     ]
     python = wheelhouse.interpreter
-    carried = [] if python is None else [_interpreter_entry(python)]
+    carried = [] if python is None else [_interpretermade_here(python)]
     phases, generated = _phases(lock, profile, by_name)
-    generated.append(_entry(mf.LOCK, dumps(lock).encode()))
-    generated += _airgap_entries()
+    generated.append(made_here(mf.LOCK, dumps(lock).encode()))
+    generated += airgap_entries()
     # install.sh --from URL fetches this file alone and runs it: the shim carries its hash.
     served = next(e for e in generated if e.arcname == f"{mf.LIB}/{SERVED}")
     glibc = [
@@ -262,15 +219,15 @@ def plan(
         "python_sha256": python.entry.sha256 if python else "",
         "served_sha256": served.sha256,
     }
-    generated.insert(0, _entry(mf.INSTALL, render_install(context).encode()))
-    generated.insert(1, _entry(mf.README, render_install(context, "README.txt.j2").encode()))
-    generated.append(_entry(mf.DOCTOR, _doctor_script().encode()))
+    generated.insert(0, made_here(mf.INSTALL, render_install(context).encode()))
+    generated.insert(1, made_here(mf.README, render_install(context, "README.txt.j2").encode()))
+    generated.append(made_here(mf.DOCTOR, _doctor_script().encode()))
     unpacked = [_unpacked(a) for a in ordered]
     files = tuple(
         _manifest_file(e, a, license)
         for e, a, (_, license) in zip(payload, ordered, unpacked, strict=True)
     )
-    generated += [_entry(path, data) for path, data in simple.pages(files)]  # pip/uv index
+    generated += [made_here(path, data) for path, data in simple.pages(files)]  # pip/uv index
     manifest = mf.Manifest(
         name=name,
         created_by=f"verl-bundle {__version__}",
@@ -296,7 +253,7 @@ def plan(
     return finish(name, manifest, generated, payload, carried, base, signer)
 
 
-def _interpreter_entry(python: BundledPython) -> Entry:
+def _interpretermade_here(python: BundledPython) -> Entry:
     e = python.entry
     return Entry(e.path, e.sha256, e.size, source=str(python.source))
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Literal
 
 from verl_bundle.bundle.crossing.volumes import Volume, VolumeWriter, listing, stale
-from verl_bundle.bundle.plan import Entry
+from verl_bundle.bundle.entries import Entry
 from verl_bundle.bundle.tarstream import (
     EXECUTABLE,
     MTIME,

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from verl_bundle.airgap.contract import manifest as mf
-from verl_bundle.bundle.plan import Entry
+from verl_bundle.bundle.entries import Entry
 from verl_bundle.progress import Reporter
 
 CHUNK = 1 << 20  # reads: large enough for hashlib to release the GIL, small enough for the caches

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import glob
 import re
-import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,16 +38,6 @@ def volume_set(path: Path) -> tuple[Path, list[Path]] | None:
         return None
     found = sorted(p for p in path.parent.glob(f"{glob.escape(name)}.[0-9][0-9][0-9]"))
     return (tarball, found) if found else None
-
-
-def _manifest_in(tarball: Path) -> mf.Manifest:
-    """manifest.json of a tarball (its second member: read without reading the payload)."""
-    with tarfile.open(tarball) as tf:
-        member = next(m for m in tf if m.name.endswith("/" + mf.MANIFEST))
-        fh = tf.extractfile(member)
-        if fh is None:
-            raise mf.ManifestError("manifest.json is not a file")
-        return mf.loads(fh.read().decode("utf-8", errors="replace"))
 
 
 def _delta(report: Report, path: Path) -> list[str]:

@@ -41,8 +41,9 @@ def assets_cmd(
 
     HF_TOKEN is used for gated repositories and never shown. The last line is the tarball."""
     from verl_bundle.assets.fetch import Hub, parse_spec
-    from verl_bundle.assets.plan import AssetsRequest, build_assets, shown
-    from verl_bundle.fetch.net.cache import default_cache_dir
+    from verl_bundle.assets.plan import AssetsRequest, build_assets
+    from verl_bundle.cli.render.results import assets
+    from verl_bundle.net.cache import default_cache_dir
     from verl_bundle.progress import reporter
 
     hub = Hub.from_env(hf_endpoint, cache_dir or default_cache_dir())
@@ -51,5 +52,5 @@ def assets_cmd(
     specs += [parse_spec("dataset", d) for d in dataset or []]
     req = AssetsRequest(tuple(specs), hub, output, tuple(allow or ()), tuple(deny or ()))
     with reporter(quiet=json_out) as rep:
-        result = shown(build_assets(req, rep))
+        result = assets(build_assets(req, rep))
     show(ctx, result, json_out)

@@ -279,7 +279,7 @@ def _fail(session: Session, message: str, code: int, json_for: str | None) -> in
     line = session.redact(message)
     typer.echo(f"error: {line}", err=True)
     if json_for is not None:
-        from verl_bundle.cli.render.results import error_json
+        from verl_bundle.cli.render.shown import error_json
 
         typer.echo(error_json(json_for, line, code))
     return code

@@ -16,7 +16,7 @@ from verl_bundle.credentials import Redactor
 from verl_bundle.errors import EXIT_FAILED
 
 if TYPE_CHECKING:
-    from verl_bundle.cli.render.results import Shown
+    from verl_bundle.cli.render.shown import Shown
     from verl_bundle.pipeline import Request
 
 
@@ -223,7 +223,7 @@ class StackOptions:
     jobs: int
 
     def request(self, session: Session) -> Request:
-        from verl_bundle.fetch.net.cache import default_cache_dir
+        from verl_bundle.net.cache import default_cache_dir
         from verl_bundle.pipeline import Request
         from verl_bundle.profile.catalog import select_profile, target_for
         from verl_bundle.profile.model import parse_mirror

@@ -43,7 +43,6 @@ from verl_bundle.progress import Reporter
 from verl_bundle.resolve.uvcmd import uv_binary, uv_env
 
 Mode = Literal["auto", "always", "never"]
-MODES: tuple[Mode, ...] = ("auto", "always", "never")
 
 
 class CompileError(BundleError):

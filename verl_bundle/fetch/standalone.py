@@ -19,8 +19,8 @@ from verl_bundle.airgap.contract import manifest as mf
 from verl_bundle.airgap.contract.names import UnsafeNameError, plain_filename
 from verl_bundle.credentials import split_credentials
 from verl_bundle.errors import BundleError, ProfileError
-from verl_bundle.fetch.net.download import Downloader, Want
-from verl_bundle.fetch.net.http import classify, shown_url, status_error
+from verl_bundle.net.download import Downloader, Want
+from verl_bundle.net.http import classify, shown_url, status_error
 from verl_bundle.profile.model import Profile
 from verl_bundle.profile.target import Target
 from verl_bundle.progress import Reporter

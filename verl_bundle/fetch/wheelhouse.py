@@ -22,13 +22,13 @@ from verl_bundle.compile.compiler import CompileOptions, SourceCompiler
 from verl_bundle.credentials import split_credentials
 from verl_bundle.errors import FetchError, LockError
 from verl_bundle.fetch.hostbuild import BuiltWheel, build_pure_wheel
-from verl_bundle.fetch.integrity import WheelFacts, ensure_whole, passed, recorded
-from verl_bundle.fetch.net.cache import disk_error
-from verl_bundle.fetch.net.download import Cached, Downloader, Want
-from verl_bundle.fetch.net.http import Http, shown_url
-from verl_bundle.fetch.net.index import read_project
 from verl_bundle.fetch.standalone import BundledPython
 from verl_bundle.fetch.wheelchecks import WheelCheck, WheelChecks
+from verl_bundle.integrity import WheelFacts, ensure_whole, passed, recorded
+from verl_bundle.net.cache import disk_error
+from verl_bundle.net.download import Cached, Downloader, Want
+from verl_bundle.net.http import Http, shown_url
+from verl_bundle.net.index import read_project
 from verl_bundle.profile.model import DEFAULT_INDEX, Profile
 from verl_bundle.progress import Reporter
 from verl_bundle.resolve.lock import Lock, LockedFile, LockedPackage

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 from verl_bundle.credentials import split_credentials
 from verl_bundle.errors import FetchError
-from verl_bundle.fetch.net.http import shown_url
+from verl_bundle.net.http import shown_url
 from verl_bundle.profile.model import DEFAULT_INDEX, Profile
 
-# The words of a transport failure (fetch/net/http.py's Failure, resolve/uverrors.py): a location that could
+# The words of a transport failure (net/http.py's Failure, resolve/uverrors.py): a location that could
 # not be reached at all, as opposed to a file it lacks or a hash that differs.
 _UNREACHED = (
     "cannot be resolved",

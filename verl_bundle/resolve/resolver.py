@@ -28,10 +28,10 @@ from packaging.version import Version
 from verl_bundle.airgap.contract.names import UnsafeNameError, plain_filename
 from verl_bundle.credentials import split_credentials
 from verl_bundle.errors import FetchError, ProfileError, ResolutionError
-from verl_bundle.fetch.integrity import ensure_whole
-from verl_bundle.fetch.net.download import Downloader, Want
-from verl_bundle.fetch.net.http import shown_url
-from verl_bundle.fetch.net.index import read_project
+from verl_bundle.integrity import ensure_whole
+from verl_bundle.net.download import Downloader, Want
+from verl_bundle.net.http import shown_url
+from verl_bundle.net.index import read_project
 from verl_bundle.profile.model import DEFAULT_INDEX, Location, Profile, SourceBuild
 from verl_bundle.profile.target import Target
 from verl_bundle.progress import Reporter

@@ -7,7 +7,7 @@ import re
 
 from verl_bundle.credentials import split_credentials
 from verl_bundle.errors import FetchError, ResolutionError
-from verl_bundle.fetch.net.http import CA_HINT, CREDENTIALS_HINT, shown_url
+from verl_bundle.net.http import CA_HINT, CREDENTIALS_HINT, shown_url
 from verl_bundle.profile.model import Profile
 from verl_bundle.profile.target import Target
 

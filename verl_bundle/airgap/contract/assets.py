@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from verl_bundle.airgap.contract.manifest import Generated, ManifestError, _Reader
+from verl_bundle.airgap.contract.manifest import Generated, ManifestError, Reader
 from verl_bundle.airgap.contract.manifest_read import find_root as find_root
 from verl_bundle.airgap.contract.manifest_read import load_with, read_generated, read_json
 
@@ -89,9 +89,6 @@ class AssetsManifest:
         out.update({g.path: g.sha256 for g in self.generated})
         return out
 
-    def of_kind(self, kind: str) -> tuple[Asset, ...]:
-        return tuple(a for a in self.assets if a.kind == kind)
-
 
 # -- writing -------------------------------------------------------------------------------------
 
@@ -140,7 +137,7 @@ def dumps(m: AssetsManifest) -> str:
 # -- reading -------------------------------------------------------------------------------------
 
 
-def _asset(r: _Reader) -> Asset:
+def _asset(r: Reader) -> Asset:
     kind = r.text("kind")
     if kind not in ASSET_KINDS:
         raise ManifestError(f"{r.where}.kind must be model or dataset, not {kind!r}")
@@ -150,7 +147,7 @@ def _asset(r: _Reader) -> Asset:
     path = r.path("path")
     files = []
     for i, x in enumerate(r.items("files")):
-        f = _Reader(x, f"{r.where}.files[{i}]")
+        f = Reader(x, f"{r.where}.files[{i}]")
         fpath = f.path("path")
         if not fpath.startswith(path + "/"):
             raise ManifestError(f"{f.where}.path {fpath!r} is not inside {path!r}")
@@ -170,7 +167,7 @@ def _asset(r: _Reader) -> Asset:
     sources = tuple(
         SourceFile(s.text("name"), s.sha256("sha256"), s.number("size"))
         for s in (
-            _Reader(x, f"{r.where}.converted_from[{i}]")
+            Reader(x, f"{r.where}.converted_from[{i}]")
             for i, x in enumerate(r.items("converted_from"))
         )
     )
@@ -203,9 +200,9 @@ def from_dict(data: Any) -> AssetsManifest:
             f"this asset bundle's manifest has schema {schema!r}; this verl-bundle reads "
             f"schema {SCHEMA}: run the bundle's own ./{INSTALL}, or rebuild it"
         )
-    r = _Reader(data, "manifest")
+    r = Reader(data, "manifest")
     assets = tuple(
-        _asset(_Reader(a, f"manifest.assets[{i}]")) for i, a in enumerate(r.items("assets"))
+        _asset(Reader(a, f"manifest.assets[{i}]")) for i, a in enumerate(r.items("assets"))
     )
     dirs = [a.path for a in assets]
     if len(set(dirs)) != len(dirs):

@@ -11,8 +11,8 @@ The values live in `manifest_values`, the strict reader in `manifest_read` and t
 
 from __future__ import annotations
 
-# The asset bundle's manifest (airgap/contract/assets.py) shares the typed table reader `_Reader`.
-from verl_bundle.airgap.contract.manifest_read import _Reader as _Reader
+# The asset bundle's manifest (airgap/contract/assets.py) shares the typed table reader `Reader`.
+from verl_bundle.airgap.contract.manifest_read import Reader as Reader
 from verl_bundle.airgap.contract.manifest_read import find_root, from_dict, iter_paths, load, loads
 from verl_bundle.airgap.contract.manifest_values import (
     BOOTSTRAP,

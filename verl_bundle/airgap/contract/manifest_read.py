@@ -44,7 +44,7 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 T = TypeVar("T")
 
 
-class _Reader:
+class Reader:
     """Typed access to one JSON table, with errors that name the field."""
 
     def __init__(self, data: Any, where: str) -> None:
@@ -105,9 +105,9 @@ class _Reader:
                 raise ManifestError(f"{self.where}.{key}[{i}] must be a string, not {_show(v)}")
         return tuple(items)
 
-    def table(self, key: str, required: bool = True) -> _Reader:
+    def table(self, key: str, required: bool = True) -> Reader:
         value = self._get(key, required)
-        return _Reader({} if value is None else value, f"{self.where}.{key}")
+        return Reader({} if value is None else value, f"{self.where}.{key}")
 
     def path(self, key: str) -> str:
         try:
@@ -127,7 +127,7 @@ def _show(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _source_build(r: _Reader) -> SourceBuild:
+def _source_build(r: Reader) -> SourceBuild:
     env = r.table("env", required=False)
     pairs = []
     for k in sorted(env.data):
@@ -152,14 +152,14 @@ def _source_build(r: _Reader) -> SourceBuild:
     )
 
 
-def _build_time(r: _Reader) -> BuildTime:
+def _build_time(r: Reader) -> BuildTime:
     minutes = r.data.get("core_minutes_per_arch")
     if not isinstance(minutes, (int, float)) or isinstance(minutes, bool) or minutes <= 0:
         raise ManifestError(f"{r.where}.core_minutes_per_arch must be a positive number")
     return BuildTime(float(minutes), r.texts("archs"))
 
 
-def _file(r: _Reader) -> File:
+def _file(r: Reader) -> File:
     kind = r.text("kind")
     if kind not in KINDS:
         raise ManifestError(f"{r.where}.kind must be one of {', '.join(KINDS)}, not {kind!r}")
@@ -182,7 +182,7 @@ def _file(r: _Reader) -> File:
     )
 
 
-def _compiled(r: _Reader) -> Compiled:
+def _compiled(r: Reader) -> Compiled:
     seconds = r.data.get("seconds")
     if not isinstance(seconds, (int, float)) or isinstance(seconds, bool):
         raise ManifestError(f"{r.where}.seconds must be a number, not {seconds!r}")
@@ -195,7 +195,7 @@ def _compiled(r: _Reader) -> Compiled:
     )
 
 
-def _interpreter(r: _Reader) -> Interpreter | None:
+def _interpreter(r: Reader) -> Interpreter | None:
     if not r.data:
         return None
     return Interpreter(
@@ -211,7 +211,7 @@ def _interpreter(r: _Reader) -> Interpreter | None:
     )
 
 
-def _delta(r: _Reader, files: tuple[File, ...]) -> Delta | None:
+def _delta(r: Reader, files: tuple[File, ...]) -> Delta | None:
     """A delta bundle's base; every omitted path must be a payload file the manifest lists."""
     if not r.data:
         return None
@@ -231,14 +231,12 @@ def _delta(r: _Reader, files: tuple[File, ...]) -> Delta | None:
     return Delta(r.text("base"), r.sha256("base_manifest"), tuple(omitted))
 
 
-def read_generated(r: _Reader) -> tuple[Generated, ...]:
+def read_generated(r: Reader) -> tuple[Generated, ...]:
     """The manifest's `generated` list (files the host wrote: install.sh, lib/ code), shared
     with the asset bundle's manifest (airgap/contract/assets.py)."""
     return tuple(
         Generated(g.path("path"), g.sha256("sha256"), g.number("size"))
-        for g in (
-            _Reader(x, f"manifest.generated[{i}]") for i, x in enumerate(r.items("generated"))
-        )
+        for g in (Reader(x, f"manifest.generated[{i}]") for i, x in enumerate(r.items("generated")))
     )
 
 
@@ -259,7 +257,7 @@ def from_dict(data: Any) -> Manifest:
             f"this bundle's manifest has schema {schema}, older than this verl-bundle reads "
             f"({SCHEMA}): run the bundle's own ./install.sh, or rebuild the bundle"
         )
-    r = _Reader(data, "manifest")
+    r = Reader(data, "manifest")
     ready = r.table("readiness", required=False)
     prof, tgt, tool, chk = (
         r.table("profile"),
@@ -270,7 +268,7 @@ def from_dict(data: Any) -> Manifest:
     phases = []
     seen = set()
     for i, p in enumerate(r.items("phases")):
-        pr = _Reader(p, f"manifest.phases[{i}]")
+        pr = Reader(p, f"manifest.phases[{i}]")
         name = pr.text("name")
         try:
             plain_filename(name, f"{pr.where}.name")
@@ -285,12 +283,12 @@ def from_dict(data: Any) -> Manifest:
                 requirements=pr.path("requirements"),
                 packages=pr.texts("packages"),
                 source_builds=tuple(
-                    _source_build(_Reader(b, f"{pr.where}.source_builds[{j}]"))
+                    _source_build(Reader(b, f"{pr.where}.source_builds[{j}]"))
                     for j, b in enumerate(pr.items("source_builds"))
                 ),
             )
         )
-    files = tuple(_file(_Reader(f, f"manifest.files[{i}]")) for i, f in enumerate(r.items("files")))
+    files = tuple(_file(Reader(f, f"manifest.files[{i}]")) for i, f in enumerate(r.items("files")))
     for f in files:
         if f.kind != "bootstrap" and f.phase not in seen:
             raise ManifestError(

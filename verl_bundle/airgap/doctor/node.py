@@ -65,7 +65,7 @@ def _interfaces() -> tuple[str, ...]:
             return ()
 
 
-def _open_files() -> int | None:
+def open_files_limit() -> int | None:
     try:
         import resource
     except ImportError:  # not on Linux
@@ -82,7 +82,7 @@ def _shm() -> int | None:
     return st.f_blocks * st.f_frsize
 
 
-def _resolves(host: str) -> bool:
+def resolves(host: str) -> bool:
     try:
         return bool(socket.getaddrinfo(host, None))
     except (OSError, UnicodeError):
@@ -142,12 +142,12 @@ def probe_node(env: Mapping[str, str], prefix: str | None, deep: bool = False) -
     master = env.get("MASTER_ADDR") or None
     node = Node(
         hostname=socket.gethostname(),
-        open_files=_open_files(),
+        open_files=open_files_limit(),
         shm_bytes=_shm(),
         interfaces=_interfaces(),
         ifnames={k: env[k] for k in IFNAME_VARS if env.get(k)},
         master_addr=master,
-        master_addr_resolves=_resolves(master) if master else None,
+        master_addr_resolves=resolves(master) if master else None,
         env=run_vars(env),
     )
     return _environment(node, prefix, deep)

@@ -158,9 +158,3 @@ def complete(m: mf.Manifest, bundle_dir: str, base_dir: str) -> Completed:
                 f"cannot place {t.path} from {t.source} into {root}: {exc.strerror}"
             ) from None
     return Completed(tuple(taken), linked, already)
-
-
-def unsent(m: mf.Manifest, missing: list[str]) -> list[str]:
-    """Of the files a check found missing, those a delta leaves to its base (not damage)."""
-    omitted = set(m.delta.omitted) if m.delta else set()
-    return [p for p in missing if p in omitted]

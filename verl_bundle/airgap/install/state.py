@@ -74,9 +74,6 @@ class State:
         with contextlib.suppress(FileNotFoundError):
             os.remove(self.path(f"started-{phase}"))
 
-    def any_interrupted(self) -> bool:
-        return self.exists() and any(n.startswith("started-") for n in os.listdir(self.dir))
-
     # -- the venv mark and what was installed -------------------------------------------------
 
     def made_venv(self) -> bool:

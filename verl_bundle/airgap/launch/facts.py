@@ -10,7 +10,7 @@ from typing import Mapping
 from verl_bundle.airgap.doctor.commands import Run, run
 from verl_bundle.airgap.doctor.devices import Gpu, visible_devices
 from verl_bundle.airgap.doctor.gpus import GpuListing, list_gpus
-from verl_bundle.airgap.doctor.node import _open_files
+from verl_bundle.airgap.doctor.node import open_files_limit
 from verl_bundle.airgap.launch import verlconfig as vc
 
 MIN_OPEN_FILES = 65536
@@ -53,7 +53,7 @@ def gather(
         dict(env),
         found,
         topo,
-        _open_files(),
+        open_files_limit(),
         launcher,
         nproc_per_node,
         False,

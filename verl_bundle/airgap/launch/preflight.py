@@ -313,7 +313,7 @@ def run_preflight(
     min_open_files: int = MIN_OPEN_FILES,
 ) -> Preflight:
     """Read verl's settings (ConfigError on a bad override or YAML), gather, check for this
-    `launcher` (ranks.LAUNCHERS)."""
+    `launcher` ("ray" or "torchrun")."""
     values = vc.settings(overrides, config)
     return examine(gather(values, env, launcher, nproc_per_node, min_open_files))
 

@@ -12,9 +12,8 @@ from __future__ import annotations
 from typing import Mapping
 
 from verl_bundle.airgap.doctor.devices import torchrun_problems
-from verl_bundle.airgap.doctor.node import _resolves
+from verl_bundle.airgap.doctor.node import resolves
 
-LAUNCHERS = ("ray", "torchrun")
 RENDEZVOUS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 SHOWN = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
@@ -58,7 +57,7 @@ def torchrun_launch_problems(
         idle = f": {want - nproc} GPU(s) would sit idle" if nproc < want else ""
         problems.append(f"--nproc_per_node={nproc} but {whose}{idle}")
     master = (env.get("MASTER_ADDR") or "").strip()
-    if master and not _resolves(master):
+    if master and not resolves(master):
         problems.append(f"MASTER_ADDR={master} does not resolve on this node")
     return problems
 

@@ -32,8 +32,8 @@ from verl_bundle.airgap.errors import UsageError
 from verl_bundle.airgap.postinstall.readiness import (
     OFFLINE_ENV,
     ReadinessError,
-    _in_range,
-    _release,
+    in_range,
+    release_of,
 )
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -84,7 +84,7 @@ def load_table(path: str = TABLE) -> dict[str, Any]:
 def row_for(verl: str | None, table: dict[str, Any]) -> dict[str, Any] | None:
     """The dry-run recipe for this verl release; None when there is none (verl 0.2)."""
 
-    return next((r for r in table["verl"] if verl and _in_range(verl, r)), None)
+    return next((r for r in table["verl"] if verl and in_range(verl, r)), None)
 
 
 def verl_of(manifest: Any) -> str | None:
@@ -140,7 +140,7 @@ def _cpus(row: dict[str, Any]) -> int:
 def _cpus_key(row: dict[str, Any], verl: str) -> str | None:
     """verl's config key for Ray's CPU count, where this release has one."""
     given = row.get("ray_cpus") or {}
-    if not given or _release(verl) < _release(str(given.get("from", "0"))):
+    if not given or release_of(verl) < release_of(str(given.get("from", "0"))):
         return None
     return str(given["key"])
 

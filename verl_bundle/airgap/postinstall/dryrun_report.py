@@ -16,10 +16,9 @@ from typing import Any, Sequence
 
 from verl_bundle.airgap.checks import Check
 from verl_bundle.airgap.postinstall.dryrun import DryRun
-from verl_bundle.airgap.postinstall.readiness import _release
+from verl_bundle.airgap.postinstall.readiness import release_of
 
 SUBJECT = "trainer dry run"
-DRIVER = ("entry", "run")  # the wrapper's own events around verl's entry, not steps
 
 
 def explain(
@@ -36,7 +35,7 @@ def explain(
         if entry.get("on") == "deadline":
             if not deadline or entry["step"] != step:
                 continue
-            if entry.get("from") and _release(verl) < _release(entry["from"]):
+            if entry.get("from") and release_of(verl) < release_of(entry["from"]):
                 continue
             if "cpus_below" in entry and cpus is not None and cpus >= entry["cpus_below"]:
                 continue

@@ -65,7 +65,7 @@ def needs_of(module: str, verl: str | None, table: dict[str, Any]) -> list[tuple
     """(distribution, what) pairs `module` needs: its own package's, and the table's."""
     out = [(mf.canonical(module.split(".")[0]), "")]
     for entry in table.get("needs", {}).get("modules", []):
-        if entry["module"] == module and verl and readiness._in_range(verl, entry):
+        if entry["module"] == module and verl and readiness.in_range(verl, entry):
             out += [(mf.canonical(d), str(entry.get("what", ""))) for d in entry["needs"]]
     return out
 

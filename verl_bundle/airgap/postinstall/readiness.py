@@ -95,15 +95,15 @@ def load_table(path: str = TABLE) -> dict[str, Any]:
     return table
 
 
-def _release(version: str) -> tuple[int, ...]:
+def release_of(version: str) -> tuple[int, ...]:
     m = re.match(r"\d+(?:\.\d+)*", version)
     return tuple(int(p) for p in m.group(0).split(".")) if m else ()
 
 
-def _in_range(version: str, row: dict[str, Any]) -> bool:
-    v = _release(version)
-    low = _release(row["from"])
-    high = _release(row["below"]) if row.get("below") else None
+def in_range(version: str, row: dict[str, Any]) -> bool:
+    v = release_of(version)
+    low = release_of(row["from"])
+    high = release_of(row["below"]) if row.get("below") else None
     return v >= low and (high is None or v < high)
 
 
@@ -141,7 +141,7 @@ def plan_for(
                 f"--purpose {pid}: not a known purpose ({', '.join(sorted(table['purposes']))})"
             )
         text = purpose_text(pid, table)
-        row = next((r for r in table["verl"] if verl and _in_range(verl, r)), None)
+        row = next((r for r in table["verl"] if verl and in_range(verl, r)), None)
         modules = tuple(row["modules"].get(pid, ())) if row else ()
         config = str(row["config"]) if row else declared.config
     if flash and "flash_attn" not in modules:

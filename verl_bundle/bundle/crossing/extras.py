@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from verl_bundle.airgap.contract import manifest as mf
-from verl_bundle.bundle.plan import BundlePlan, Entry, _entry
+from verl_bundle.bundle.entries import BundlePlan, Entry, made_here
 
 if TYPE_CHECKING:
     from verl_bundle.bundle.crossing.sign import Signer
@@ -32,8 +32,8 @@ def with_sbom(manifest: mf.Manifest, generated: list[Entry]) -> tuple[mf.Manifes
 
     lock_sha256 = next(e.sha256 for e in generated if e.arcname == mf.LOCK)
     made = [
-        _entry(mf.SBOM, sbom.document(manifest, lock_sha256)),
-        _entry(mf.LICENSES, sbom.report(manifest).encode()),
+        made_here(mf.SBOM, sbom.document(manifest, lock_sha256)),
+        made_here(mf.LICENSES, sbom.report(manifest).encode()),
     ]
     listed = (*manifest.generated, *(mf.Generated(e.arcname, e.sha256, e.size) for e in made))
     return dataclasses.replace(manifest, generated=listed), made
@@ -67,7 +67,7 @@ def finish(
     omitted: list[Entry] = []
     if base is not None:
         manifest, name, omitted = delta_of(manifest, base, payload)
-    manifest_entry = _entry(mf.MANIFEST, mf.dumps(manifest).encode())
+    manifest_entry = made_here(mf.MANIFEST, mf.dumps(manifest).encode())
     signed = [] if signer is None else [signer.sign_manifest(manifest_entry.data or b"")]
     everything = [manifest_entry, *signed, *generated, *payload, *carried]
     sums = "".join(
@@ -75,4 +75,4 @@ def finish(
     )
     left_out = {e.arcname for e in omitted}
     written = [e for e in everything if e.arcname not in left_out]
-    return BundlePlan(name, (_entry(mf.SUMS, sums.encode()), *written), manifest, tuple(omitted))
+    return BundlePlan(name, (made_here(mf.SUMS, sums.encode()), *written), manifest, tuple(omitted))

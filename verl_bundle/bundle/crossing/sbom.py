@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from verl_bundle import __version__
 from verl_bundle.airgap.contract import manifest as mf
-from verl_bundle.fetch.licenses import UNKNOWN, Verdict, judge
+from verl_bundle.licenses import UNKNOWN, Verdict, judge
 
 if TYPE_CHECKING:
     from cyclonedx.model import ExternalReference, HashType, Property
@@ -26,19 +26,19 @@ NAMESPACE = uuid.UUID("6c1f1a52-3e0b-4b8e-9a57-6f0e6b0c2a11")  # verl-bundle's S
 PYTHON_LICENSE = "Python-2.0"  # CPython's own licence (python-build-standalone's archives)
 
 
-def _prop(name: str, value: str) -> Property:
+def prop(name: str, value: str) -> Property:
     from cyclonedx.model import Property
 
     return Property(name=f"verl-bundle:{name}", value=value)
 
 
-def _sha256(digest: str) -> HashType:
+def sha256_hash(digest: str) -> HashType:
     from cyclonedx.model import HashAlgorithm, HashType
 
     return HashType(alg=HashAlgorithm.SHA_256, content=digest)
 
 
-def _licenses(text: str) -> list[License]:
+def licenses_of(text: str) -> list[License]:
     from cyclonedx.contrib.license.factories import LicenseFactory
     from cyclonedx.model.license import DisjunctiveLicense
 
@@ -61,7 +61,7 @@ def _distribution(url: str, sha256: str) -> list[ExternalReference]:
         ExternalReference(
             type=ExternalReferenceType.DISTRIBUTION,
             url=where,
-            hashes=[_sha256(sha256)],
+            hashes=[sha256_hash(sha256)],
         )
     ]
 
@@ -71,15 +71,15 @@ def _component(f: mf.File) -> Component:
     from packageurl import PackageURL
 
     props = [
-        _prop("path", f.path),
-        _prop("kind", f.kind),
-        _prop("phase", f.phase),
-        _prop("location", f.location),
+        prop("path", f.path),
+        prop("kind", f.kind),
+        prop("phase", f.phase),
+        prop("location", f.location),
     ]
     if f.compiled is not None:
-        props.append(_prop("compiled", f"{f.compiled.toolkit}; {f.compiled.archs}"))
+        props.append(prop("compiled", f"{f.compiled.toolkit}; {f.compiled.archs}"))
     if f.built_from is not None:
-        props.append(_prop("built-from", f"{f.built_from.file} sha256:{f.built_from.sha256}"))
+        props.append(prop("built-from", f"{f.built_from.file} sha256:{f.built_from.sha256}"))
     return Component(
         type=ComponentType.LIBRARY,
         name=f.name,
@@ -89,8 +89,8 @@ def _component(f: mf.File) -> Component:
         purl=PackageURL(
             "pypi", name=f.name, version=f.version, qualifiers={"file_name": f.filename}
         ),
-        hashes=[_sha256(f.sha256)],
-        licenses=_licenses(f.license),
+        hashes=[sha256_hash(f.sha256)],
+        licenses=licenses_of(f.license),
         external_references=_distribution(f.url, f.sha256),
         properties=props,
     )
@@ -106,14 +106,14 @@ def _interpreter(i: mf.Interpreter) -> Component:
         version=i.version,
         bom_ref=i.path,
         purl=PackageURL("generic", name="cpython", version=i.version),
-        hashes=[_sha256(i.sha256)],
-        licenses=_licenses(PYTHON_LICENSE),
+        hashes=[sha256_hash(i.sha256)],
+        licenses=licenses_of(PYTHON_LICENSE),
         external_references=_distribution(i.url, i.sha256),
-        properties=[_prop("path", i.path), _prop("release", i.release)],
+        properties=[prop("path", i.path), prop("release", i.release)],
     )
 
 
-def _timestamp(created: str) -> datetime:
+def timestamp_of(created: str) -> datetime:
     try:
         when = datetime.fromisoformat(created.replace("Z", "+00:00"))
     except ValueError:
@@ -142,11 +142,11 @@ def document(m: mf.Manifest, lock_sha256: str) -> bytes:
         bom_ref=m.name,
         description=m.profile.description or None,
         properties=[
-            _prop("profile", m.profile.name),
-            _prop("profile-sha256", m.profile.sha256),
-            _prop("target", f"Python {t.python} ({t.python_tag}), {t.platform}, CUDA {t.cuda}"),
-            _prop("lock-sha256", lock_sha256),
-            _prop("tool", f"verl-bundle {__version__}"),
+            prop("profile", m.profile.name),
+            prop("profile-sha256", m.profile.sha256),
+            prop("target", f"Python {t.python} ({t.python_tag}), {t.platform}, CUDA {t.cuda}"),
+            prop("lock-sha256", lock_sha256),
+            prop("tool", f"verl-bundle {__version__}"),
         ],
     )
     components = [_component(f) for f in m.files]
@@ -154,7 +154,7 @@ def document(m: mf.Manifest, lock_sha256: str) -> bytes:
         components.append(_interpreter(m.interpreter))
     bom = Bom(
         serial_number=serial(m, lock_sha256),
-        metadata=BomMetaData(component=bundle, timestamp=_timestamp(m.created)),
+        metadata=BomMetaData(component=bundle, timestamp=timestamp_of(m.created)),
         components=components,
     )
     bom.metadata.tools.components.add(

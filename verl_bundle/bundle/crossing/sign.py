@@ -21,7 +21,7 @@ from verl_bundle.airgap.contract import manifest as mf
 from verl_bundle.errors import AssembleError, UsageError
 
 if TYPE_CHECKING:
-    from verl_bundle.bundle.plan import Entry
+    from verl_bundle.bundle.entries import Entry
 
 GPG_PREFIX = "gpg:"
 
@@ -85,7 +85,7 @@ class Signer:
 
     def sign_manifest(self, manifest: bytes) -> Entry:
         """manifest.json's signature as a bundle file (listed in SHA256SUMS)."""
-        from verl_bundle.bundle.plan import Entry
+        from verl_bundle.bundle.entries import Entry
 
         data = self.sign(manifest, mf.MANIFEST)
         name = mf.SIGNATURE if self.kind == "ssh" else mf.SIGNATURE_GPG

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from verl_bundle.cli.render.results import Shown, human_size
+from verl_bundle.cli.render.shown import Shown, human_size
 
 if TYPE_CHECKING:
     from verl_bundle.bundle.crossing.inspection import Inspection

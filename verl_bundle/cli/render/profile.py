@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from verl_bundle.cli.render.results import Shown
+from verl_bundle.cli.render.shown import Shown
 
 if TYPE_CHECKING:
     from verl_bundle.profile.model import Profile

@@ -8,58 +8,22 @@ checker only, so that rendering costs no start-up time.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from verl_bundle.airgap.render import dumps, envelope
+from verl_bundle.cli.render.shown import Shown, human_size
 
 if TYPE_CHECKING:
-    from verl_bundle.airgap.checks import Verdict
     from verl_bundle.airgap.doctor import Report as DoctorReport
     from verl_bundle.airgap.explain.engine import Finding
     from verl_bundle.airgap.launch.preflight import Preflight
     from verl_bundle.airgap.verify.bundle import Report
+    from verl_bundle.assets.plan import AssetsBuilt
     from verl_bundle.cluster.fleet.report import FleetReport
     from verl_bundle.compile.toolchain import ToolchainReport
     from verl_bundle.fetch.wheelhouse import Wheelhouse
     from verl_bundle.pipeline import BuildResult, LockCheck, LockResult
     from verl_bundle.rehearse.rehearsal import Rehearsal
     from verl_bundle.resolve.lock import Lock
-
-
-@dataclass(frozen=True)
-class Shown:
-    """A command's result for both audiences: `text` (stdout; its last line is what a script
-    wants, e.g. a path, or the verdict), `notes` (stderr, text mode only), `result` (the JSON
-    result) and, for the commands that end with one, the `verdict` (airgap/checks.py), whose
-    code is the exit code."""
-
-    command: str
-    ok: bool
-    result: Any
-    text: str
-    notes: tuple[str, ...] = ()
-    verdict: Verdict | None = None
-
-    def json(self) -> str:
-        return dumps(envelope(self.command, self.ok, self.result, self.verdict))
-
-
-def error_json(command: str, message: str, exit_code: int) -> str:
-    """A failed command's envelope (`--json`): `ok` false, no result, and the one-line message
-    with the exit code, so that stdout is always one document."""
-    doc = envelope(command, False, None)
-    doc["error"] = {"message": message, "exit_code": exit_code}
-    return dumps(doc)
-
-
-def human_size(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KB", "MB", "GB"):
-        if size < 1000 or unit == "GB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1000
-    return f"{n} B"
 
 
 def _target(lock: Lock) -> dict[str, str]:
@@ -398,3 +362,37 @@ def toolchain_text(report: ToolchainReport) -> str:
 
 def toolchain(report: ToolchainReport) -> Shown:
     return Shown("toolchain", True, toolchain_json(report), toolchain_text(report))
+
+
+def assets(built: AssetsBuilt) -> Shown:
+    """The result for people (the last line is the tarball's path) and for scripts."""
+    from verl_bundle.airgap.contract import assets as am
+
+    b, m = built.bundle, built.manifest
+    lines = [
+        f"{a.kind} {a.repo_id}@{a.revision} = {a.commit}: {len(a.files)} file(s)"
+        + (
+            f", {a.conversion} -> {', '.join(n for _, n in a.splits)}"
+            if a.kind == "dataset"
+            else ""
+        )
+        for a in m.assets
+    ]
+    unstated = [
+        f.path for a in m.assets if a.kind == "model" for f in a.files if f.hash_by == "host"
+    ]
+    if unstated:
+        lines.append(
+            f"hash computed here; the Hub stated none: {', '.join(unstated[:5])}"
+            + (f" and {len(unstated) - 5} more" if len(unstated) > 5 else "")
+            + " (pinned by this bundle; compare with the publisher's if it matters)"
+        )
+    lines += [f"asset bundle: {human_size(b.size)}, sha256 {b.sha256}", str(b.path)]
+    result = {
+        "bundle": str(b.path),
+        "sha256": b.sha256,
+        "size": b.size,
+        "files": b.files,
+        "assets": am.to_dict(m)["assets"],
+    }
+    return Shown("assets", True, result, "\n".join(lines), built.notes)

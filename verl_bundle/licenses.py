@@ -36,19 +36,19 @@ class Verdict:
 
 
 @functools.cache
-def _table() -> dict[str, Any]:
+def table() -> dict[str, Any]:
     data: dict[str, Any] = json.loads(TABLE.read_text(encoding="utf-8"))
     return data
 
 
 @functools.cache
 def _open_ids() -> dict[str, str]:
-    return {i.casefold(): i for i in _table()["open"]}
+    return {i.casefold(): i for i in table()["open"]}
 
 
 @functools.cache
 def _aliases() -> dict[str, str]:
-    return {a["text"].casefold(): a["spdx"] for a in _table()["aliases"]}
+    return {a["text"].casefold(): a["spdx"] for a in table()["aliases"]}
 
 
 def declared(metadata: str) -> str:
@@ -117,7 +117,7 @@ def judge(license: str) -> Verdict:
     if not text:
         return Verdict(UNKNOWN, False, "no licence declared: find its terms before approving")
     low = text.casefold()
-    for mark in _table()["review"]:
+    for mark in table()["review"]:
         if mark["word"] in low:
             return Verdict(text, False, mark["why"])
     parts = [p for p in re.split(r"\s*;\s*", text) if p]

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, TypeVar
 
 from verl_bundle.airgap.contract.hashing import StreamHash, sha256_bytes
 from verl_bundle.errors import FetchError
-from verl_bundle.fetch.net.cache import Cache, disk_error, locked
-from verl_bundle.fetch.net.http import Http, classify, short, shown_url, status_error
+from verl_bundle.net.cache import Cache, disk_error, locked
+from verl_bundle.net.http import Http, classify, short, shown_url, status_error
 from verl_bundle.progress import Reporter, Silent
 
 if TYPE_CHECKING:  # imported where a download starts: a build from the cache skips it

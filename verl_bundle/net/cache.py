@@ -92,7 +92,7 @@ class Cache:
 
     def checked(self, sha256: str, whole: bool = True) -> Path:
         """A marker: the blob with this hash passed the wheel check, whole or its structure
-        (fetch/integrity.py)."""
+        (integrity.py)."""
         return self.root / "checked" / (_key(sha256) + ("" if whole else ".structure"))
 
     def store(self, tmp: Path, sha256: str) -> Path:

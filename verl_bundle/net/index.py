@@ -11,7 +11,7 @@ from urllib.parse import unquote, urljoin, urlsplit
 
 from verl_bundle.airgap.contract.names import UnsafeNameError, plain_filename
 from verl_bundle.errors import FetchError
-from verl_bundle.fetch.net.http import Http, classify, shown_url, status_error
+from verl_bundle.net.http import Http, classify, shown_url, status_error
 
 JSON_TYPE = "application/vnd.pypi.simple.v1+json"
 ACCEPT = f"{JSON_TYPE}, text/html;q=0.1"
