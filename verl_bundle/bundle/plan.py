@@ -27,7 +27,7 @@ from verl_bundle.profile.model import Profile
 from verl_bundle.profile.model import SourceBuild as ProfileSourceBuild
 from verl_bundle.profile.target import Target
 from verl_bundle.resolve.lock import Lock, dumps, group_by_phase
-from verl_bundle.resources import data_dir
+from verl_bundle.resources import airgap_dir, data_dir
 
 if TYPE_CHECKING:
     from verl_bundle.bundle.crossing.extras import Base
@@ -116,7 +116,9 @@ def render_install(context: dict[str, Any], template: str = "install.sh.j2") -> 
         autoescape=False,  # noqa: S701
     )
     env.filters["sh"] = lambda v: shlex.quote(str(v))
-    return env.get_template(template).render(**context)
+    # install.sh carries the Python it runs first (airgap/install/boot.py) as its text.
+    boot = (airgap_dir() / "install" / "boot.py").read_text(encoding="utf-8").rstrip("\n")
+    return env.get_template(template).render(boot=boot, **context)
 
 
 def _phases(
