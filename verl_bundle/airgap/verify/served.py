@@ -371,7 +371,9 @@ class Fetch:
                 try:
                     while have <= limit:
                         self.left()
-                        block = resp.read(min(CHUNK, limit + 1 - have))
+                        # read1: what one receive brings, so a trickling server cannot hold
+                        # the read (read(n) waits for all n bytes) past the deadline.
+                        block = resp.read1(min(CHUNK, limit + 1 - have))
                         if not block:
                             break
                         digest.update(block)
@@ -534,6 +536,7 @@ def _pool(job: Fetch, items: list[tuple[str, str, int | None]], say: Callable[[s
         t.start()
     total = sum(s or 0 for _, _, s in items)
     began = time.monotonic()
+    done_before, bytes_before = job.done, job.bytes  # this pool's own counts are shown
     try:
         while any(t.is_alive() for t in threads):
             for t in threads:
@@ -544,7 +547,8 @@ def _pool(job: Fetch, items: list[tuple[str, str, int | None]], say: Callable[[s
                     job.stop.set()
                     break
                 say(
-                    f"fetching: {job.done} of {len(items)} files, {job.bytes / 1e6:.1f} of "
+                    f"fetching: {job.done - done_before} of {len(items)} files, "
+                    f"{(job.bytes - bytes_before) / 1e6:.1f} of "
                     f"{total / 1e6:.1f} MB ({time.monotonic() - began:.0f} s)"
                 )
                 break
