@@ -19,8 +19,9 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 # On every core (pytest-xdist); tests that share a resource (the Slurm daemons) are kept on one
-# worker by their xdist_group. CI (.ci/run) runs exactly this.
-PYTEST_ARGS ?= -n auto --dist loadgroup
+# worker by their xdist_group; the 25 slowest steps are listed at the end. CI (.ci/run) runs
+# exactly this, with REQUIRE_ALL=1: a test that would skip for a missing tool fails instead.
+PYTEST_ARGS ?= -n auto --dist loadgroup --durations=25
 test: $(STAMP)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 

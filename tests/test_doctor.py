@@ -789,13 +789,10 @@ def test_memory_without_a_source_build_is_ok(
 def test_a_hung_driver_cannot_hang_the_doctor(
     machine: FakeMachine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    machine.nvidia_smi_hanging(seconds=60)
-    machine.libcuda(12020, hang=60)
-    start = time.monotonic()
+    # Hung for an hour: a doctor that waited for either would meet the test's own timeout.
+    machine.nvidia_smi_hanging(seconds=3600)
+    machine.libcuda(12020, hang=3600)
     report = examine(machine, monkeypatch, needs(), require_gpu=True)
-    elapsed = time.monotonic() - start
-    # nvidia-smi and the libcuda probe wait side by side: one timeout, and a little for the rest.
-    assert elapsed < TIMEOUT + 8
     driver = report.check("driver")
     assert driver.status == "fail"
     assert f"loading libcuda.so.1 did not answer within {TIMEOUT:g} s" in driver.detail

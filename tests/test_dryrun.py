@@ -17,7 +17,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -474,10 +473,8 @@ def test_the_deadline_turns_a_hang_into_not_ready_and_leaves_nothing_running(
     stack: tuple[Path, Path, Path, Path], tmp_path: Path
 ) -> None:
     pids = tmp_path / "pids"
-    started = time.monotonic()
     out = deep(stack, "--deadline", "25", fail="hang", FAKE_VERL_PIDS=str(pids))
     assert out.returncode == 5, out.stdout + out.stderr
-    assert time.monotonic() - started < 300
     doc, status = statuses(out)
     assert status["dryrun:workers"] == "fail"
     assert status["dryrun:dataset"] == "ok"

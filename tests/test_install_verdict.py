@@ -14,7 +14,6 @@ import os
 import pty
 import select
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -103,7 +102,6 @@ def test_a_truncated_copy_is_said_at_once_in_a_few_lines(
     wheels = sorted((bundle / "wheels").glob("*.whl"))
     for w in wheels[3:]:
         w.unlink()
-    started = time.monotonic()
     proc = run_install(bundle, home, "--prefix", str(tmp_path / "v"), "--yes")
     assert proc.returncode == EXIT_DAMAGED, proc.stdout + proc.stderr
     assert f"{len(wheels) - 3} file(s) missing: wheels/" in proc.stderr
@@ -111,7 +109,6 @@ def test_a_truncated_copy_is_said_at_once_in_a_few_lines(
     assert "==> [3/7] doctor" not in proc.stdout  # the damage is said before the doctor runs
     assert last_line(proc) == "not installed: the bundle is damaged (above)"
     assert not (tmp_path / "v").exists()
-    assert time.monotonic() - started < 600
 
 
 def test_a_declined_prompt_is_not_success(bundle: Path, home: Path, tmp_path: Path) -> None:
