@@ -52,7 +52,7 @@ class Opened:
 
 
 class Joined(io.RawIOBase):
-    """Volumes read as one seekable file (what `cat NAME.tar.[0-9]*` would give)."""
+    """Volumes read as one seekable file (what `cat NAME.tar.[0-9][0-9][0-9]` would give)."""
 
     def __init__(self, paths: list[Path]) -> None:
         super().__init__()

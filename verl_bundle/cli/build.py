@@ -115,7 +115,7 @@ def build_cmd(
             "--split-size",
             help="Write volumes NAME.tar.000, .001, ... of at most SIZE each (2G, 4.7G for a "
             "DVD, 700M; decimal units, GiB for binary) and one NAME.tar.sha256 for them: "
-            "`cat NAME.tar.[0-9]* | sha256sum -c NAME.tar.sha256` checks each and the whole.",
+            "`cat NAME.tar.[0-9][0-9][0-9] | sha256sum -c NAME.tar.sha256` checks each and the whole.",
             metavar="SIZE",
         ),
     ] = None,

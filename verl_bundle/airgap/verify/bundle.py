@@ -44,6 +44,7 @@ class Report:
     checked: int = 0
     problems: list[Problem] = field(default_factory=list)
     extra: list[str] = field(default_factory=list)  # files neither list names (each a problem)
+    what: str = "files match SHA256SUMS and the manifest"  # what `checked` counts, when ok
 
     @property
     def ok(self) -> bool:

@@ -1,6 +1,6 @@
 """Checking a split bundle (build --split-size) before it is joined: every volume NAME.tar.000,
 .001, ... against NAME.tar.sha256, and the joined stream against the list's first line (`-`,
-the whole tarball's sha256, as `cat NAME.tar.[0-9]* | sha256sum -c NAME.tar.sha256` checks
+the whole tarball's sha256, as `cat NAME.tar.[0-9][0-9][0-9] | sha256sum -c NAME.tar.sha256` checks
 it). A missing, damaged or stray volume is named, with what to copy again.
 
 Each volume is read once: one thread hashes it, another the joined stream. Standard library
@@ -37,6 +37,13 @@ class VolumeReport:
 
     def lines(self) -> list[str]:
         return ["{}: {}".format(*p) for p in self.problems]
+
+
+def stray(entry: str, tarball: str) -> bool:
+    """Whether a directory entry could be joined in as a volume of `tarball`: what a loose
+    `cat NAME.tar.[0-9]*` takes (NAME.tar.0001, NAME.tar.000.orig), not only three digits."""
+    rest = entry[len(tarball) + 1 :] if entry.startswith(tarball + ".") else ""
+    return rest[:1] != "" and rest[0] in "0123456789"
 
 
 def listing_of(path: str) -> str | None:
@@ -123,8 +130,7 @@ def verify_volumes(path: str) -> VolumeReport:
     tarball = base[: -len(".sha256")]
     names = {n for n, _ in listed}
     for extra in sorted(os.listdir(folder)):
-        m = _VOLUME.match(extra)
-        if m and m.group(1) == tarball and extra not in names:
+        if stray(extra, tarball) and extra not in names:
             report.problems.append((extra, f"not in {base}: remove it (the join would take it in)"))
     hashes = _Hashes()
     complete = True

@@ -39,7 +39,7 @@ def build_lines(result: BuildResult) -> list[str]:
         lines.append(
             f"{len(b.volumes)} volumes of at most {human_size(max(v.size for v in b.volumes))}: "
             f"{b.volumes[0].path.name} .. {b.volumes[-1].path.name}; check them with "
-            f"`cat {b.path.name}.[0-9]* | sha256sum -c {b.sidecar.name}`"
+            f"`cat {b.path.name}.[0-9][0-9][0-9] | sha256sum -c {b.sidecar.name}`"
         )
     if b.signature is not None:
         lines.append(f"signed: {b.signature.name} (and manifest.json inside)")

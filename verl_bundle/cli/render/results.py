@@ -183,7 +183,7 @@ def verify_json(report: Report) -> dict[str, Any]:
 def verify_text(report: Report) -> str:
     if report.ok:
         extra = f"; {len(report.extra)} extra files not in the bundle" if report.extra else ""
-        return f"OK: {report.checked} files match SHA256SUMS and the manifest{extra}"
+        return f"OK: {report.checked} {report.what}{extra}"
     lines = [f"FAILED: {p.line()}" for p in report.problems]
     lines.append(f"{len(report.problems)} problem(s) in {report.subject}")
     return "\n".join(lines)
