@@ -4,12 +4,13 @@ SHA256SUMS and manifest.json, and the whole file's sha256 for the .sha256 beside
 A plain tarball is read in large reads (headers found by seeking first) by one thread, while
 two others hash: one each member, one the whole file (only when a .sha256 is there), so both
 digests come from one read and both cores hash. Compressed tarballs are read as a stream.
-Unsafe members (absolute paths, '..', links, devices) and damage become problems.
+Unsafe members (absolute paths, '..', links, devices, a name twice) and damage become problems.
 """
 
 from __future__ import annotations
 
 import os
+import posixpath
 import queue
 import re
 import subprocess
@@ -49,6 +50,17 @@ def unsafe_member(member: tarfile.TarInfo, top: str | None) -> str | None:
         return f"outside the bundle's top directory {top}/"
     if not (member.isfile() or member.isdir()):
         return "not a plain file or directory (links and devices are refused)"
+    return None
+
+
+def twice(member: tarfile.TarInfo, seen: set[str]) -> str | None:
+    """Why a member must not be trusted when its name came before: `tar x` keeps the later
+    one, so what is extracted is not what a reader of the first one saw (`seen`: the names so
+    far, normalised as tar x writes them)."""
+    name = posixpath.normpath(member.name)
+    if name in seen:
+        return "in the tarball twice (tar x keeps the later one); copy it again"
+    seen.add(name)
     return None
 
 
@@ -96,8 +108,9 @@ def _check_members(
     """The regular files to hash, as (bundle path, member); unsafe members become problems."""
     top = members[0].name.split("/")[0] if members else None
     files = []
+    seen: set[str] = set()
     for member in members:
-        why = unsafe_member(member, top)
+        why = unsafe_member(member, top) or twice(member, seen)
         if why:
             problems.append(Problem(member.name, "unsafe tar member: " + why))
         elif member.isfile():
@@ -187,13 +200,14 @@ def _stream_tar(stream: IO[bytes], problems: list[Problem]) -> Read:
     actual: dict[str, str] = {}
     texts: dict[str, str] = {}
     last = ""
+    seen: set[str] = set()
     with tarfile.open(fileobj=stream, mode="r|*") as tf:
         top: str | None = None
         for member in tf:
             last = member.name
             if top is None:
                 top = member.name.split("/")[0]
-            why = unsafe_member(member, top)
+            why = unsafe_member(member, top) or twice(member, seen)
             if why:
                 problems.append(Problem(member.name, "unsafe tar member: " + why))
                 continue
