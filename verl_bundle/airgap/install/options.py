@@ -144,7 +144,7 @@ Options:
   --quick           leave out the trainer dry run (minutes on a small server): post-install
                     then proves imports and the config only, and the verdict says the
                     trainer's start is not proven here. Prove it later with the venv's python:
-                    PYTHONPATH=BUNDLE/lib PREFIX/bin/python -m verl_bundle.airgap readiness
+                    PREFIX/bin/python -I -B BUNDLE/lib/verl_bundle/airgap readiness
                     --bundle BUNDLE --deep [--model DIR --data FILE]
   --image FILE      after the install, compile every module to bytecode (all cores) and
                     pack the prefix into one read-only squashfs image FILE (mksquashfs, from

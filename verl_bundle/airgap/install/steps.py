@@ -500,10 +500,10 @@ class Installer(Steps):
         """--quick: the trainer's start is not proven, and the verdict says so."""
         from verl_bundle.airgap.postinstall.dryrun_report import left_out
 
-        prove = (
-            f"PYTHONPATH={shlex.quote(os.path.join(self.opts.bundle, 'lib'))} "
-            f"{shlex.quote(os.path.join(self.target, 'bin', 'python'))} -m verl_bundle.airgap "
-            f"readiness --bundle {shlex.quote(self.opts.bundle)} --deep"
+        program = os.path.join(self.opts.bundle, "lib", "verl_bundle", "airgap")
+        prove = (  # isolated: nothing from the current directory or PYTHONPATH runs instead
+            f"{shlex.quote(os.path.join(self.target, 'bin', 'python'))} -I -B "
+            f"{shlex.quote(program)} readiness --bundle {shlex.quote(self.opts.bundle)} --deep"
         )
         check = left_out("--quick", prove)
         return dataclasses.replace(found, readiness=(*found.readiness, check))
