@@ -21,8 +21,10 @@ from verl_bundle.airgap.errors import EXIT_CODES, ServerError
 
 AIRGAP = ROOT / "verl_bundle" / "airgap"
 # Run as scripts on their own (not through the CLI): the probe and the trainer dry run's entry
-# wrapper in the venv's python, and the --from fetcher before any of lib/ exists on the node.
-STANDALONE = {"inside/probe.py", "inside/dryrun_entry.py", "verify/served.py"}
+# wrapper in the venv's python, the --from fetcher before any of lib/ exists on the node, and
+# the installed verifier (its own small command, so that what checks a bundle is never the
+# program that bundle carries).
+STANDALONE = {"inside/probe.py", "inside/dryrun_entry.py", "verify/served.py", "trust/verifier.py"}
 
 
 def modules() -> dict[str, ast.Module]:
@@ -149,6 +151,7 @@ def test_the_layout_reads_as_the_pipeline() -> None:
         "install",
         "launch",
         "postinstall",
+        "trust",
         "verify",
     ]
 
@@ -283,7 +286,7 @@ def test_the_exit_table_is_the_one_every_help_prints() -> None:
 # -- every fix text names options the command it names accepts --------------------------------
 
 _COMMAND = re.compile(
-    r"(\./install\.sh|install\.sh|\./doctor|verl-bundle [a-z-]+(?: [a-z-]+)?|"
+    r"(\./install\.sh|install\.sh|\./doctor|verl-bundle-verify|verl-bundle [a-z-]+(?: [a-z-]+)?|"
     r"python3? -m verl_bundle\.airgap [a-z-]+)"
 )
 # Where the words that go with a command end: the end of its clause.
@@ -345,6 +348,14 @@ def _server_options() -> dict[str, set[str]]:
     sub = next(a for a in top._actions if a.dest == "command")
     for name, p in sub.choices.items():  # type: ignore[union-attr]
         out[name] = {o for a in p._actions for o in a.option_strings}
+    from verl_bundle.airgap.trust import verifier
+
+    out["verl-bundle-verify"] = {
+        o
+        for p in (verifier.parser(), verifier.setup_parser())
+        for a in p._actions
+        for o in a.option_strings
+    }
     return out
 
 
@@ -378,6 +389,8 @@ def test_every_option_a_fix_names_is_accepted_by_the_command_it_names() -> None:
                 known = server["install"]
             elif head == "./doctor":
                 known = server["doctor"]
+            elif head == "verl-bundle-verify":
+                known = server["verl-bundle-verify"]
             elif head.startswith("python"):
                 known = server.get(head.split()[-1], set())
             else:

@@ -468,6 +468,7 @@ def add_install_options(p: Parser) -> None:
     p.add_argument("--events", metavar="FILE")
     p.add_argument("--json", action="store_true")
     p.add_argument("--allowed-signers", metavar="FILE")
+    p.add_argument("--allow-downgrade", action="store_true")
     p.add_argument("--base", metavar="OLD_DIR")
     p.add_argument("--from", dest="from_url", metavar="URL")
     p.add_argument("--work", metavar="DIR")

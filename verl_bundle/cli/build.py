@@ -129,6 +129,17 @@ def build_cmd(
             metavar="KEY|gpg:KEYID",
         ),
     ] = None,
+    release: Annotated[
+        int | None,
+        typer.Option(
+            "--release",
+            help="The bundle's release number, signed with its manifest (default: the lock's "
+            "time, YYYYMMDDhhmmss). The server refuses a bundle older than the one installed "
+            "unless --allow-downgrade.",
+            metavar="N",
+            min=1,
+        ),
+    ] = None,
     json_out: Json = False,
 ) -> None:
     """Resolve (or take --lock), fetch every file once with its hash, and write one tarball.
@@ -148,7 +159,16 @@ def build_cmd(
     stack = options.request(session_of(ctx))
     split = parse_size(split_size) if split_size is not None else None
     req = BuildRequest(
-        stack, output, lock_file, compress.value, compiling, with_python, base, split, sign
+        stack,
+        output,
+        lock_file,
+        compress.value,
+        compiling,
+        with_python,
+        base,
+        split,
+        sign,
+        release,
     )
     with reporter(quiet=json_out) as rep, naming_the_rest(stack.profile, stack.mirrors):
         shown = render.build(build(req, rep))

@@ -251,6 +251,9 @@ class Manifest:
     readiness: Readiness = Readiness()
     interpreter: Interpreter | None = None
     delta: Delta | None = None  # set for a delta bundle; None for a full one (and older ones)
+    # Monotonic: a later bundle of a line has a higher one (build --release N, else the lock's
+    # time as YYYYMMDDhhmmss); 0 for bundles made before it. Both signatures cover it.
+    release: int = 0
 
     # -- questions every server tool asks ------------------------------------------------------
 

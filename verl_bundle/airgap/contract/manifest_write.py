@@ -22,6 +22,7 @@ def to_dict(m: Manifest) -> dict[str, Any]:
             "name": m.name,
             "created_by": m.created_by,
             "created": m.created,
+            "release": m.release,
             "profile": {
                 "name": m.profile.name,
                 "description": m.profile.description,

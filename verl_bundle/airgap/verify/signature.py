@@ -20,6 +20,7 @@ import os
 import shutil
 import struct
 import subprocess
+import tempfile
 from dataclasses import dataclass
 
 from verl_bundle.airgap.contract import manifest as mf
@@ -198,6 +199,19 @@ def check(signed: str, allowed: str) -> Signed:
     if sig.endswith(SSH_SUFFIX):
         return _check_ssh(signed, sig, allowed)
     return _check_gpg(signed, sig, allowed)
+
+
+def check_copy(name: str, data: bytes, sig: bytes, suffix: str, allowed: str) -> Signed:
+    """`data` (what the file `name` holds) and its signature (`suffix`: .sig or .asc), checked
+    from a private copy, so that the bytes checked are the bytes the caller goes on to use (a
+    file read twice can change in between)."""
+    with tempfile.TemporaryDirectory(prefix="verl-bundle-sig-") as tmp:
+        signed = os.path.join(tmp, name)
+        with open(signed, "wb") as fh:
+            fh.write(data)
+        with open(signed + suffix, "wb") as fh:
+            fh.write(sig)
+        return check(signed, allowed)
 
 
 def check_bundle(root: str, allowed: str) -> Signed:

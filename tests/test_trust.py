@@ -1,0 +1,294 @@
+"""The trust root outside the bundle (airgap/trust): the release number a build signs into the
+manifest, the downgrade install.sh refuses, and the installed verifier: set up once from an
+approved bundle, it checks every later one with its own code and keys, so a forged bundle
+whose own checks pass is refused. Real bundles of the toy stack, signed with the real
+ssh-keygen; installs run offline."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from conftest import Stack
+from support.airgap import extract, find_python, install_into
+from support.bundlefix import replace_wheel
+from support.crossing import NAME, Pair, allowed_signers, python_lib, result, ssh_key, verl_bundle
+
+from verl_bundle.airgap.contract import manifest as mf
+from verl_bundle.airgap.trust import release
+
+OLD, NEW = 100, 200  # the releases the two signed bundles are built with
+
+
+@dataclass(frozen=True)
+class Signed:
+    """Bundles A (einops 1.0.0, release OLD) and B (1.1.0, release NEW), each signed by
+    alice, each in its own folder with its .sha256 and .sha256.sig; the keys."""
+
+    old: Path
+    new: Path
+    alice: Path
+    mallory: Path
+    signers: Path  # allows alice
+
+
+@pytest.fixture(scope="module")
+def signed(
+    stack_servers: Stack, pinned_pair: Pair, tmp_path_factory: pytest.TempPathFactory
+) -> Signed:
+    stack_servers.reset()
+    work = tmp_path_factory.mktemp("trust")
+    keys = work / "keys"
+    keys.mkdir()
+    alice, mallory = ssh_key(keys, "alice"), ssh_key(keys, "mallory")
+    built = {}
+    for number, profile in ((OLD, "1.0.0"), (NEW, "1.1.0")):
+        from support.crossing import pinned_profile
+
+        out = work / str(number)
+        prof = pinned_profile(work, profile)
+        args = stack_servers.args("build", out, pinned_pair.cache, "--profile", str(prof))
+        proc = verl_bundle(*args, "--sign", str(alice), "--release", str(number), "--json")
+        assert proc.returncode == 0, proc.stderr
+        built[number] = Path(str(result(proc)["bundle"]))
+    signers = allowed_signers(keys, ("alice", alice))
+    return Signed(built[OLD], built[NEW], alice, mallory, signers)
+
+
+def manifest_of(tarball: Path) -> dict[str, object]:
+    with tarfile.open(tarball) as tf:
+        doc: dict[str, object] = json.load(tf.extractfile(f"{NAME}/{mf.MANIFEST}"))  # type: ignore[arg-type]
+    return doc
+
+
+# -- the release number -------------------------------------------------------------------------
+
+
+def test_build_signs_the_release_into_the_manifest(signed: Signed, pinned_pair: Pair) -> None:
+    """`build --release N` is the manifest's release; without it, the lock's time."""
+    assert manifest_of(signed.old)["release"] == OLD
+    assert manifest_of(signed.new)["release"] == NEW
+    doc = manifest_of(pinned_pair.new)
+    assert doc["release"] == release.of_time(str(doc["created"])) > 20_000_000_000_000
+    assert release.of_time("2026-12-03T13:16:43Z") == 20261203131643
+    assert release.of_time("") == 0
+
+
+def test_install_sh_refuses_an_older_release_over_a_newer_one(
+    signed: Signed, tmp_path: Path
+) -> None:
+    """B installed, then A into the same prefix: refused in one line before anything
+    changes (exit 3), unless --allow-downgrade. Against accidents: install.sh is the bundle's."""
+    home, prefix = tmp_path / "home", tmp_path / "venv"
+    home.mkdir()
+    new = extract(signed.new, tmp_path / "b")
+    old = extract(signed.old, tmp_path / "a")
+    proc = install_into(new, home, prefix, "--yes", "--quick")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr
+    recorded = json.loads((prefix / ".verl-bundle" / release.RECORD).read_text())
+    assert recorded["release"] == NEW and recorded["name"] == NAME
+    proc = install_into(old, home, prefix, "--yes", "--quick")
+    assert proc.returncode == 3, proc.stdout[-2000:] + proc.stderr
+    assert (
+        f"{NAME} is release {OLD}, older than release {NEW} ({NAME}) installed in {prefix}; "
+        "nothing was installed. Install the newer bundle, or pass --allow-downgrade"
+    ) in proc.stderr
+    assert "==> [2/7]" not in proc.stdout
+    assert "einops-1.1.0.dist-info" in str(list((prefix / "lib").glob("python*/site-packages/*")))
+    dry = install_into(old, home, prefix, "--yes", "--dry-run")
+    assert dry.returncode == 3 and "older than release" in dry.stderr
+    proc = install_into(old, home, prefix, "--yes", "--quick", "--allow-downgrade")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr
+    assert f"--allow-downgrade: release {OLD} replaces {NEW}" in proc.stdout
+    recorded = json.loads((prefix / ".verl-bundle" / release.RECORD).read_text())
+    assert recorded["release"] == OLD
+
+
+def test_install_sh_help_says_its_signature_check_catches_accidents_only() -> None:
+    from verl_bundle.airgap.install.options import usage
+
+    text = " ".join(usage(None).split())
+    assert "catches a damaged or unsigned copy, not a forged one" in text
+    assert "ssh-keygen -Y verify of NAME.tar.sha256.sig, then sha256sum -c NAME.tar.sha256" in text
+
+
+# -- the installed verifier ---------------------------------------------------------------------
+
+
+def the_python() -> str:
+    """The oldest Python the server program supports, when this host has it."""
+    return find_python("3.8") or sys.executable
+
+
+def setup_verifier(signed: Signed, tmp_path: Path) -> Path:
+    """The verifier installed from A (approved: the gate passed), into tmp_path/root."""
+    root = tmp_path / "root"
+    approved = extract(signed.old, tmp_path / "approved")
+    entry = approved / "lib/verl_bundle/airgap/trust"
+    proc = subprocess.run(
+        [
+            the_python(),
+            "-I",
+            "-B",
+            entry,
+            "setup",
+            "--allowed-signers",
+            signed.signers,
+            "--root",
+            root,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"installed verl-bundle-verify from {NAME} (release {OLD}) in {root}" in proc.stdout
+    shutil.rmtree(approved.parent)  # the verifier needs nothing of the bundle it came from
+    return root
+
+
+def verify(root: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(root / "bin" / "verl-bundle-verify"), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+        env={"PATH": os.environ["PATH"], "PYTHONPATH": "/nonexistent"},
+    )
+
+
+def copy_of(tarball: Path, dest: Path) -> Path:
+    """The tarball with its .sha256 and .sha256.sig, as it arrives in `dest`."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for f in tarball.parent.glob(tarball.name + "*"):
+        shutil.copy(f, dest)
+    return dest / tarball.name
+
+
+def test_the_installed_verifier_checks_later_bundles_and_refuses_a_downgrade(
+    signed: Signed, tmp_path: Path
+) -> None:
+    root = setup_verifier(signed, tmp_path)
+    assert json.loads((root / "VERIFIER.json").read_text())["name"] == NAME
+    proc = verify(root, str(signed.new))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (line,) = proc.stdout.strip().splitlines()
+    assert line.startswith(
+        f"OK: {NAME} release {NEW}: {NAME}.tar.sha256 signed by alice (ED25519 key SHA256:"
+    ) and line.endswith("files match SHA256SUMS and the manifest"), line
+    accepted = json.loads((root / "accepted.json").read_text())["lines"]
+    assert [v["release"] for v in accepted.values()] == [NEW]
+    # A is older than B, accepted now: refused, unless asked for
+    proc = verify(root, str(signed.old))
+    assert proc.returncode == 3
+    assert proc.stderr.startswith(
+        f"REFUSED: {NAME} is release {OLD}, older than release {NEW} ({NAME}) accepted by "
+        "verl-bundle-verify before"
+    ), proc.stderr
+    assert verify(root, str(signed.old), "--allow-downgrade").returncode == 0
+    doc = json.loads(verify(root, str(signed.new), "--json").stdout)
+    assert doc["command"] == "verify" and doc["result"]["release"] == NEW
+    # a store another user could write is no root of trust
+    os.chmod(root / "allowed_signers", 0o666)  # noqa: S103 - the hazard under test
+    proc = verify(root, str(signed.new))
+    assert proc.returncode == 4 and "is writable by other users" in proc.stderr
+    os.chmod(root / "allowed_signers", 0o644)
+    assert verify(root, str(tmp_path)).returncode == 2  # a directory is not as it arrived
+
+
+def forge(tarball: Path, work: Path) -> Path:
+    """H1's forgery of a signed bundle: its own signature check patched to say yes, the einops
+    wheel swapped for one with more in it, manifest.json and SHA256SUMS made to agree, the
+    tarball written again beside the ORIGINAL .sha256 and .sha256.sig. Its extracted
+    directory is returned; the tarball is work/NAME.tar."""
+    root = extract(tarball, work / "x")
+    check = root / "lib/verl_bundle/airgap/verify/signature.py"
+    text = check.read_text()
+    head = "def check(signed: str, allowed: str) -> Signed:\n"
+    forged = '    return Signed(True, "manifest.json signed by alice (forged)", "alice")\n'
+    check.write_text(text.replace(head, head + forged, 1))
+    replace_wheel(root, "einops", bulk=1)  # re-makes the manifest and SHA256SUMS
+    with tarfile.open(work / tarball.name, "w") as tf:
+        tf.add(root, arcname=NAME)
+    for suffix in (".sha256", ".sha256.sig"):
+        shutil.copy(tarball.parent / (tarball.name + suffix), work)
+    return root
+
+
+def test_a_forged_bundle_passes_its_own_checks_and_the_installed_verifier_refuses_it(
+    signed: Signed, tmp_path: Path
+) -> None:
+    """H1: the forged bundle's own verify --allowed-signers says OK (its code is the forger's);
+    the installed verifier, the OS-only gate and the host's verify refuse it."""
+    root = setup_verifier(signed, tmp_path)
+    work = tmp_path / "forged"
+    work.mkdir()
+    forged_dir = forge(signed.new, work)
+    own = python_lib(
+        forged_dir, "verify", "--allowed-signers", str(signed.signers), str(forged_dir)
+    )
+    assert own.returncode == 0 and "signed: manifest.json signed by alice (forged)" in own.stdout
+    proc = verify(root, str(work / f"{NAME}.tar"))
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert f"FAILED: {NAME}.tar: does not match {NAME}.tar.sha256" in proc.stderr
+    assert not proc.stdout
+    gate = subprocess.run(
+        ["sha256sum", "-c", f"{NAME}.tar.sha256"], cwd=work, capture_output=True, timeout=120
+    )
+    assert gate.returncode == 1
+    host = verl_bundle(
+        "verify", "--allowed-signers", str(signed.signers), str(work / f"{NAME}.tar")
+    )
+    assert host.returncode == 3
+    # the list re-made for the forged tarball: its signature no longer holds
+    listing = work / f"{NAME}.tar.sha256"
+    digest = subprocess.run(
+        ["sha256sum", f"{NAME}.tar"], cwd=work, capture_output=True, text=True, check=True
+    ).stdout
+    listing.write_text(digest)
+    proc = verify(root, str(work / f"{NAME}.tar"))
+    assert proc.returncode == 3
+    assert f"REFUSED: {NAME}.tar.sha256 was altered after alice" in proc.stderr
+    # ... and signed again by a key the trust root does not hold
+    (work / f"{NAME}.tar.sha256.sig").unlink()
+    subprocess.run(
+        ["ssh-keygen", "-Y", "sign", "-q", "-f", str(signed.mallory), "-n", "verl-bundle", listing],
+        check=True,
+        timeout=60,
+    )
+    proc = verify(root, str(work / f"{NAME}.tar"))
+    assert proc.returncode == 3 and "which" in proc.stderr and "does not allow" in proc.stderr
+
+
+def test_upgrade_takes_the_new_code_only_after_checking_the_bundle(
+    signed: Signed, tmp_path: Path
+) -> None:
+    root = setup_verifier(signed, tmp_path)
+    before = (root / "lib/verl_bundle/airgap/trust/verifier.py").read_bytes()
+    work = tmp_path / "forged"
+    work.mkdir()
+    forge(signed.new, work)
+    proc = verify(root, str(work / f"{NAME}.tar"), "--upgrade")
+    assert proc.returncode == 3
+    assert not (root / "lib.prev").exists()
+    assert json.loads((root / "VERIFIER.json").read_text())["release"] == OLD
+    proc = verify(root, str(signed.new), "--upgrade")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"upgraded verl-bundle-verify to the code of {NAME} (release {NEW})" in proc.stdout
+    origin = json.loads((root / "VERIFIER.json").read_text())
+    assert origin["release"] == NEW and origin["signer"].startswith(f"{NAME}.tar.sha256 signed")
+    assert (root / "lib.prev/verl_bundle/airgap/trust/verifier.py").read_bytes() == before
+    with tarfile.open(signed.new) as tf:
+        member = tf.extractfile(f"{NAME}/lib/verl_bundle/airgap/verify/signature.py")
+        assert member is not None
+        assert (root / "lib/verl_bundle/airgap/verify/signature.py").read_bytes() == member.read()
+    assert verify(root, str(signed.new)).returncode == 0  # the new code runs
