@@ -292,3 +292,105 @@ def test_upgrade_takes_the_new_code_only_after_checking_the_bundle(
         assert member is not None
         assert (root / "lib/verl_bundle/airgap/verify/signature.py").read_bytes() == member.read()
     assert verify(root, str(signed.new)).returncode == 0  # the new code runs
+
+
+def test_the_verifier_compares_with_the_release_installed_in_a_prefix(
+    signed: Signed, tmp_path: Path
+) -> None:
+    root = setup_verifier(signed, tmp_path)
+    prefix = tmp_path / "venv"
+    (prefix / ".verl-bundle").mkdir(parents=True)
+    manifest = manifest_of(signed.new)
+    rec = release.Release(NAME, NEW, str(manifest["profile"]["name"]), "0" * 64)  # type: ignore[index]
+    release.record(str(prefix / ".verl-bundle"), rec)
+    assert verify(root, str(signed.old)).returncode == 0  # A is what it accepted: no older
+    proc = verify(root, str(signed.old), "--prefix", str(prefix))
+    assert proc.returncode == 3
+    assert f"older than release {NEW} ({NAME}) installed in {prefix}" in proc.stderr
+
+
+@pytest.fixture(scope="module")
+def signed_volumes(
+    stack_servers: Stack,
+    pinned_pair: Pair,
+    signed: Signed,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Path:
+    """B again, in volumes of at most 4 MB, signed: its NAME.tar.sha256."""
+    from support.crossing import pinned_profile
+
+    stack_servers.reset()
+    out = tmp_path_factory.mktemp("volumes")
+    args = stack_servers.args(
+        "build", out, pinned_pair.cache, "--profile", str(pinned_profile(out, "1.1.0"))
+    )
+    proc = verl_bundle(
+        *args, "--sign", str(signed.alice), "--release", str(NEW), "--split-size", "4M"
+    )
+    assert proc.returncode == 0, proc.stderr
+    return out / f"{NAME}.tar.sha256"
+
+
+def test_the_verifier_checks_a_volume_set_in_one_read(
+    signed: Signed, signed_volumes: Path, tmp_path: Path
+) -> None:
+    """Each volume and their join against the signed list, and the joined tar member by
+    member (the list alone says nothing of what is inside): a stray and a damaged volume are
+    refused."""
+    root = setup_verifier(signed, tmp_path)
+    proc = verify(root, str(signed_volumes))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "files match SHA256SUMS and the manifest" in proc.stdout
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for f in signed_volumes.parent.glob(f"{NAME}.tar*"):
+        shutil.copy(f, copy)
+    (copy / f"{NAME}.tar.0001").write_bytes(b"left beside the set")
+    proc = verify(root, str(copy / f"{NAME}.tar.000"))
+    assert proc.returncode == 3
+    assert f"FAILED: {NAME}.tar.0001: not in {NAME}.tar.sha256: remove it" in proc.stderr
+    (copy / f"{NAME}.tar.0001").unlink()
+    last = sorted(copy.glob(f"{NAME}.tar.[0-9][0-9][0-9]"))[-1]
+    data = bytearray(last.read_bytes())
+    data[-2000] ^= 1
+    last.write_bytes(bytes(data))
+    proc = verify(root, str(copy / f"{NAME}.tar.sha256"))
+    assert proc.returncode == 3
+    assert f"FAILED: {last.name}: damaged: sha256 " in proc.stderr
+
+
+def test_the_one_read_of_a_volume_set_reads_the_tar_inside(
+    pinned_pair: Pair, tmp_path: Path
+) -> None:
+    """volumes.read_volumes, the verifier's pass: the volumes hashed against their list and,
+    from the same bytes, the joined tar's members (a name twice is a problem there, as in a
+    tarball), so a consistent list of a bad tar is not enough."""
+    import hashlib
+    import io
+
+    from verl_bundle.airgap.verify.volumes import read_volumes
+
+    data = pinned_pair.new.read_bytes()
+    with tarfile.open(fileobj=io.BytesIO(data)) as tf:
+        end = max(m.offset_data + m.size for m in tf.getmembers())
+    extra = io.BytesIO()
+    with tarfile.open(fileobj=extra, mode="w", format=tarfile.PAX_FORMAT) as tf:
+        info = tarfile.TarInfo(f"{NAME}/{mf.MANIFEST}")
+        info.size = 2
+        tf.addfile(info, io.BytesIO(b"{}"))
+    joined = data[: end + (-end) % 512] + extra.getvalue()
+    size = 3_000_000
+    lines = [f"{hashlib.sha256(joined).hexdigest()}  -"]
+    for i in range(0, len(joined), size):
+        part = tmp_path / f"{NAME}.tar.{i // size:03d}"
+        part.write_bytes(joined[i : i + size])
+        lines.append(f"{hashlib.sha256(part.read_bytes()).hexdigest()}  {part.name}")
+    listing = tmp_path / f"{NAME}.tar.sha256"
+    listing.write_text("\n".join(lines) + "\n")
+    vols, done, problems = read_volumes(str(listing), None)
+    assert vols.ok and vols.checked == len(lines) - 1
+    assert done is not None
+    assert [p.line() for p in problems] == [
+        f"{NAME}/{mf.MANIFEST}: unsafe tar member: in the tarball twice (tar x keeps the later "
+        "one); copy it again"
+    ]
