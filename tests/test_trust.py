@@ -37,6 +37,7 @@ class Signed:
     alice: Path
     mallory: Path
     signers: Path  # allows alice
+    gate: tuple[str, ...]  # B's gate, from build --json
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +49,8 @@ def signed(
     keys = work / "keys"
     keys.mkdir()
     alice, mallory = ssh_key(keys, "alice"), ssh_key(keys, "mallory")
-    built = {}
+    built: dict[int, Path] = {}
+    gates: dict[int, tuple[str, ...]] = {}
     for number, profile in ((OLD, "1.0.0"), (NEW, "1.1.0")):
         from support.crossing import pinned_profile
 
@@ -58,8 +60,11 @@ def signed(
         proc = verl_bundle(*args, "--sign", str(alice), "--release", str(number), "--json")
         assert proc.returncode == 0, proc.stderr
         built[number] = Path(str(result(proc)["bundle"]))
+        gate = result(proc)["gate"]
+        assert isinstance(gate, list)
+        gates[number] = tuple(gate)
     signers = allowed_signers(keys, ("alice", alice))
-    return Signed(built[OLD], built[NEW], alice, mallory, signers)
+    return Signed(built[OLD], built[NEW], alice, mallory, signers, gates[NEW])
 
 
 def manifest_of(tarball: Path) -> dict[str, object]:
@@ -328,6 +333,7 @@ def signed_volumes(
         *args, "--sign", str(signed.alice), "--release", str(NEW), "--split-size", "4M"
     )
     assert proc.returncode == 0, proc.stderr
+    (out / "build.txt").write_text(proc.stdout)  # the text output, for the gate's lines
     return out / f"{NAME}.tar.sha256"
 
 
@@ -394,3 +400,62 @@ def test_the_one_read_of_a_volume_set_reads_the_tar_inside(
         f"{NAME}/{mf.MANIFEST}: unsafe tar member: in the tarball twice (tar x keeps the later "
         "one); copy it again"
     ]
+
+
+def run_gate(lines: list[str], folder: Path, signers: Path) -> subprocess.CompletedProcess[str]:
+    """The printed gate, as an operator runs it: in the files' directory, PRINCIPAL filled in."""
+    shutil.copy(signers, folder / "allowed_signers")
+    script = " && ".join(line.replace("PRINCIPAL", "alice") for line in lines)
+    return subprocess.run(
+        ["sh", "-c", script], cwd=folder, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_build_prints_the_os_only_gate_and_it_holds(
+    signed: Signed, signed_volumes: Path, tmp_path: Path
+) -> None:
+    """A signed build prints the two-line gate that needs only ssh-keygen and sha256sum (in
+    its text after 'signed:', and in --json): run as printed, it passes the bundle and refuses
+    H1's forgery; for volumes, with the three-digit glob."""
+    proc = verl_bundle("build", "--help")  # the option is documented
+    assert "--release" in proc.stdout
+    text = (signed_volumes.parent / "build.txt").read_text().splitlines()
+    at = next(i for i, line in enumerate(text) if line.startswith("signed: "))
+    assert text[at + 1].startswith("the gate on the server, with the OS's tools only")
+    assert text[at + 2 : at + 4] == [
+        f"  ssh-keygen -Y verify -f allowed_signers -I PRINCIPAL -n verl-bundle -s "
+        f"{NAME}.tar.sha256.sig < {NAME}.tar.sha256",
+        f"  cat {NAME}.tar.[0-9][0-9][0-9] | sha256sum -c {NAME}.tar.sha256",
+    ]
+    assert (
+        run_gate(
+            [t.strip() for t in text[at + 2 : at + 4]], signed_volumes.parent, signed.signers
+        ).returncode
+        == 0
+    )
+    built = tmp_path / "plain"
+    good = copy_of(signed.new, built)
+    gate = list(signed.gate)  # build --json's "gate"
+    assert gate == [
+        f"ssh-keygen -Y verify -f allowed_signers -I PRINCIPAL -n verl-bundle -s "
+        f"{good.name}.sha256.sig < {good.name}.sha256",
+        f"sha256sum -c {good.name}.sha256",
+    ]
+    ran = run_gate(gate, built, signed.signers)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert 'Good "verl-bundle" signature for alice' in ran.stdout + ran.stderr
+    assert f"{good.name}: OK" in ran.stdout
+    forged = tmp_path / "forged"
+    forged.mkdir()
+    forge(signed.new, forged)
+    ran = run_gate(gate, forged, signed.signers)
+    assert ran.returncode == 1 and f"{good.name}: FAILED" in ran.stdout
+
+
+def test_the_bundles_own_verify_help_says_it_catches_accidents_only() -> None:
+    from verl_bundle.airgap import cli
+
+    sub = next(a for a in cli.parser()._actions if a.dest == "command")
+    text = " ".join(sub.choices["verify"].format_help().split())  # type: ignore[index]
+    assert "catches a damaged or unsigned copy, not a forged one" in text
+    assert "installed verl-bundle-verify" in text

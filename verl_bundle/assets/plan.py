@@ -49,6 +49,9 @@ class AssetsBuilt:
     bundle: Bundle
     manifest: am.AssetsManifest
     notes: tuple[str, ...] = field(default=())
+    # Files the Hub stated no hash for (REPO/PATH), models' and datasets' alike: hashed here, so
+    # pinned as they were served, altered or not.
+    unhashed: tuple[str, ...] = ()
 
 
 def _entry(arcname: str, data: bytes) -> Entry:
@@ -202,7 +205,24 @@ def build_assets(req: AssetsRequest, reporter: Reporter) -> AssetsBuilt:
     ]
     name, entries, manifest = plan(fetched, req.hub.cache_dir / "verl-converted")
     bundle = write_bundle(name, entries, req.output, "none", reporter)
-    return AssetsBuilt(bundle, manifest)
+    unhashed = tuple(
+        f"{f.spec.repo_id}/{x.name}" for f in fetched for x in f.files if not x.hub_stated
+    )
+    notes = (unstated_warning(unhashed),) if unhashed else ()
+    return AssetsBuilt(bundle, manifest, notes, unhashed)
+
+
+def unstated_warning(unhashed: tuple[str, ...]) -> str:
+    """The warning for files no stated hash checks (a mirror that lists none, a Hub file
+    without LFS metadata): named, since what was served is what gets pinned."""
+    shown = ", ".join(unhashed[:5]) + (
+        f" and {len(unhashed) - 5} more" if len(unhashed) > 5 else ""
+    )
+    return (
+        f"warning: the Hub stated no hash for {len(unhashed)} file(s), so nothing checked them "
+        f"as they were fetched: {shown}. They are hashed here and pinned as served (an altered "
+        "file would be pinned as if approved); compare them with the publisher's copy"
+    )
 
 
 def shown(built: AssetsBuilt) -> Shown:
@@ -219,15 +239,6 @@ def shown(built: AssetsBuilt) -> Shown:
         )
         for a in m.assets
     ]
-    unstated = [
-        f.path for a in m.assets if a.kind == "model" for f in a.files if f.hash_by == "host"
-    ]
-    if unstated:
-        lines.append(
-            f"hash computed here; the Hub stated none: {', '.join(unstated[:5])}"
-            + (f" and {len(unstated) - 5} more" if len(unstated) > 5 else "")
-            + " (pinned by this bundle; compare with the publisher's if it matters)"
-        )
     lines += [f"asset bundle: {human_size(b.size)}, sha256 {b.sha256}", str(b.path)]
     result = {
         "bundle": str(b.path),
@@ -235,5 +246,6 @@ def shown(built: AssetsBuilt) -> Shown:
         "size": b.size,
         "files": b.files,
         "assets": am.to_dict(m)["assets"],
+        "unhashed": list(built.unhashed),
     }
     return Shown("assets", True, result, "\n".join(lines), built.notes)

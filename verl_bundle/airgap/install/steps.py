@@ -103,6 +103,10 @@ class Installer(Steps):
         if not found.ok:
             raise DamagedError(found.line)
         self.out.say(f"    {found.line}")
+        self.out.say(
+            "    (this bundle's own check: it catches a damaged or unsigned copy, not a forged "
+            "one; the gate or verl-bundle-verify on the tarball is what decides)"
+        )
 
     def no_downgrade(self) -> None:
         """A bundle older than the one installed in the prefix (its release number) is refused

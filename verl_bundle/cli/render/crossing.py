@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from verl_bundle.airgap.contract import manifest as mf
 from verl_bundle.cli.render.results import Shown, human_size
 
 if TYPE_CHECKING:
@@ -43,7 +44,33 @@ def build_lines(result: BuildResult) -> list[str]:
         )
     if b.signature is not None:
         lines.append(f"signed: {b.signature.name} (and manifest.json inside)")
+        lines.append(
+            "the gate on the server, with the OS's tools only, before anything of the bundle "
+            "runs (where the files are; PRINCIPAL: the approver's name in allowed_signers):"
+        )
+        lines += [f"  {line}" for line in gate(result)]
     return lines
+
+
+def gate(result: BuildResult) -> list[str]:
+    """The two commands that check a signed bundle with nothing but the operating system's
+    tools: the hash list's signature, then the tarball (or each volume and their join) against
+    it. Empty for an unsigned bundle. The bundle's own checks cannot stand in for these: a
+    forged bundle forges its own code."""
+    b = result.bundle
+    if b.signature is None:
+        return []
+    sums, sig = b.sidecar.name, b.signature.name
+    if sig.endswith(".asc"):
+        first = f"gpgv --keyring ./allowed.gpg {sig} {sums}"
+    else:
+        first = (
+            f"ssh-keygen -Y verify -f allowed_signers -I PRINCIPAL -n {mf.SIGNING_NAMESPACE} "
+            f"-s {sig} < {sums}"
+        )
+    if b.volumes:
+        return [first, f"cat {b.path.name}.[0-9][0-9][0-9] | sha256sum -c {sums}"]
+    return [first, f"sha256sum -c {sums}"]
 
 
 def inspect_json(i: Inspection) -> dict[str, Any]:

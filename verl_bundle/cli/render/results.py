@@ -133,6 +133,7 @@ def build_json(result: BuildResult) -> dict[str, Any]:
         ],
         "sidecar": str(b.sidecar.resolve()),
         "signature": str(b.signature.resolve()) if b.signature else None,
+        "gate": crossing.gate(result),
         "delta": crossing.delta_json(result),
         "notes": list(result.notes),
     }
