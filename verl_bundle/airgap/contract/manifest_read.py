@@ -192,6 +192,8 @@ def _compiled(r: _Reader) -> Compiled:
         archs=r.text("archs"),
         seconds=float(seconds),
         key=r.text("key", ""),
+        made=r.text("made", ""),
+        reused_from_cache=r.flag("reused_from_cache", False),
     )
 
 

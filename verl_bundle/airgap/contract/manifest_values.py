@@ -131,6 +131,8 @@ class Compiled:
     archs: str  # TORCH_CUDA_ARCH_LIST, "8.0;9.0"
     seconds: float
     key: str = ""
+    made: str = ""  # when the compile finished (UTC, ISO 8601); "" for bundles made before
+    reused_from_cache: bool = False  # the wheel came from the compile cache, not this build
 
 
 @dataclass(frozen=True)

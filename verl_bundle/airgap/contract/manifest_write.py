@@ -126,6 +126,8 @@ def _file_dict(f: File) -> dict[str, Any]:
             "archs": c.archs,
             "seconds": c.seconds,
             "key": c.key,
+            "made": c.made,
+            "reused_from_cache": c.reused_from_cache,
         }
     if f.license:
         doc["license"] = f.license
