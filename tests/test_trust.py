@@ -459,3 +459,14 @@ def test_the_bundles_own_verify_help_says_it_catches_accidents_only() -> None:
     text = " ".join(sub.choices["verify"].format_help().split())  # type: ignore[index]
     assert "catches a damaged or unsigned copy, not a forged one" in text
     assert "installed verl-bundle-verify" in text
+
+
+def test_inspect_shows_the_release_and_flags_a_downgrade(signed: Signed) -> None:
+    proc = verl_bundle("inspect", str(signed.new), "--base", str(signed.old))
+    assert proc.returncode == 0, proc.stderr
+    assert f"release:   {NEW} ({NAME}: {OLD})" in proc.stdout
+    proc = verl_bundle("inspect", str(signed.old), "--base", str(signed.new), "--json")
+    doc = json.loads(proc.stdout)["result"]
+    assert (doc["release"], doc["base_release"]) == (OLD, NEW)
+    text = verl_bundle("inspect", str(signed.old), "--base", str(signed.new)).stdout
+    assert f"release:   {OLD} ({NAME}: {NEW}; OLDER: a downgrade)" in text

@@ -88,6 +88,7 @@ def inspect_json(i: Inspection) -> dict[str, Any]:
         },
         "created": m.created,
         "created_by": m.created_by,
+        "release": m.release,
         "lock_sha256": i.lock_sha256,
         "manifest_sha256": o.manifest_sha256,
         "files": len(m.files) + (1 if m.interpreter else 0),
@@ -105,6 +106,7 @@ def inspect_json(i: Inspection) -> dict[str, Any]:
         ],
         "signer": {"state": i.signer.state, "line": i.signer.line},
         "base": i.base,
+        "base_release": i.base_release,
         "changes": [{"name": c.name, "old": c.old, "new": c.new} for c in i.changes],
     }
 
@@ -134,6 +136,11 @@ def inspect_text(i: Inspection) -> str:
         + (f", glibc >= {t.glibc}" if t.glibc else "")
     )
     lines.append(f"made:      {m.created or '?'} by {m.created_by or '?'}")
+    release = f"release:   {m.release or '(none: built before release numbers)'}"
+    if i.base_release is not None:
+        older = m.release < i.base_release
+        release += f" ({i.base}: {i.base_release}" + ("; OLDER: a downgrade)" if older else ")")
+    lines.append(release)
     lines.append(f"lock:      pylock.toml sha256 {i.lock_sha256 or '(none)'}")
     size = f"; tarball {human_size(o.size)}" if o.size else ""
     vols = f" in {len(o.volumes)} volumes" if o.volumes else ""
