@@ -470,3 +470,42 @@ def test_inspect_shows_the_release_and_flags_a_downgrade(signed: Signed) -> None
     assert (doc["release"], doc["base_release"]) == (OLD, NEW)
     text = verl_bundle("inspect", str(signed.old), "--base", str(signed.new)).stdout
     assert f"release:   {OLD} ({NAME}: {NEW}; OLDER: a downgrade)" in text
+
+
+def run_setup(bundle: Path, signers: Path, root: Path) -> subprocess.CompletedProcess[str]:
+    entry = bundle / "lib/verl_bundle/airgap/trust"
+    return subprocess.run(
+        [the_python(), "-I", "-B", entry, "setup", "--allowed-signers", signers, "--root", root],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_setup_refuses_a_bundle_its_signers_do_not_allow_or_an_altered_lib(
+    signed: Signed, tmp_path: Path
+) -> None:
+    """setup is the one time a bundle's code runs unchecked by code on the server: it still
+    refuses a bundle the given keys did not sign, a lib/ file that is not as listed, and a
+    second install over the first; nothing is left in the root when it refuses."""
+    bundle = extract(signed.old, tmp_path / "x")
+    root = tmp_path / "root"
+    other = tmp_path / "other"
+    other.mkdir()
+    wrong = allowed_signers(other, ("mallory", signed.mallory))
+    proc = run_setup(bundle, wrong, root)
+    assert proc.returncode == 3 and "which" in proc.stderr and "does not allow" in proc.stderr
+    assert not root.exists()
+    altered = bundle / "lib/verl_bundle/airgap/verify/bundle.py"
+    original = altered.read_bytes()
+    altered.write_bytes(original + b"\n# altered\n")
+    proc = run_setup(bundle, signed.signers, root)
+    assert proc.returncode == 3
+    assert "lib/verl_bundle/airgap/verify/bundle.py does not match SHA256SUMS" in proc.stderr
+    assert not root.exists()
+    altered.write_bytes(original)
+    assert run_setup(bundle, signed.signers, root).returncode == 0
+    origin = json.loads((root / "VERIFIER.json").read_text())
+    assert origin["signer"].startswith("manifest.json signed by alice (ED25519 key SHA256:")
+    again = run_setup(bundle, signed.signers, root)
+    assert again.returncode == 2 and "a verifier is installed in" in again.stderr

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import shutil
 import sys
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, Sequence
@@ -248,9 +249,9 @@ def setup_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _lib_files(bundle: str, signers: str) -> tuple[dict[str, bytes], mf.Manifest, str]:
+def _lib_files(bundle: str, signers: str) -> tuple[dict[str, bytes], mf.Manifest, str, str]:
     """The bundle's lib/ as SHA256SUMS lists it, each file checked against its line; its
-    manifest, signed by `signers`."""
+    manifest, signed by `signers`, the manifest's sha256 and the signature's line."""
     found = signature.check_bundle(bundle, signers)
     if not found.ok:
         raise DamagedError(found.line)
@@ -269,7 +270,7 @@ def _lib_files(bundle: str, signers: str) -> tuple[dict[str, bytes], mf.Manifest
         if hashlib.sha256(data).hexdigest() != want:
             raise DamagedError(f"{rel} does not match {mf.SUMS}; copy the bundle again")
         files[rel[len("lib/") :]] = data
-    return files, mf.loads(manifest.decode("utf-8", errors="replace")), sha
+    return files, mf.loads(manifest.decode("utf-8", errors="replace")), sha, found.line
 
 
 def setup(argv: Sequence[str]) -> int:
@@ -279,17 +280,24 @@ def setup(argv: Sequence[str]) -> int:
     bundle = os.path.dirname(bytecode.LIB)
     if not os.path.isfile(args.allowed_signers):
         raise UsageError(f"--allowed-signers {args.allowed_signers}: no such file")
-    files, m, sha = _lib_files(bundle, args.allowed_signers)
+    files, m, sha, signed = _lib_files(bundle, args.allowed_signers)
     if "/".join((*ENTRY, "__main__.py")) not in files:
         raise DamagedError(f"{m.name} carries no verifier (lib/{'/'.join(ENTRY)}/)")
     store = Store(args.root)
     with open(args.allowed_signers, "rb") as fh:
-        store.create(fh.read())
+        signers = fh.read()
+    existed = os.path.lexists(store.root)
+    store.create(signers)
     origin = release.Release.of(m, sha)
-    store.install_lib(files)
-    store.write_origin(origin, "", sys.executable)
-    store.write_program(sys.executable, origin)
-    note = store.accept(origin)
+    try:
+        store.install_lib(files)
+        store.write_program(sys.executable, origin)
+        note = store.accept(origin)
+        store.write_origin(origin, signed, sys.executable)
+    except BaseException:  # nothing half made is left to be taken for a trust root
+        if not existed:
+            shutil.rmtree(store.root, ignore_errors=True)
+        raise
     _say(
         f"installed {PROGRAM} from {m.name} (release {m.release}) in {store.root}, with the keys "
         f"of {args.allowed_signers}; check every later bundle with it before extracting it:\n"
