@@ -231,6 +231,20 @@ def test_gpg_signs_where_a_site_uses_it(
             check=True,
         ).stdout
     )
+    # the gate the build printed, run as printed where the files are: gpgv, then sha256sum
+    lines = proc.stdout.splitlines()
+    gate = [
+        x.strip() for x in lines[lines.index(next(x for x in lines if "the gate" in x)) + 1 :][:2]
+    ]
+    assert gate == [
+        f"gpgv --keyring ./allowed.gpg {NAME}.tar.sha256.asc {NAME}.tar.sha256",
+        f"sha256sum -c {NAME}.tar.sha256",
+    ]
+    shutil.copy(keyring, tmp_path / "out" / "allowed.gpg")
+    ran = subprocess.run(
+        ["sh", "-c", " && ".join(gate)], cwd=tmp_path / "out", capture_output=True, timeout=120
+    )
+    assert ran.returncode == 0, ran.stdout + ran.stderr
     root = extract(tmp_path / "out" / f"{NAME}.tar", tmp_path / "x")
     assert (root / mf.SIGNATURE_GPG).read_text().startswith("-----BEGIN PGP SIGNATURE-----")
     good = check_bundle(str(root), str(keyring))
