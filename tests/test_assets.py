@@ -309,9 +309,9 @@ def test_a_file_the_hub_states_no_hash_for_is_hashed_here_and_said_so(
     code, out, err = assets(tmp_path, capsys, "--model", "tiny/bare")
     assert code == 0, err
     assert (
-        "hash computed here; the Hub stated none: models/tiny--bare/model.safetensors "
-        "(pinned by this bundle; compare with the publisher's if it matters)"
-    ) in out
+        "warning: the Hub stated no hash for 1 file(s), so nothing checked them as they were "
+        "fetched: tiny/bare/model.safetensors."
+    ) in err
     root = extract(Path(out.strip().splitlines()[-1]), tmp_path / "carried")
     files = json.loads((root / "manifest.json").read_text())["assets"][0]["files"]
     by = {f["path"].rsplit("/", 1)[-1]: f.get("hash_by", "hub") for f in files}
@@ -320,6 +320,29 @@ def test_a_file_the_hub_states_no_hash_for_is_hashed_here_and_said_so(
 
     (asset,) = am.load(str(root)).assets  # the server reads what the host wrote
     assert {f.hash_by for f in asset.files} == {"hub", "host"}
+
+
+def test_a_dataset_whose_files_the_hub_states_no_hash_for_is_named_too(
+    hub: FakeHub, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """S1: a mirror that lists no hashes, serving altered files: the model's files and the
+    dataset's (converted, so no shipped file shows it) are named on stderr and in the JSON.
+    The exit stays 0: the real Hub states no sha256 for a repository's small files either."""
+    model, data = tiny_model(), tiny_gsm8k()
+    hub.add(Repo("model", "tiny/nohash", model, unstated=set(model)))
+    hub.add(Repo("dataset", "tiny/nohashdata", data, unstated=set(data)))
+    hub.altered.update({"model.safetensors", "config.json"})
+    args = ("--model", "tiny/nohash", "--dataset", "tiny/nohashdata")
+    code, out, err = assets(tmp_path, capsys, *args, "--json")
+    assert code == 0, err
+    unhashed = json.loads(out)["result"]["unhashed"]
+    assert {"tiny/nohash/model.safetensors", "tiny/nohash/config.json"} <= set(unhashed)
+    assert {f"tiny/nohashdata/{n}" for n in data} <= set(unhashed)  # converted, still named
+    code, out, err = assets(tmp_path, capsys, *args)
+    assert code == 0, err
+    (warning,) = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert f"the Hub stated no hash for {len(unhashed)} file(s)" in warning
+    assert "warning" not in out
 
 
 def test_cut_connection_resumes_with_range(

@@ -307,12 +307,14 @@ def test_build_json_shape(built: tuple[Path, Path, dict[str, object]]) -> None:
             "volumes",
             "sidecar",
             "signature",
+            "gate",
             "delta",
             "notes",
         ]
     )
-    # a whole, unsigned, full bundle
+    # a whole, unsigned, full bundle: no gate to print
     assert doc["volumes"] == [] and doc["signature"] is None and doc["delta"] is None
+    assert doc["gate"] == []
     assert doc["sidecar"] == str(doc["bundle"]) + ".sha256"
     assert doc["profile"] == "cu118-legacy" and doc["lock"] == "resolved" and doc["host_built"] == 2
     assert doc["interpreter"] is None  # the profile does not ask for a bundled CPython

@@ -378,6 +378,7 @@ def test_every_json_output_is_the_versioned_envelope(
         "delta",
         "downloaded",
         "files",
+        "gate",
         "host_built",
         "interpreter",
         "lock",

@@ -184,16 +184,39 @@ def test_compiled_here_cached_recorded_and_installed_offline(tiny: Tiny, tmp_pat
     log = cache / "compiled" / "logs" / f"tinycuda-{compiled['key']}.log"
     assert "nvcc" in log.read_text() and "-gencode arch=compute_90,code=sm_90" in log.read_text()
 
+    assert compiled["reused_from_cache"] is False and compiled["made"].endswith("Z")
+
     # A rebuild reuses the wheel: same key, same bytes, and no compile ran (its log untouched).
+    # Said truthfully: reused, and when it was compiled, in the line and in the manifest.
     log.write_text("sentinel\n")
     second = _result(tiny.build(tmp_path / "out2", cache, "--compile", "always"))
+    figures = summary[0].split(" compiled here ", 1)[1]
     assert second["compiled"] == [
-        summary[0].replace(")", ", reused from the cache)")
-    ] or "reused from the cache" in str(second["compiled"])
+        f"tinycuda reused from the cache: compiled on {compiled['made']} {figures}, not in "
+        "this build"
+    ]
     assert log.read_text() == "sentinel\n"
     _, manifest2 = _manifest(Path(str(second["bundle"])), tmp_path / "x2")
     entry2 = {f["name"]: f for f in manifest2["files"]}["tinycuda"]  # type: ignore[attr-defined]
     assert entry2["sha256"] == entry["sha256"] and entry2["compiled"]["key"] == compiled["key"]
+    assert entry2["compiled"]["reused_from_cache"] is True
+    assert entry2["compiled"]["made"] == compiled["made"]
+
+    # An entry another user could write (a team-shared --cache-dir): its record proves nothing,
+    # so it is not reused, and the build says why.
+    entry_dir = cache / "compiled" / compiled["key"]
+    entry_dir.chmod(0o775)
+    proc = tiny.build(tmp_path / "out2b", cache, "--compile", "always")
+    shared = _result(proc)
+    lines = shared["compiled"]
+    assert isinstance(lines, list) and len(lines) == 1
+    line = str(lines[0])
+    assert line.startswith("tinycuda compiled here (cu130, sm90, "), line
+    assert line.endswith(
+        f"; the cache's wheel of this key was not reused: {entry_dir} is writable by other users"
+    )
+    assert log.read_text() != "sentinel\n"  # compiled again
+    log.write_text("sentinel\n")
 
     # A valid wheel planted in the cache entry (another build's, a user's): not the one compiled
     # here, so not reused: the entry goes and the wheel is compiled again.

@@ -101,3 +101,76 @@ def test_a_path_that_is_no_bundle_is_one_line(tmp_path: Path, what: str) -> None
     assert proc.returncode == 2
     (line,) = proc.stderr.strip().splitlines()
     assert str(path) in line
+
+
+def _append(tarball: Path, dest: Path, member: str, data: bytes) -> Path:
+    """A copy of `tarball` with one more member (as `tar rf` appends it)."""
+    import io
+
+    shutil.copy(tarball, dest)
+    with tarfile.open(dest, "a") as tf:
+        info = tarfile.TarInfo(member)
+        info.size = len(data)
+        tf.addfile(info, io.BytesIO(data))
+    return dest
+
+
+def test_a_member_named_twice_is_refused_by_inspect_and_by_both_verifies(
+    pinned_pair: Pair, tmp_path: Path
+) -> None:
+    """A second NAME/manifest.json appended: inspect read the first (and called it signed),
+    `tar x` keeps the second. inspect, the host's verify and the server's verify refuse it,
+    each in one line naming the member, exit 3; also when SHA256SUMS is re-made to match."""
+    import hashlib
+
+    from support.crossing import python_lib
+
+    with tarfile.open(pinned_pair.new) as tf:
+        manifest = tf.extractfile(f"{NAME}/{mf.MANIFEST}").read()  # type: ignore[union-attr]
+        sums = tf.extractfile(f"{NAME}/{mf.SUMS}").read().decode()  # type: ignore[union-attr]
+    other = manifest.replace(b'"purpose": "', b'"purpose": "APPENDED ')
+    twice = _append(pinned_pair.new, tmp_path / f"{NAME}.tar", f"{NAME}/{mf.MANIFEST}", other)
+    proc = verl_bundle("inspect", str(twice))
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert f"{mf.MANIFEST} is in the tarball twice (tar x keeps the later one)" in line
+    # SHA256SUMS re-made for the appended manifest and appended too: no list can tell
+    resummed = "\n".join(
+        f"{hashlib.sha256(other).hexdigest()}  {mf.MANIFEST}"
+        if row.endswith(f"  {mf.MANIFEST}")
+        else row
+        for row in sums.split("\n")
+    )
+    both = _append(twice, tmp_path / "both.tar", f"{NAME}/{mf.SUMS}", resummed.encode())
+    assert verl_bundle("inspect", str(both)).returncode == 3
+    host = verl_bundle("verify", str(both))
+    assert host.returncode == 3
+    assert f"FAILED: {NAME}/{mf.MANIFEST}: unsafe tar member: in the tarball twice" in host.stdout
+    extracted = tmp_path / "x"
+    with tarfile.open(pinned_pair.new) as tf:
+        tf.extractall(extracted, filter="data")
+    server = python_lib(extracted / NAME, "verify", str(both))
+    assert server.returncode == 3, server.stdout + server.stderr
+    assert f"FAILED: {NAME}/{mf.SUMS}: unsafe tar member: in the tarball twice" in server.stdout
+
+
+@pytest.mark.parametrize("cut", ["in-a-member", "at-a-member"])
+def test_a_tarball_cut_short_is_refused_by_inspect(
+    pinned_pair: Pair, tmp_path: Path, cut: str
+) -> None:
+    """inspect read only the headers before the payload: a copy cut short showed its contents
+    and exited 0 while verify said it is damaged. Now exit 3, one line; also when the cut falls
+    exactly between two members (tarfile then reads it as complete)."""
+    data = pinned_pair.new.read_bytes()
+    with tarfile.open(pinned_pair.new) as tf:
+        members = tf.getmembers()
+    big = max(members, key=lambda m: m.size)
+    at = big.offset_data + big.size // 2 if cut == "in-a-member" else big.offset
+    short = tmp_path / f"{NAME}.tar"
+    short.write_bytes(data[:at])
+    proc = verl_bundle("inspect", str(short))
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert "cut short" in line and str(short) in line, line
+    json_doc = verl_bundle("inspect", str(short), "--json")
+    assert json_doc.returncode == 3

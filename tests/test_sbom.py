@@ -109,6 +109,18 @@ def test_declared_takes_the_expression_then_the_field_then_the_classifiers(
     assert declared("Name: x\n" + "".join(f"{x}\n" for x in lines)) == want
 
 
+def test_a_licence_with_terminal_controls_is_kept_printable(tmp_path: Path) -> None:
+    """ESC and BEL in a wheel's License field (a title change, a screen clear) reach the
+    manifest, LICENSES.txt and the SBOM as visible escapes, never as raw controls."""
+    wheel = build_wheel(
+        tmp_path, "evil-licence", "1.0", metadata=("License: MIT\x1b]0;owned\x07\x1b[2J",)
+    )
+    text = of_file(wheel)
+    assert text == "MIT\\x1b]0;owned\\x07\\x1b[2J"
+    assert not [c for c in text if ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0]
+    assert not judge(text).open
+
+
 def test_an_sdist_licence_comes_from_its_pkg_info(tmp_path: Path) -> None:
     sdist = build_sdist(tmp_path, "pylatexenc", "2.10")
     assert of_file(sdist) == ""  # the fixture's PKG-INFO declares none: read, and empty

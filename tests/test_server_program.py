@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import re
 import shlex
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +21,10 @@ from verl_bundle.airgap.errors import EXIT_CODES, ServerError
 
 AIRGAP = ROOT / "verl_bundle" / "airgap"
 # Run as scripts on their own (not through the CLI): the probe and the trainer dry run's entry
-# wrapper in the venv's python, and the --from fetcher before any of lib/ exists on the node.
-STANDALONE = {"inside/probe.py", "inside/dryrun_entry.py", "verify/served.py"}
+# wrapper in the venv's python, the --from fetcher before any of lib/ exists on the node, and
+# the installed verifier (its own small command, so that what checks a bundle is never the
+# program that bundle carries).
+STANDALONE = {"inside/probe.py", "inside/dryrun_entry.py", "verify/served.py", "trust/verifier.py"}
 
 
 def modules() -> dict[str, ast.Module]:
@@ -148,6 +151,7 @@ def test_the_layout_reads_as_the_pipeline() -> None:
         "install",
         "launch",
         "postinstall",
+        "trust",
         "verify",
     ]
 
@@ -282,7 +286,7 @@ def test_the_exit_table_is_the_one_every_help_prints() -> None:
 # -- every fix text names options the command it names accepts --------------------------------
 
 _COMMAND = re.compile(
-    r"(\./install\.sh|install\.sh|\./doctor|verl-bundle [a-z-]+(?: [a-z-]+)?|"
+    r"(\./install\.sh|install\.sh|\./doctor|verl-bundle-verify|verl-bundle [a-z-]+(?: [a-z-]+)?|"
     r"python3? -m verl_bundle\.airgap [a-z-]+)"
 )
 # Where the words that go with a command end: the end of its clause.
@@ -344,6 +348,14 @@ def _server_options() -> dict[str, set[str]]:
     sub = next(a for a in top._actions if a.dest == "command")
     for name, p in sub.choices.items():  # type: ignore[union-attr]
         out[name] = {o for a in p._actions for o in a.option_strings}
+    from verl_bundle.airgap.trust import verifier
+
+    out["verl-bundle-verify"] = {
+        o
+        for p in (verifier.parser(), verifier.setup_parser())
+        for a in p._actions
+        for o in a.option_strings
+    }
     return out
 
 
@@ -377,6 +389,8 @@ def test_every_option_a_fix_names_is_accepted_by_the_command_it_names() -> None:
                 known = server["install"]
             elif head == "./doctor":
                 known = server["doctor"]
+            elif head == "verl-bundle-verify":
+                known = server["verl-bundle-verify"]
             elif head.startswith("python"):
                 known = server.get(head.split()[-1], set())
             else:
@@ -469,3 +483,57 @@ def test_a_fix_command_line_parses(tmp_path: Path) -> None:
     for line in ("--prefix /p --skip-phase flash-attn --yes", "--require-gpu --json"):
         args = p.parse_args(["install", str(tmp_path), *shlex.split(line)])
         assert args.bundle == str(tmp_path)
+
+
+# -- the server program runs isolated, from the bundle's lib/ only ------------------------------
+
+
+def test_the_isolated_form_runs_the_bundles_lib_not_the_current_directory(tmp_path: Path) -> None:
+    """`python3 -I -B NAME/lib/verl_bundle/airgap COMMAND` (what the docs and printed commands
+    give) imports the lib/ it names, never a verl_bundle/ in the current directory, as
+    `PYTHONPATH=NAME/lib python3 -m verl_bundle.airgap` did; on the oldest Python it supports."""
+    import subprocess
+    import sys
+
+    from support.airgap import find_python
+
+    lib = tmp_path / "NAME" / "lib"
+    airgap = lib / "verl_bundle" / "airgap"
+    shutil.copytree(AIRGAP, airgap, ignore=shutil.ignore_patterns("__pycache__"))
+    (lib / "verl_bundle" / "__init__.py").write_text("")
+    cwd = tmp_path / "work"
+    (cwd / "verl_bundle").mkdir(parents=True)
+    (cwd / "verl_bundle" / "__init__.py").write_text("raise SystemExit('the impostor ran')\n")
+    pythons = [sys.executable] + [p for p in [find_python("3.8")] if p]
+    for python in pythons:
+        proc = subprocess.run(
+            [python, "-I", "-B", str(airgap), "max-jobs"],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert proc.returncode == 0 and proc.stdout.strip().isdigit(), (python, proc.stderr)
+    assert not list(lib.rglob("__pycache__")), "bytecode written into the bundle"
+
+
+def test_no_printed_command_or_doc_runs_the_server_program_from_pythonpath() -> None:
+    """The documented and printed server commands use the isolated form: `PYTHONPATH=... python
+    -m verl_bundle.airgap` puts the current directory first on the path."""
+    loose = re.compile(r"PYTHONPATH=\S*\s+\S*python[0-9.]*\s+-m\s+verl_bundle\.airgap")
+    files = [*(ROOT / "docs").glob("*.md"), ROOT / "README.md", *(ROOT / "templates").iterdir()]
+    files += (ROOT / "verl_bundle").rglob("*.py")
+    found = sorted(str(p.relative_to(ROOT)) for p in files if loose.search(p.read_text()))
+    assert not found, found
+
+
+def test_no_module_of_the_server_program_shadows_the_standard_library() -> None:
+    """Run as a directory, airgap/ is first on the path while Python starts the program:
+    a module there named as a standard one (`inspect.py`, `types.py`) would be imported in
+    its place."""
+    import sys
+
+    names = {p.stem for p in AIRGAP.glob("*.py")} | {
+        p.name for p in AIRGAP.iterdir() if (p / "__init__.py").is_file()
+    }
+    assert not names & set(sys.stdlib_module_names)

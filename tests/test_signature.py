@@ -146,6 +146,38 @@ def test_a_file_altered_after_signing_is_refused(
     assert "was altered after alice" in check_tarball(str(copy / f"{NAME}.tar"), str(allowed)).line
 
 
+def test_a_signature_under_another_namespace_is_named_as_such(
+    signed: tuple[Path, dict[str, object]], keys: dict[str, Path], tmp_path: Path
+) -> None:
+    """An allowed key's signature made for another purpose (`-n file`) is no release signature:
+    said so, not called an alteration (ssh-keygen only says it could not verify)."""
+    out, _ = signed
+    allowed = allowed_signers(tmp_path, ("alice", keys["alice"]))
+    root = extract(out / f"{NAME}.tar", tmp_path / "x")
+    (root / mf.SIGNATURE).unlink()
+    subprocess.run(
+        [
+            "ssh-keygen",
+            "-Y",
+            "sign",
+            "-q",
+            "-f",
+            str(keys["alice"]),
+            "-n",
+            "file",
+            root / mf.MANIFEST,
+        ],
+        check=True,
+        timeout=60,
+    )
+    verdict = check_bundle(str(root), str(allowed))
+    assert not verdict.ok
+    assert verdict.line.startswith(
+        "manifest.json is signed under namespace 'file', not 'verl-bundle': not a verl-bundle "
+        "release signature; nothing was installed."
+    ), verdict.line
+
+
 def test_an_unsigned_bundle_is_refused(
     pinned_pair: Pair, keys: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -199,6 +231,20 @@ def test_gpg_signs_where_a_site_uses_it(
             check=True,
         ).stdout
     )
+    # the gate the build printed, run as printed where the files are: gpgv, then sha256sum
+    lines = proc.stdout.splitlines()
+    gate = [
+        x.strip() for x in lines[lines.index(next(x for x in lines if "the gate" in x)) + 1 :][:2]
+    ]
+    assert gate == [
+        f"gpgv --keyring ./allowed.gpg {NAME}.tar.sha256.asc {NAME}.tar.sha256",
+        f"sha256sum -c {NAME}.tar.sha256",
+    ]
+    shutil.copy(keyring, tmp_path / "out" / "allowed.gpg")
+    ran = subprocess.run(
+        ["sh", "-c", " && ".join(gate)], cwd=tmp_path / "out", capture_output=True, timeout=120
+    )
+    assert ran.returncode == 0, ran.stdout + ran.stderr
     root = extract(tmp_path / "out" / f"{NAME}.tar", tmp_path / "x")
     assert (root / mf.SIGNATURE_GPG).read_text().startswith("-----BEGIN PGP SIGNATURE-----")
     good = check_bundle(str(root), str(keyring))

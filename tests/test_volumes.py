@@ -60,7 +60,7 @@ def lock_of(pair: Pair, out: Path) -> Path:
 def sha256sum(folder: Path, listing: str) -> subprocess.CompletedProcess[str]:
     # the documented command, as an operator types it
     return subprocess.run(
-        ["sh", "-c", f"cat {NAME}.tar.[0-9]* | sha256sum -c {shlex.quote(listing)}"],
+        ["sh", "-c", f"cat {NAME}.tar.[0-9][0-9][0-9] | sha256sum -c {shlex.quote(listing)}"],
         cwd=folder,
         capture_output=True,
         text=True,
@@ -92,7 +92,7 @@ def test_volumes_are_at_most_the_size_and_join_to_the_same_tarball(
     assert check.stdout.splitlines() == ["-: OK"] + [f"{v.name}: OK" for v in volumes]
     # the join as the docs show it
     (tmp_path / "x").mkdir()
-    join = f"cat {shlex.quote(str(out))}/{NAME}.tar.[0-9]* | tar x -C {shlex.quote(str(tmp_path / 'x'))}"
+    join = f"cat {shlex.quote(str(out))}/{NAME}.tar.[0-9][0-9][0-9] | tar x -C {shlex.quote(str(tmp_path / 'x'))}"
     untar = subprocess.run(["sh", "-c", join], timeout=120)
     assert untar.returncode == 0 and (tmp_path / "x" / NAME / "install.sh").is_file()
 
@@ -116,7 +116,7 @@ def test_the_text_ends_with_the_list_and_says_how_to_check(
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
     assert lines[-1] == str(tmp_path / f"{NAME}.tar.sha256")
-    assert f"`cat {NAME}.tar.[0-9]* | sha256sum -c {NAME}.tar.sha256`" in proc.stdout
+    assert f"`cat {NAME}.tar.[0-9][0-9][0-9] | sha256sum -c {NAME}.tar.sha256`" in proc.stdout
 
 
 def copy_set(out: Path, dest: Path) -> Path:
@@ -155,6 +155,8 @@ def test_a_stray_volume_is_named_and_the_host_verify_takes_a_volume_set(
     folder = copy_set(split[0], tmp_path / "copy")
     proc = verl_bundle("verify", str(folder / f"{NAME}.tar.sha256"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    volumes = len(list(folder.glob(f"{NAME}.tar.[0-9][0-9][0-9]")))
+    assert f"OK: {volumes} volumes match their list" in proc.stdout  # not "files"
     (folder / f"{NAME}.tar.999").write_bytes(b"left from another build")
     listing = str(folder / f"{NAME}.tar.sha256")
     proc = subprocess.run(
@@ -165,6 +167,24 @@ def test_a_stray_volume_is_named_and_the_host_verify_takes_a_volume_set(
     )
     assert proc.returncode == 3
     assert f"FAILED: {NAME}.tar.999: not in {NAME}.tar.sha256: remove it" in proc.stdout
+
+
+@pytest.mark.parametrize("stray", [".0001", ".000.orig", ".1"])
+def test_a_stray_that_a_loose_glob_would_join_is_named_too(
+    split: tuple[Path, dict[str, object]], tmp_path: Path, stray: str
+) -> None:
+    """NAME.tar.0001 or NAME.tar.000.orig is no volume, but `cat NAME.tar.[0-9]*` (the glob
+    the docs once showed) would join it in: named on both sides; the three-digit glob every
+    printed command now uses leaves it out, so the gate itself still passes."""
+    folder = copy_set(split[0], tmp_path / "copy")
+    (folder / f"{NAME}.tar{stray}").write_bytes(b"a copy left beside the set")
+    report = verify_volumes(str(folder / f"{NAME}.tar.sha256"))
+    assert report.problems == [
+        (f"{NAME}.tar{stray}", f"not in {NAME}.tar.sha256: remove it (the join would take it in)")
+    ]
+    proc = verl_bundle("verify", str(folder / f"{NAME}.tar.sha256"))
+    assert proc.returncode == 3 and f"{NAME}.tar{stray}: not in" in proc.stdout
+    assert sha256sum(folder, f"{NAME}.tar.sha256").returncode == 0
 
 
 def test_a_delta_splits_too(stack: Stack, pinned_pair: Pair, tmp_path: Path) -> None:

@@ -27,6 +27,7 @@ __all__ = [
     "EXIT_USAGE",
     "AssembleError",
     "BundleError",
+    "DamagedError",
     "FetchError",
     "HostBuildError",
     "LockError",
@@ -62,6 +63,13 @@ class UsageError(BundleError):
     """The command line or an input file is wrong; nothing was attempted."""
 
     exit_code = EXIT_USAGE
+
+
+class DamagedError(BundleError):
+    """A written bundle is damaged or not the one that was built (a tarball cut short, a
+    member named twice): exit 3, as the server's verify says of it."""
+
+    exit_code = EXIT_DAMAGED
 
 
 class ProfileError(UsageError):

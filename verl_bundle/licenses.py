@@ -19,6 +19,8 @@ from email.parser import HeaderParser
 from pathlib import Path
 from typing import Any
 
+from verl_bundle.airgap.render import printable
+
 TABLE = Path(__file__).with_name("licenses.json")
 UNKNOWN = "unknown"
 SHORT = 100  # a License field longer than this (or of several lines) is the licence's text
@@ -52,7 +54,13 @@ def _aliases() -> dict[str, str]:
 
 
 def declared(metadata: str) -> str:
-    """The licence a METADATA / PKG-INFO text declares, as written; "" when it declares none."""
+    """The licence a METADATA / PKG-INFO text declares, as written but printable (a terminal
+    control in it becomes a visible escape such as `\\x1b`: the text goes into the manifest,
+    LICENSES.txt and the SBOM, which approvers read in a terminal); "" when it declares none."""
+    return printable(_declared(metadata))
+
+
+def _declared(metadata: str) -> str:
     msg = HeaderParser().parsestr(metadata)
     expression = (msg.get("License-Expression") or "").strip()
     if expression:

@@ -62,6 +62,7 @@ class BuildRequest:
     base: Path | None = None  # build a delta against this bundle (tarball, directory, manifest)
     split: int | None = None  # write volumes of at most this many bytes
     sign: str | None = None  # an SSH key, or gpg:KEYID
+    release: int | None = None  # the manifest's release number; None: the lock's time
 
 
 @dataclass(frozen=True)
@@ -160,7 +161,7 @@ def _crossing(request: BuildRequest, notes: list[str]) -> Crossing:
                 f"note: the base {request.base} is a bundle of profile {old.profile.name}, not "
                 f"{new.profile.name}: the delta leaves out only the files both have"
             )
-    return Crossing(base=base, split=request.split, signer=signer)
+    return Crossing(base=base, split=request.split, signer=signer, release=request.release)
 
 
 def build(request: BuildRequest, reporter: Reporter) -> BuildResult:

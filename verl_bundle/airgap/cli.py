@@ -336,7 +336,11 @@ def parser() -> Parser:
     p.add_argument(
         "--allowed-signers",
         metavar="FILE",
-        help="refuse a bundle not signed by a key in FILE (ssh allowed-signers, or a GPG keyring)",
+        help="refuse a bundle not signed by a key in FILE (ssh allowed-signers, or a GPG "
+        "keyring). Run from a bundle's own lib/, this catches a damaged or unsigned copy, not a "
+        "forged one (a forged bundle forges this code too): check the tarball with the OS's "
+        "tools first (ssh-keygen -Y verify of NAME.tar.sha256.sig, then sha256sum -c "
+        "NAME.tar.sha256), or with the installed verl-bundle-verify",
     )
     p.add_argument("--json", action="store_true", help="print the versioned JSON envelope")
 
@@ -468,6 +472,7 @@ def add_install_options(p: Parser) -> None:
     p.add_argument("--events", metavar="FILE")
     p.add_argument("--json", action="store_true")
     p.add_argument("--allowed-signers", metavar="FILE")
+    p.add_argument("--allow-downgrade", action="store_true")
     p.add_argument("--base", metavar="OLD_DIR")
     p.add_argument("--from", dest="from_url", metavar="URL")
     p.add_argument("--work", metavar="DIR")

@@ -26,7 +26,8 @@ EXIT_CODES = {
     EXIT_FAILED: "a step failed: a phase, a post-install check, a check that found a problem "
     "(run the same command again to continue)",
     EXIT_USAGE: "usage error: a bad option, or a path that is not what the command needs",
-    EXIT_DAMAGED: "the bundle is damaged: a file does not match SHA256SUMS or the manifest",
+    EXIT_DAMAGED: "the bundle is damaged or refused: a file does not match SHA256SUMS or the "
+    "manifest, or its signature or release number is refused",
     EXIT_SERVER: "this server cannot install the bundle yet: wrong Python, or the doctor found "
     "a failure (each with its fix)",
     EXIT_NOT_READY: "installed as bundled, but not ready to train: a phase left out, the "

@@ -45,6 +45,9 @@ class AssetsBuilt:
     bundle: Bundle
     manifest: am.AssetsManifest
     notes: tuple[str, ...] = field(default=())
+    # Files the Hub stated no hash for (REPO/PATH), models' and datasets' alike: hashed here, so
+    # pinned as they were served, altered or not.
+    unhashed: tuple[str, ...] = ()
 
 
 def _dirname(repo_id: str) -> str:
@@ -194,4 +197,21 @@ def build_assets(req: AssetsRequest, reporter: Reporter) -> AssetsBuilt:
     ]
     name, entries, manifest = plan(fetched, req.hub.cache_dir / "verl-converted")
     bundle = write_bundle(name, entries, req.output, "none", reporter)
-    return AssetsBuilt(bundle, manifest)
+    unhashed = tuple(
+        f"{f.spec.repo_id}/{x.name}" for f in fetched for x in f.files if not x.hub_stated
+    )
+    notes = (unstated_warning(unhashed),) if unhashed else ()
+    return AssetsBuilt(bundle, manifest, notes, unhashed)
+
+
+def unstated_warning(unhashed: tuple[str, ...]) -> str:
+    """The warning for files no stated hash checks (a mirror that lists none, a Hub file
+    without LFS metadata): named, since what was served is what gets pinned."""
+    shown = ", ".join(unhashed[:5]) + (
+        f" and {len(unhashed) - 5} more" if len(unhashed) > 5 else ""
+    )
+    return (
+        f"warning: the Hub stated no hash for {len(unhashed)} file(s), so nothing checked them "
+        f"as they were fetched: {shown}. They are hashed here and pinned as served (an altered "
+        "file would be pinned as if approved); compare them with the publisher's copy"
+    )

@@ -54,11 +54,13 @@ Refetch = Callable[[Sequence[Damaged]], Wheelhouse]
 @dataclass(frozen=True)
 class Crossing:
     """How the bundle crosses the air gap: a delta against `base`, volumes of at most `split`
-    bytes, signed by `signer`. The default: one whole, unsigned tarball."""
+    bytes, signed by `signer`, numbered `release` (None: the lock's time). The default: one
+    whole, unsigned tarball."""
 
     base: Base | None = None
     split: int | None = None
     signer: Signer | None = None
+    release: int | None = None
 
 
 @dataclass(frozen=True)
@@ -104,7 +106,7 @@ def assemble(
             planned.name, planned.entries, output, compress, reporter, memo, c.split, c.signer
         )
 
-    planned = plan(profile, lock, wheelhouse, c.base, c.signer)
+    planned = plan(profile, lock, wheelhouse, c.base, c.signer, c.release)
     try:
         bundle = write(planned)
     except DamagedCacheError as exc:
@@ -112,7 +114,7 @@ def assemble(
             raise
         for d in exc.damaged:
             reporter.note(f"{d.line()}: removed it from the cache and fetching it again")
-        planned = plan(profile, lock, refetch(exc.damaged), c.base, c.signer)
+        planned = plan(profile, lock, refetch(exc.damaged), c.base, c.signer, c.release)
         bundle = write(planned)
     figures = _figures(planned, c.base) if c.base is not None else None
     return bundle, figures

@@ -16,6 +16,7 @@ from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel
 from verl_bundle import __version__
 from verl_bundle.airgap.contract import figures
 from verl_bundle.airgap.contract import manifest as mf
+from verl_bundle.airgap.trust.release import of_time
 from verl_bundle.bundle import simple
 from verl_bundle.bundle.entries import BundlePlan, Entry, airgap_entries, made_here
 from verl_bundle.compile.cost import pinned_version, server_build_time
@@ -177,10 +178,11 @@ def plan(
     wheelhouse: Wheelhouse,
     base: Base | None = None,
     signer: Signer | None = None,
+    release: int | None = None,
 ) -> BundlePlan:
     """Everything the bundle will hold, with hashes, before a byte of the tar is written; with
     `base`, a delta that leaves out the files the base has; with `signer`, manifest.json's
-    signature beside it."""
+    signature beside it. `release`: the manifest's release number (default: the lock's time)."""
     check_phases(lock, profile)
     name = bundle_name(lock)
     by_name = {a.package.name: a for a in wheelhouse.artifacts}
@@ -234,6 +236,7 @@ def plan(
         name=name,
         created_by=f"verl-bundle {__version__}",
         created=lock.created,
+        release=release if release is not None else of_time(lock.created),
         profile=profile_info(profile),
         target=target_of(lock.target, lock.cuda, glibc_needed),
         toolchain=toolchain_of(profile),

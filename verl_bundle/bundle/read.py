@@ -4,8 +4,8 @@ gzip or zstd), a volume set (NAME.tar.000 ... read as one file), an extracted di
 manifest.json alone.
 
 A plain tarball or volume set is read by seeking from header to header, so a 4.6 GB bundle is
-opened in milliseconds; a compressed one is read as a stream up to its last small file (they
-come before the payload).
+opened in milliseconds; a compressed one is read as a stream to its end. Every header is read,
+so a member named twice or a tar cut short is refused (exit 3, as `verify` refuses it).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import posixpath
 import re
 import subprocess
 import tarfile
@@ -23,11 +24,12 @@ from pathlib import Path
 from typing import IO, Any
 
 from verl_bundle.airgap.contract import manifest as mf
-from verl_bundle.errors import UsageError
+from verl_bundle.errors import DamagedError, UsageError
 
 # The small files read, besides manifest.json.
 SMALL = (mf.SUMS, mf.SIGNATURE, mf.SIGNATURE_GPG, mf.LICENSES, mf.SBOM, mf.LOCK)
 _VOLUME = re.compile(r"^(?P<tar>.+)\.(\d{3})$")
+GZIP, ZSTD = b"\x1f\x8b", b"\x28\xb5\x2f\xfd"  # what a compressed tarball starts with
 
 
 @dataclass(frozen=True)
@@ -52,7 +54,7 @@ class Opened:
 
 
 class Joined(io.RawIOBase):
-    """Volumes read as one seekable file (what `cat NAME.tar.[0-9]*` would give)."""
+    """Volumes read as one seekable file (what `cat NAME.tar.[0-9][0-9][0-9]` would give)."""
 
     def __init__(self, paths: list[Path]) -> None:
         super().__init__()
@@ -126,7 +128,7 @@ def _tar_stream(path: Path, raw: IO[bytes]) -> Iterator[tarfile.TarFile]:
     through the zstd command)."""
     magic = raw.read(4)
     raw.seek(0)
-    if magic == b"\x28\xb5\x2f\xfd":
+    if magic == ZSTD:
         proc = subprocess.Popen(["zstd", "-dcq"], stdin=raw, stdout=subprocess.PIPE)
         assert proc.stdout is not None  # noqa: S101 - PIPE sets it
         try:
@@ -137,30 +139,89 @@ def _tar_stream(path: Path, raw: IO[bytes]) -> Iterator[tarfile.TarFile]:
             proc.kill()
             proc.wait()
     else:
-        mode = "r|gz" if magic[:2] == b"\x1f\x8b" else "r:"
+        mode = "r|gz" if magic[:2] == GZIP else "r:"
         with tarfile.open(fileobj=raw, mode=mode) as tf:  # type: ignore[call-overload]
             yield tf
 
 
-def _from_tar(path: Path, raw: IO[bytes]) -> dict[str, bytes]:
+@dataclass
+class _Walk:
+    """What one walk over every header found: the small files' bytes, each member's bundle
+    path, and whether any header was read (a file that is no tar at all has none)."""
+
+    texts: dict[str, bytes] = field(default_factory=dict)
+    members: set[str] = field(default_factory=set)
+    read_any: bool = False
+
+
+def _from_tar(path: Path, raw: IO[bytes], size: int | None, walk: _Walk) -> None:
+    """Every header, by seeking for a plain tar (`size`: its length), else as a stream to its
+    end: the small files are kept; a name twice, or a tar cut short, is damage (what `tar x`
+    would make of it is not the bundle that was built)."""
     wanted = {mf.MANIFEST, *SMALL}
-    texts: dict[str, bytes] = {}
+    last: tarfile.TarInfo | None = None
+    if raw.read(2) in (GZIP, ZSTD[:2]):
+        size = None  # offsets are the stream's, not the file's: it is read to its end
+    raw.seek(0)
     with _tar_stream(path, raw) as tf:
         for member in tf:
-            rel = member.name.split("/", 1)[1] if "/" in member.name else ""
-            if rel.startswith((f"{mf.WHEELS}/", f"{mf.SOURCES}/", f"{mf.BOOTSTRAP}/")):
-                break  # the payload: every small file came before it
+            walk.read_any = True
+            rel = posixpath.normpath(member.name).split("/", 1)[1] if "/" in member.name else ""
+            if rel in walk.members:
+                raise DamagedError(
+                    f"{path}: {rel} is in the tarball twice (tar x keeps the later one); it is "
+                    "not the bundle that was built: copy it again from the approved copy"
+                )
+            walk.members.add(rel)
+            last = member
             if rel in wanted and member.isfile():
                 fh = tf.extractfile(member)
                 if fh is not None:
-                    texts[rel] = fh.read()
-    return texts
+                    walk.texts[rel] = fh.read()
+    if size is not None and last is not None:
+        _check_end(path, raw, size, last)
+
+
+def _check_end(path: Path, raw: IO[bytes], size: int, last: tarfile.TarInfo) -> None:
+    """A plain tar read by seeking: the last member's data must lie within the file, and only
+    the end-of-archive zeros after it (tarfile stops quietly at a header it cannot read)."""
+    end = last.offset_data + (last.size if last.isfile() else 0)
+    if end > size:
+        raise DamagedError(f"{path}: cut short in {last.name}; copy it again")
+    raw.seek(end + (-end) % tarfile.BLOCKSIZE)
+    while True:
+        chunk = raw.read(1 << 20)
+        if not chunk:
+            return
+        if chunk.strip(b"\0"):
+            raise DamagedError(f"{path}: damaged after {last.name} (unreadable); copy it again")
+
+
+def _missing(path: Path, walk: _Walk, m: mf.Manifest) -> None:
+    """A tar cut at a member's boundary reads as complete: what SHA256SUMS lists must be there
+    (less what a delta leaves to its base)."""
+    sums = walk.texts.get(mf.SUMS)
+    if sums is None:
+        raise DamagedError(f"{path}: no {mf.SUMS} in it; copy it again")
+    left = set(m.delta.omitted) if m.delta is not None else set()
+    listed = [
+        line.split(None, 1)[1].lstrip("*")
+        for line in sums.decode("utf-8", errors="replace").split("\n")
+        if len(line.split(None, 1)) == 2
+    ]
+    gone = [p for p in listed if p not in walk.members and p not in left]
+    if gone:
+        raise DamagedError(
+            f"{path}: cut short: {len(gone)} file(s) {mf.SUMS} lists are not in it ({gone[0]}"
+            f"{', ...' if len(gone) > 1 else ''}); copy it again"
+        )
 
 
 def open_bundle(path: Path) -> Opened:
     """A bundle as written by `build` (or extracted), read without extracting; UsageError in
     one line when it is none."""
     where = str(path)
+    walk = _Walk()
     tarball: Path | None = None
     volumes: list[Path] = []
     size = 0
@@ -176,14 +237,20 @@ def open_bundle(path: Path) -> Opened:
             tarball, volumes = split
             with Joined(volumes) as joined:
                 size = joined.total
-                texts = _from_tar(tarball, io.BufferedReader(joined, 4 << 20))
+                # small reads: every header is visited by seeking
+                _from_tar(tarball, io.BufferedReader(joined, 64 << 10), size, walk)
+            texts = walk.texts
         elif path.is_file():
             tarball, size = path, path.stat().st_size
             with path.open("rb") as fh:
-                texts = _from_tar(path, fh)
+                _from_tar(path, fh, size, walk)
+            texts = walk.texts
         else:
             raise UsageError(f"{path}: no such bundle (a tarball, its volumes, a directory)")
     except (OSError, tarfile.TarError, EOFError) as exc:
+        if walk.read_any:  # a tar that began well and broke off: damage, as verify says
+            short = "cut short, " if "end of data" in str(exc) else ""
+            raise DamagedError(f"{path}: damaged tar ({short}{exc}); copy it again") from None
         raise UsageError(f"{path}: cannot read it as a bundle ({exc})") from None
     text = texts.get(mf.MANIFEST)
     if text is None:
@@ -192,6 +259,8 @@ def open_bundle(path: Path) -> Opened:
         manifest = mf.loads(text.decode("utf-8", errors="replace"))
     except mf.ManifestError as exc:
         raise UsageError(f"{path}: {exc}") from None
+    if tarball is not None:
+        _missing(path, walk, manifest)
     return Opened(
         where,
         manifest,

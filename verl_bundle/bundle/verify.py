@@ -78,9 +78,14 @@ def check(path: Path, allowed_signers: Path | None = None) -> Checked:
         notes.append(verdict.line)
     if split is not None:
         vols = verify_volumes(str(split[0]) + ".sha256")
-        report = Report(vols.listing, vols.checked, [Problem(p, w) for p, w in vols.problems])
+        report = Report(
+            vols.listing,
+            vols.checked,
+            [Problem(p, w) for p, w in vols.problems],
+            what="volumes match their list",
+        )
         notes.append(
-            f"{len(split[1])} volumes; join them with `cat {split[0].name}.[0-9]* | tar x`"
+            f"{len(split[1])} volumes; join them with `cat {split[0].name}.[0-9][0-9][0-9] | tar x`"
         )
         return Checked(report, tuple(notes))
     report = verify(str(path))

@@ -115,7 +115,7 @@ def build_cmd(
             "--split-size",
             help="Write volumes NAME.tar.000, .001, ... of at most SIZE each (2G, 4.7G for a "
             "DVD, 700M; decimal units, GiB for binary) and one NAME.tar.sha256 for them: "
-            "`cat NAME.tar.[0-9]* | sha256sum -c NAME.tar.sha256` checks each and the whole.",
+            "`cat NAME.tar.[0-9][0-9][0-9] | sha256sum -c NAME.tar.sha256` checks each and the whole.",
             metavar="SIZE",
         ),
     ] = None,
@@ -127,6 +127,17 @@ def build_cmd(
             "key (ssh-keygen -Y sign -n verl-bundle), or gpg:KEYID to sign with GnuPG (.asc). "
             "The server checks it with install.sh --allowed-signers FILE.",
             metavar="KEY|gpg:KEYID",
+        ),
+    ] = None,
+    release: Annotated[
+        int | None,
+        typer.Option(
+            "--release",
+            help="The bundle's release number, signed with its manifest (default: the lock's "
+            "time, YYYYMMDDhhmmss). The server refuses a bundle older than the one installed "
+            "unless --allow-downgrade.",
+            metavar="N",
+            min=1,
         ),
     ] = None,
     json_out: Json = False,
@@ -148,7 +159,16 @@ def build_cmd(
     stack = options.request(session_of(ctx))
     split = parse_size(split_size) if split_size is not None else None
     req = BuildRequest(
-        stack, output, lock_file, compress.value, compiling, with_python, base, split, sign
+        stack,
+        output,
+        lock_file,
+        compress.value,
+        compiling,
+        with_python,
+        base,
+        split,
+        sign,
+        release,
     )
     with reporter(quiet=json_out) as rep, naming_the_rest(stack.profile, stack.mirrors):
         shown = render.build(build(req, rep))

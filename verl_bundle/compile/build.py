@@ -16,6 +16,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import tarfile
 import time
 import zipfile
@@ -88,6 +89,7 @@ class CompiledWheel:
     provenance: mf.Compiled
     reused: bool
     resumed: bool = False  # a stopped compile was taken over (compile/workdir.py)
+    not_reused: str = ""  # why a cache entry of the key was not trusted (compiled again)
 
 
 def archs_of(options: CompileOptions, job: CompileJob) -> str:
@@ -193,11 +195,41 @@ def build_environ(
 WHEEL_SHA256 = "wheel.sha256"  # in a cache entry: the compiled wheel's hash, written when made
 
 
-def _reuse(final: Path) -> CompiledWheel | None:
+def _untrusted(final: Path) -> str | None:
+    """Why a cache entry may hold another user's wheel: the record beside a wheel proves only
+    that whoever could write the one could write the other. Every directory above it must be
+    owned by root or this user and writable by no one else (unless sticky, as /tmp), and the
+    entry and its files by this user or root and by no one else (a team-shared --cache-dir)."""
+    me = os.geteuid()
+    real = final.resolve()
+    for folder in reversed(real.parents):
+        st = folder.stat()
+        if st.st_uid not in (0, me):
+            return f"{folder} belongs to uid {st.st_uid}"
+        if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+            return f"{folder} is writable by other users"
+    for path in (real, *sorted(real.iterdir())):
+        st = path.lstat()
+        if st.st_uid not in (0, me):
+            return f"{path} belongs to uid {st.st_uid}"
+        if st.st_mode & 0o022:
+            return f"{path} is writable by other users"
+    return None
+
+
+def _reuse(final: Path, untrusted: list[str] | None = None) -> CompiledWheel | None:
     """The cached wheel of an entry, when it is the one compiled here: its sha256 matches the
-    one recorded when it was made. An entry that does not check out (a wheel replaced or
-    planted, a record missing or unreadable) is removed, and the wheel is compiled again."""
+    one recorded when it was made, and no other user could have written either (`_untrusted`).
+    An entry that does not check out (a wheel replaced or planted, a record missing or
+    unreadable, a mode or owner that lets another user in: why, into `untrusted`) is removed,
+    and the wheel is compiled again. The wheel is marked as reused, with when it was compiled."""
     if not final.is_dir():
+        return None
+    why = _untrusted(final)
+    if why is not None:
+        if untrusted is not None:
+            untrusted.append(why)
+        shutil.rmtree(final, ignore_errors=True)
         return None
     wheels = sorted(final.glob("*.whl"))
     try:
@@ -214,7 +246,7 @@ def _reuse(final: Path) -> CompiledWheel | None:
     ):
         shutil.rmtree(final, ignore_errors=True)
         return None
-    return _describe(wheels[0], prov, reused=True)
+    return _describe(wheels[0], dataclasses.replace(prov, reused_from_cache=True), reused=True)
 
 
 def _describe(path: Path, prov: mf.Compiled, reused: bool) -> CompiledWheel:
@@ -256,7 +288,8 @@ def compile_sdist(
     key = cache_key(job, toolkit, archs)
     root = cache_root / "compiled"
     final = root / key
-    hit = _reuse(final)
+    untrusted: list[str] = []
+    hit = _reuse(final, untrusted)
     if hit is not None:
         inputs.reporter.status(f"{job.package}: compiled wheel reused from the cache (key {key})")
         return hit
@@ -276,7 +309,7 @@ def compile_sdist(
                 raise
         shutil.rmtree(work, ignore_errors=True)
         done = _describe(next(final.glob("*.whl")), prov, reused=False)
-        return dataclasses.replace(done, resumed=held.resumed)
+        return dataclasses.replace(done, resumed=held.resumed, not_reused="; ".join(untrusted))
     except (KeyboardInterrupt, Terminated):
         if held.prepared:  # hours of objects may be in there: the next build resumes them
             inputs.reporter.note(
@@ -341,6 +374,7 @@ def _compile(
         archs=archs,
         seconds=seconds,
         key=key,
+        made=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     )
 
 

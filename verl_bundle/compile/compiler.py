@@ -125,11 +125,15 @@ class SourceCompiler:
         cu = "cu" + self.profile.cuda.replace(".", "")
         took = wheel.provenance.seconds
         when = f"{took / 60:.0f} min" if took >= 60 else f"{took:.0f} s"
-        reused = ", reused from the cache" if wheel.reused else ""
-        reused += ", resumed a stopped compile" if wheel.resumed else ""
-        summary = (
-            f"{pkg.name} compiled here ({cu}, {sm_list(wheel.provenance.archs)}, {when}{reused})"
-        )
+        resumed = ", resumed a stopped compile" if wheel.resumed else ""
+        figures = f"{cu}, {sm_list(wheel.provenance.archs)}, {when}{resumed}"
+        if wheel.reused:  # truthful: not compiled by this build
+            made = wheel.provenance.made or "an earlier build"
+            summary = f"{pkg.name} reused from the cache: compiled on {made} ({figures}), not in this build"
+        else:
+            summary = f"{pkg.name} compiled here ({figures})"
+            if wheel.not_reused:
+                summary += f"; the cache's wheel of this key was not reused: {wheel.not_reused}"
         return Outcome(pkg.name, summary, wheel)
 
     def _locked(self) -> dict[str, str]:

@@ -192,6 +192,8 @@ def _compiled(r: Reader) -> Compiled:
         archs=r.text("archs"),
         seconds=float(seconds),
         key=r.text("key", ""),
+        made=r.text("made", ""),
+        reused_from_cache=r.flag("reused_from_cache", False),
     )
 
 
@@ -300,6 +302,7 @@ def from_dict(data: Any) -> Manifest:
         name=r.text("name"),
         created_by=r.text("created_by", ""),
         created=r.text("created", ""),
+        release=r.number("release", 0),
         profile=ProfileInfo(
             name=prof.text("name"),
             description=prof.text("description", ""),

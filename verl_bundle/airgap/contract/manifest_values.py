@@ -131,6 +131,8 @@ class Compiled:
     archs: str  # TORCH_CUDA_ARCH_LIST, "8.0;9.0"
     seconds: float
     key: str = ""
+    made: str = ""  # when the compile finished (UTC, ISO 8601); "" for bundles made before
+    reused_from_cache: bool = False  # the wheel came from the compile cache, not this build
 
 
 @dataclass(frozen=True)
@@ -251,6 +253,9 @@ class Manifest:
     readiness: Readiness = Readiness()
     interpreter: Interpreter | None = None
     delta: Delta | None = None  # set for a delta bundle; None for a full one (and older ones)
+    # Monotonic: a later bundle of a line has a higher one (build --release N, else the lock's
+    # time as YYYYMMDDhhmmss); 0 for bundles made before it. Both signatures cover it.
+    release: int = 0
 
     # -- questions every server tool asks ------------------------------------------------------
 

@@ -22,6 +22,7 @@ def to_dict(m: Manifest) -> dict[str, Any]:
             "name": m.name,
             "created_by": m.created_by,
             "created": m.created,
+            "release": m.release,
             "profile": {
                 "name": m.profile.name,
                 "description": m.profile.description,
@@ -125,6 +126,8 @@ def _file_dict(f: File) -> dict[str, Any]:
             "archs": c.archs,
             "seconds": c.seconds,
             "key": c.key,
+            "made": c.made,
+            "reused_from_cache": c.reused_from_cache,
         }
     if f.license:
         doc["license"] = f.license

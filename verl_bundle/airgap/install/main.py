@@ -24,7 +24,7 @@ from verl_bundle.airgap.install.steps import Installer
 _STOPPED = {
     1: "not installed: a step failed (above); run ./install.sh again to continue",
     2: "nothing was done: a usage error (above)",
-    3: "not installed: the bundle is damaged (above)",
+    3: "not installed: the bundle is damaged or refused (above)",
     4: "not installed: this server is not ready (above, each with its fix)",
     130: "not installed: interrupted; run ./install.sh again to continue",
 }

@@ -27,6 +27,7 @@ class Options:
     events: str | None = None
     json: bool = False
     allowed_signers: str | None = None  # refuse a bundle not signed by one of these keys
+    allow_downgrade: bool = False  # install a bundle older than the one installed, on purpose
     base: str | None = None  # a delta's base: the old bundle's directory or its wheels
     repair: bool = False  # reinstall the distributions whose files or versions differ
     image: str | None = None  # pack the installed prefix into this squashfs image
@@ -90,6 +91,7 @@ def options(args: argparse.Namespace, m: Manifest | None) -> Options:
         events=args.events,
         json=args.json,
         allowed_signers=args.allowed_signers,
+        allow_downgrade=args.allow_downgrade,
         base=os.path.abspath(args.base) if args.base else None,
         repair=args.repair,
         image=args.image,
@@ -144,7 +146,7 @@ Options:
   --quick           leave out the trainer dry run (minutes on a small server): post-install
                     then proves imports and the config only, and the verdict says the
                     trainer's start is not proven here. Prove it later with the venv's python:
-                    PYTHONPATH=BUNDLE/lib PREFIX/bin/python -m verl_bundle.airgap readiness
+                    PREFIX/bin/python -I -B BUNDLE/lib/verl_bundle/airgap readiness
                     --bundle BUNDLE --deep [--model DIR --data FILE]
   --image FILE      after the install, compile every module to bytecode (all cores) and
                     pack the prefix into one read-only squashfs image FILE (mksquashfs, from
@@ -157,7 +159,13 @@ Options:
   --json            print the result as JSON on stdout (progress goes to stderr)
   --allowed-signers FILE
                     before anything else, refuse a bundle that is not signed by a key in FILE
-                    (an ssh allowed-signers file, or a GPG keyring), or altered since
+                    (an ssh allowed-signers file, or a GPG keyring), or altered since. This
+                    catches a damaged or unsigned copy, not a forged one: it is this bundle's
+                    own code, which a forged bundle forges too. Check the tarball before it is
+                    extracted: with the OS's tools (ssh-keygen -Y verify of NAME.tar.sha256.sig,
+                    then sha256sum -c NAME.tar.sha256), or the installed verl-bundle-verify
+  --allow-downgrade install this bundle even though its release number is older than that
+                    of the bundle installed in the prefix (refused otherwise, exit 3)
   --base OLD_DIR    this bundle is a delta (build --base): take the files it left out from
                     OLD_DIR (the extracted older bundle, or its wheels), each checked against
                     this bundle's manifest, then install as from a full bundle

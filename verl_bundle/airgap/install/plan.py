@@ -45,6 +45,7 @@ def dry_run(inst: Installer) -> None:
         else ("new venv" if kind == "new" else "venv made by an earlier run")
     )
     say(f"  target:  {inst.target} ({where})")
+    inst.no_downgrade()  # an older release is refused here as the real run refuses it
     say(
         "  1. verify: every file against SHA256SUMS and manifest.json; lib/ holds only listed files"
     )

@@ -82,6 +82,7 @@ class Installer(Steps):
         (install/verification.py has the design)."""
         with self.step("verify", STEPS[0][1]) as result:
             self.signed()
+            self.no_downgrade()
             self.completed()
             self.checking = Verification(self.opts.bundle, self.m)
             planted = unlisted_code(self.opts.bundle, self.m)
@@ -102,6 +103,24 @@ class Installer(Steps):
         if not found.ok:
             raise DamagedError(found.line)
         self.out.say(f"    {found.line}")
+        self.out.say(
+            "    (this bundle's own check: it catches a damaged or unsigned copy, not a forged "
+            "one; the gate or verl-bundle-verify on the tarball is what decides)"
+        )
+
+    def no_downgrade(self) -> None:
+        """A bundle older than the one installed in the prefix (its release number) is refused
+        unless --allow-downgrade (airgap/trust/release.py). Against accidents: the installed
+        verifier is what refuses a forged one."""
+        from verl_bundle.airgap.trust import release
+
+        old = release.installed(self.state.dir)
+        why = release.downgrade(self.m, old, f"installed in {self.target}") if old else None
+        if old is None or why is None:
+            return
+        if not self.opts.allow_downgrade:
+            raise DamagedError(why)
+        self.out.say(f"    --allow-downgrade: release {self.m.release} replaces {old.release}")
 
     def completed(self) -> None:
         """A delta bundle takes the files it left out from --base OLD_DIR, each checked against
@@ -500,10 +519,10 @@ class Installer(Steps):
         """--quick: the trainer's start is not proven, and the verdict says so."""
         from verl_bundle.airgap.postinstall.dryrun_report import left_out
 
-        prove = (
-            f"PYTHONPATH={shlex.quote(os.path.join(self.opts.bundle, 'lib'))} "
-            f"{shlex.quote(os.path.join(self.target, 'bin', 'python'))} -m verl_bundle.airgap "
-            f"readiness --bundle {shlex.quote(self.opts.bundle)} --deep"
+        program = os.path.join(self.opts.bundle, "lib", "verl_bundle", "airgap")
+        prove = (  # isolated: nothing from the current directory or PYTHONPATH runs instead
+            f"{shlex.quote(os.path.join(self.target, 'bin', 'python'))} -I -B "
+            f"{shlex.quote(program)} readiness --bundle {shlex.quote(self.opts.bundle)} --deep"
         )
         check = left_out("--quick", prove)
         return dataclasses.replace(found, readiness=(*found.readiness, check))
@@ -519,6 +538,7 @@ class Installer(Steps):
             except OSError:
                 examined = None  # examined again below, as it was before the thread
             fingerprint.record(self.target, examined)
+            self.record_release()
             self.keep_server_program()
             self.out.say(
                 f"    activate it with:  source {shlex.quote(self.target + '/bin/activate')}"
@@ -531,6 +551,13 @@ class Installer(Steps):
                 result["detail"] = f"skipped: {', '.join(skipped)}"
             if self.out.log_path:
                 self.out.say(f"    log: {self.out.log_path}")
+
+    def record_release(self) -> None:
+        """What a later bundle's release is compared with (`no_downgrade`)."""
+        from verl_bundle.airgap.trust import release
+
+        done = release.Release.of(self.m, release.manifest_sha256(self.opts.bundle))
+        release.record(self.state.dir, done)
 
     def keep_server_program(self) -> None:
         """A copy of the bundle's lib/ (the server program, under 1 MB) in the state directory,

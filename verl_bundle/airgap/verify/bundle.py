@@ -21,7 +21,13 @@ from dataclasses import dataclass, field
 from verl_bundle.airgap.contract import manifest as mf
 from verl_bundle.airgap.contract.hashing import sha256_file
 from verl_bundle.airgap.verify.served import STATE as FETCH_STATE
-from verl_bundle.airgap.verify.tarread import Problem, read_tarball, sidecar, unsafe_member
+from verl_bundle.airgap.verify.tarread import (
+    Keep,
+    Problem,
+    read_tarball,
+    sidecar,
+    unsafe_member,
+)
 
 __all__ = [
     "Problem",
@@ -44,6 +50,8 @@ class Report:
     checked: int = 0
     problems: list[Problem] = field(default_factory=list)
     extra: list[str] = field(default_factory=list)  # files neither list names (each a problem)
+    what: str = "files match SHA256SUMS and the manifest"  # what `checked` counts, when ok
+    kept: dict[str, bytes] = field(default_factory=dict)  # bytes of the members asked for
 
     @property
     def ok(self) -> bool:
@@ -183,12 +191,16 @@ def verify_dir(path: str) -> Report:
     return report
 
 
-def verify_tar(path: str) -> Report:
-    """Check a tarball without extracting it (plain, gzip, or zstd through the zstd command)."""
+def verify_tar(path: str, expected: str | None = None, keep: Keep = None) -> Report:
+    """Check a tarball without extracting it (plain, gzip, or zstd through the zstd command):
+    the whole file against `expected` (default: the sha256 its .sha256 beside it names), every
+    member against both lists. `keep`: members whose bytes go into `report.kept`."""
     report = Report(path)
     base = os.path.basename(path)
+    if expected is None:
+        expected = sidecar(path)
     try:
-        done = read_tarball(path, report.problems)
+        done = read_tarball(path, report.problems, expected is not None, keep)
     except FileNotFoundError as exc:
         report.problems.append(Problem(base, f"cannot read it ({exc})"))
         return report
@@ -197,12 +209,19 @@ def verify_tar(path: str) -> Report:
         return report
     if done is None:
         return report
-    actual, texts, whole_hex = done
-    expected = sidecar(path)
+    actual, kept, whole_hex = done
+    report.kept = kept
     if expected is not None and expected != whole_hex:
         report.problems.append(Problem(base, f"does not match {base}.sha256"))
-    _judge(report, actual, texts.get(SUMS), texts.get(MANIFEST))
+    judge(report, actual, decoded(kept))
     return report
+
+
+def decoded(kept: dict[str, bytes]) -> dict[str, str]:
+    """The two lists' texts, from the kept members' bytes."""
+    return {
+        k: v.decode("utf-8", errors="replace") for k, v in kept.items() if k in (SUMS, MANIFEST)
+    }
 
 
 def verify(path: str) -> Report:

@@ -20,6 +20,7 @@ import os
 import shutil
 import struct
 import subprocess
+import tempfile
 from dataclasses import dataclass
 
 from verl_bundle.airgap.contract import manifest as mf
@@ -47,9 +48,9 @@ class Signed:
     signer: str = ""
 
 
-def ssh_key_of(armored: bytes) -> str | None:
-    """The key an SSH signature was made with, as ssh-keygen names it ("ED25519 key
-    SHA256:..."); None when it is not an SSH signature."""
+def _sshsig(armored: bytes) -> tuple[bytes, str] | None:
+    """(the public key blob, the namespace) of an armored SSH signature (OpenSSH's PROTOCOL.sshsig:
+    "SSHSIG", a version, then strings: the key, the namespace, ...); None when it is none."""
     lines = armored.decode("ascii", errors="replace").strip().splitlines()
     if len(lines) < 3 or lines[0] != "-----BEGIN SSH SIGNATURE-----":
         return None
@@ -59,12 +60,36 @@ def ssh_key_of(armored: bytes) -> str | None:
             return None
         (length,) = struct.unpack(">I", blob[10:14])
         key = blob[14 : 14 + length]
+        at = 14 + length
+        (ns_len,) = struct.unpack(">I", blob[at : at + 4])
+        namespace = blob[at + 4 : at + 4 + ns_len].decode("ascii")
+    except (ValueError, struct.error, UnicodeDecodeError):
+        return None
+    if len(key) < 4 or at + 4 + ns_len > len(blob):
+        return None
+    return key, namespace
+
+
+def ssh_key_of(armored: bytes) -> str | None:
+    """The key an SSH signature was made with, as ssh-keygen names it ("ED25519 key
+    SHA256:..."); None when it is not an SSH signature."""
+    parsed = _sshsig(armored)
+    if parsed is None:
+        return None
+    key = parsed[0]
+    try:
         (kind_len,) = struct.unpack(">I", key[:4])
         kind = key[4 : 4 + kind_len].decode("ascii")
-    except (ValueError, struct.error, UnicodeDecodeError):
+    except (struct.error, UnicodeDecodeError):
         return None
     digest = base64.b64encode(hashlib.sha256(key).digest()).decode().rstrip("=")
     return f"{_KEY_NAMES.get(kind, kind)} key SHA256:{digest}"
+
+
+def ssh_namespace_of(armored: bytes) -> str | None:
+    """The namespace an SSH signature was made under (`ssh-keygen -Y sign -n NAMESPACE`)."""
+    parsed = _sshsig(armored)
+    return parsed[1] if parsed else None
 
 
 def signature_of(signed: str) -> str | None:
@@ -92,7 +117,18 @@ def _check_ssh(signed: str, sig: str, allowed: str) -> Signed:
     if shutil.which("ssh-keygen") is None:
         return Signed(False, "cannot check the signature: ssh-keygen is not installed here")
     with open(sig, "rb") as fh:
-        key = ssh_key_of(fh.read()) or "an unreadable key"
+        armored = fh.read()
+    key = ssh_key_of(armored) or "an unreadable key"
+    namespace = ssh_namespace_of(armored)
+    if namespace is not None and namespace != NAMESPACE:
+        # ssh-keygen would say only that it "could not verify": a signature made for another
+        # purpose is no release signature, whoever made it.
+        return Signed(
+            False,
+            f"{name} is signed under namespace {namespace!r}, not {NAMESPACE!r}: not a "
+            "verl-bundle release signature; nothing was installed. Ask for a bundle built with "
+            "`verl-bundle build --sign KEY`",
+        )
     found = _run(["ssh-keygen", "-Y", "find-principals", "-s", sig, "-f", allowed])
     if found.returncode != 0:
         said = _said(found)
@@ -163,6 +199,19 @@ def check(signed: str, allowed: str) -> Signed:
     if sig.endswith(SSH_SUFFIX):
         return _check_ssh(signed, sig, allowed)
     return _check_gpg(signed, sig, allowed)
+
+
+def check_copy(name: str, data: bytes, sig: bytes, suffix: str, allowed: str) -> Signed:
+    """`data` (what the file `name` holds) and its signature (`suffix`: .sig or .asc), checked
+    from a private copy, so that the bytes checked are the bytes the caller goes on to use (a
+    file read twice can change in between)."""
+    with tempfile.TemporaryDirectory(prefix="verl-bundle-sig-") as tmp:
+        signed = os.path.join(tmp, name)
+        with open(signed, "wb") as fh:
+            fh.write(data)
+        with open(signed + suffix, "wb") as fh:
+            fh.write(sig)
+        return check(signed, allowed)
 
 
 def check_bundle(root: str, allowed: str) -> Signed:

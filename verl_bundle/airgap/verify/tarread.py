@@ -4,19 +4,21 @@ SHA256SUMS and manifest.json, and the whole file's sha256 for the .sha256 beside
 A plain tarball is read in large reads (headers found by seeking first) by one thread, while
 two others hash: one each member, one the whole file (only when a .sha256 is there), so both
 digests come from one read and both cores hash. Compressed tarballs are read as a stream.
-Unsafe members (absolute paths, '..', links, devices) and damage become problems.
+Unsafe members (absolute paths, '..', links, devices, a name twice) and damage become problems.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import posixpath
 import queue
 import re
 import subprocess
 import tarfile
 import threading
 from dataclasses import dataclass
-from typing import IO, Any, Dict, Tuple
+from typing import IO, Any, Callable, Dict, Optional, Tuple
 
 from verl_bundle.airgap.contract import manifest as mf
 from verl_bundle.airgap.contract.hashing import CHUNK, HashingReader, StreamHash, sha256_file
@@ -24,8 +26,15 @@ from verl_bundle.airgap.contract.hashing import CHUNK, HashingReader, StreamHash
 MANIFEST, SUMS = mf.MANIFEST, mf.SUMS
 READ = 4 << 20  # one read of a tarball: large, so the hashing threads get big buffers
 GZIP, ZSTD = b"\x1f\x8b", b"\x28\xb5\x2f\xfd"  # what a compressed tarball starts with
-# (member digests by bundle path, the texts of SHA256SUMS and manifest.json, whole-file digest)
-Read = Tuple[Dict[str, str], Dict[str, str], str]  # typing names: a runtime alias on Python 3.8
+# (member digests by bundle path, the bytes of the members kept: SHA256SUMS and manifest.json
+# unless asked for more, whole-file digest). Typing names: a runtime alias on Python 3.8.
+Read = Tuple[Dict[str, str], Dict[str, bytes], str]
+Keep = Optional[Callable[[str], bool]]  # which members' bytes to keep, by bundle path
+
+
+def lists(rel: str) -> bool:
+    """The members every check keeps: the two lists."""
+    return rel in (SUMS, MANIFEST)
 
 
 @dataclass(frozen=True)
@@ -49,6 +58,17 @@ def unsafe_member(member: tarfile.TarInfo, top: str | None) -> str | None:
         return f"outside the bundle's top directory {top}/"
     if not (member.isfile() or member.isdir()):
         return "not a plain file or directory (links and devices are refused)"
+    return None
+
+
+def twice(member: tarfile.TarInfo, seen: set[str]) -> str | None:
+    """Why a member must not be trusted when its name came before: `tar x` keeps the later
+    one, so what is extracted is not what a reader of the first one saw (`seen`: the names so
+    far, normalised as tar x writes them)."""
+    name = posixpath.normpath(member.name)
+    if name in seen:
+        return "in the tarball twice (tar x keeps the later one); copy it again"
+    seen.add(name)
     return None
 
 
@@ -96,8 +116,9 @@ def _check_members(
     """The regular files to hash, as (bundle path, member); unsafe members become problems."""
     top = members[0].name.split("/")[0] if members else None
     files = []
+    seen: set[str] = set()
     for member in members:
-        why = unsafe_member(member, top)
+        why = unsafe_member(member, top) or twice(member, seen)
         if why:
             problems.append(Problem(member.name, "unsafe tar member: " + why))
         elif member.isfile():
@@ -105,13 +126,13 @@ def _check_members(
     return files, top or ""
 
 
-def _plain_tar(path: str, problems: list[Problem]) -> Read | None:
+def _plain_tar(path: str, problems: list[Problem], hash_whole: bool, keep: Keep) -> Read | None:
     """An uncompressed tarball: headers read by seeking, then one pass of large reads; each
-    member's bytes go to one hashing thread, the whole file to another when a .sha256 is
-    beside it. Returns (member digests, texts of the two lists, whole digest) or None when
-    the tar is damaged (the problem is in the report)."""
+    member's bytes go to one hashing thread, the whole file to another when asked. Returns
+    (member digests, the kept members' bytes, whole digest) or None when the tar is damaged
+    (the problem is in the report). The kept members are read again after the pass, each
+    checked against the digest the pass took of it (a file changed meanwhile is damage)."""
     base = os.path.basename(path)
-    expected = sidecar(path)
     with tarfile.open(path, "r:") as tf:
         members = tf.getmembers()
     files, _ = _check_members(members, problems)
@@ -127,9 +148,9 @@ def _plain_tar(path: str, problems: list[Problem]) -> Read | None:
         return None
     spans = [(m.offset_data, m.offset_data + m.size) for _, m in files]
     members_hasher = _Hasher(len(files))
-    whole = _Hasher(1) if expected is not None else None
+    whole = _Hasher(1) if hash_whole else None
     leftover = False
-    texts: dict[str, list[bytes]] = {rel: [] for rel, _ in files if rel in (SUMS, MANIFEST)}
+    wanted = [rel for rel, _ in files if (keep or lists)(rel)]
     index = {rel: i for i, (rel, _) in enumerate(files)}
     try:
         with open(path, "rb", buffering=0) as raw:
@@ -169,31 +190,35 @@ def _plain_tar(path: str, problems: list[Problem]) -> Read | None:
             )
         )
         return None
-    for rel in texts:
-        m = files[index[rel]][1]
-        with open(path, "rb") as fh:
-            fh.seek(m.offset_data)
-            texts[rel] = [fh.read(m.size)]
     actual = {rel: digests[i] for i, (rel, _) in enumerate(files)}
-    return (
-        actual,
-        {k: b"".join(v).decode("utf-8", errors="replace") for k, v in texts.items()},
-        whole_hex or "",
-    )
+    texts: dict[str, bytes] = {}
+    with open(path, "rb") as fh:
+        for rel in wanted:
+            m = files[index[rel]][1]
+            fh.seek(m.offset_data)
+            texts[rel] = fh.read(m.size)
+            if hashlib.sha256(texts[rel]).hexdigest() != actual[rel]:
+                problems.append(Problem(rel, "changed while it was read; copy the bundle again"))
+                return None
+    return actual, texts, whole_hex or ""
 
 
-def _stream_tar(stream: IO[bytes], problems: list[Problem]) -> Read:
-    """A compressed tarball read as a stream: each member hashed as it goes by."""
+def stream_tar(stream: IO[bytes], problems: list[Problem], keep: Keep = None) -> Read:
+    """A tarball read as a stream (compressed, or joined from volumes): each member hashed as
+    it goes by, the kept ones' bytes kept from that same read. The last element is the last
+    member's name (the caller hashes the whole)."""
     actual: dict[str, str] = {}
-    texts: dict[str, str] = {}
+    texts: dict[str, bytes] = {}
+    wanted = keep or lists
     last = ""
+    seen: set[str] = set()
     with tarfile.open(fileobj=stream, mode="r|*") as tf:
         top: str | None = None
         for member in tf:
             last = member.name
             if top is None:
                 top = member.name.split("/")[0]
-            why = unsafe_member(member, top)
+            why = unsafe_member(member, top) or twice(member, seen)
             if why:
                 problems.append(Problem(member.name, "unsafe tar member: " + why))
                 continue
@@ -201,27 +226,27 @@ def _stream_tar(stream: IO[bytes], problems: list[Problem]) -> Read:
             if fh is None:
                 continue
             rel = member.name[len(top) + 1 :]
-            h, kept = StreamHash(), []
+            h, kept, keeping = StreamHash(), [], wanted(rel)
             while True:
                 data = fh.read(CHUNK)
                 if not data:
                     break
                 h.update(data)
-                if rel in (SUMS, MANIFEST):
+                if keeping:
                     kept.append(data)
             actual[rel] = h.hexdigest()
-            if kept or rel in (SUMS, MANIFEST):
-                texts[rel] = b"".join(kept).decode("utf-8", errors="replace")
+            if keeping:
+                texts[rel] = b"".join(kept)
     return actual, texts, last
 
 
-def _zstd_tar(path: str, problems: list[Problem]) -> Read:
+def _zstd_tar(path: str, problems: list[Problem], hash_whole: bool, keep: Keep) -> Read:
     """A .tar.zst: the file hashed for its .sha256, the tar read from the zstd command."""
-    whole_hex = sha256_file(path) if sidecar(path) is not None else ""
+    whole_hex = sha256_file(path) if hash_whole else ""
     proc = subprocess.Popen(["zstd", "-dcq", path], stdout=subprocess.PIPE)
     assert proc.stdout is not None  # PIPE sets it
     try:
-        actual, texts, _ = _stream_tar(proc.stdout, problems)
+        actual, texts, _ = stream_tar(proc.stdout, problems, keep)
         proc.stdout.read()
     finally:
         proc.stdout.close()
@@ -230,11 +255,11 @@ def _zstd_tar(path: str, problems: list[Problem]) -> Read:
     return actual, texts, whole_hex
 
 
-def _gzip_tar(path: str, problems: list[Problem]) -> Read | None:
+def _gzip_tar(path: str, problems: list[Problem], keep: Keep) -> Read | None:
     """A .tar.gz read once: the compressed bytes hashed as they are read and unpacked."""
     with open(path, "rb") as fh:
         raw = HashingReader(fh)
-        actual, texts, last = _stream_tar(raw, problems)  # type: ignore[arg-type]
+        actual, texts, last = stream_tar(raw, problems, keep)  # type: ignore[arg-type]
         if raw.drain():
             problems.append(
                 Problem(
@@ -246,14 +271,19 @@ def _gzip_tar(path: str, problems: list[Problem]) -> Read | None:
     return actual, texts, raw.hexdigest()
 
 
-def read_tarball(path: str, problems: list[Problem]) -> Read | None:
+def read_tarball(
+    path: str, problems: list[Problem], hash_whole: bool | None = None, keep: Keep = None
+) -> Read | None:
     """Read a tarball by its content (plain, gzip, or zstd through the zstd command); None
-    when it is damaged (the problem is in `problems`). Raises OSError, tarfile.TarError and
-    EOFError for a file that cannot be read as a tarball at all."""
+    when it is damaged (the problem is in `problems`). `hash_whole`: also the whole file's
+    sha256 (default: when a .sha256 is beside it); `keep`: the members whose bytes to return
+    (default: the two lists). Raises OSError, tarfile.TarError and EOFError for a file that
+    cannot be read as a tarball at all."""
+    whole = sidecar(path) is not None if hash_whole is None else hash_whole
     with open(path, "rb") as fh:
         magic = fh.read(4)
     if magic == ZSTD:
-        return _zstd_tar(path, problems)
+        return _zstd_tar(path, problems, whole, keep)
     if magic[:2] == GZIP:
-        return _gzip_tar(path, problems)
-    return _plain_tar(path, problems)
+        return _gzip_tar(path, problems, keep)
+    return _plain_tar(path, problems, whole, keep)

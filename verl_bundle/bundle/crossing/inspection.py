@@ -51,6 +51,7 @@ class Inspection:
     signer: Signer
     base: str | None = None  # the bundle compared with (--base)
     changes: tuple[Change, ...] = ()
+    base_release: int | None = None  # the release of the bundle compared with
 
     @property
     def manifest(self) -> mf.Manifest:
@@ -122,4 +123,5 @@ def inspect(path: Path, base: Path | None = None, allowed: Path | None = None) -
         signer=_signer(opened, allowed),
         base=old.manifest.name if old else None,
         changes=changes(old.manifest, m) if old else (),
+        base_release=old.manifest.release if old else None,
     )

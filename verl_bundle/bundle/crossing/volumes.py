@@ -2,8 +2,8 @@
 most SIZE bytes each, for media and portals that cap a file's size, with one NAME.tar.sha256
 that `sha256sum -c` checks volume by volume and, read from standard input, as a whole:
 
-    cat NAME.tar.[0-9]* | sha256sum -c NAME.tar.sha256     # every volume, then the joined stream
-    cat NAME.tar.[0-9]* | tar x                            # the join: no copy of the whole
+    cat NAME.tar.[0-9][0-9][0-9] | sha256sum -c NAME.tar.sha256     # every volume, then the joined stream
+    cat NAME.tar.[0-9][0-9][0-9] | tar x                            # the join: no copy of the whole
 
 The volumes are written in the same single pass as the tarball (each hashed on its way out),
 under hidden names renamed when complete; the list's first line is the whole tarball's, so a
@@ -124,7 +124,7 @@ class VolumeWriter(io.RawIOBase):
 
 def stale(output: Path, tarball: str) -> list[Path]:
     """Volumes of an earlier build of the same name (NAME.tar.000 ...): a smaller set written
-    now would otherwise be joined with their tail by `cat NAME.tar.[0-9]*`."""
+    now would otherwise be joined with their tail by `cat NAME.tar.[0-9][0-9][0-9]`."""
     pattern = re.compile(re.escape(tarball) + r"\.\d{3}$")
     return sorted(p for p in output.iterdir() if pattern.match(p.name) and p.is_file())
 

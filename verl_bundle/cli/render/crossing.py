@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from verl_bundle.airgap.contract import manifest as mf
 from verl_bundle.cli.render.shown import Shown, human_size
 
 if TYPE_CHECKING:
@@ -39,11 +40,37 @@ def build_lines(result: BuildResult) -> list[str]:
         lines.append(
             f"{len(b.volumes)} volumes of at most {human_size(max(v.size for v in b.volumes))}: "
             f"{b.volumes[0].path.name} .. {b.volumes[-1].path.name}; check them with "
-            f"`cat {b.path.name}.[0-9]* | sha256sum -c {b.sidecar.name}`"
+            f"`cat {b.path.name}.[0-9][0-9][0-9] | sha256sum -c {b.sidecar.name}`"
         )
     if b.signature is not None:
         lines.append(f"signed: {b.signature.name} (and manifest.json inside)")
+        lines.append(
+            "the gate on the server, with the OS's tools only, before anything of the bundle "
+            "runs (where the files are; PRINCIPAL: the approver's name in allowed_signers):"
+        )
+        lines += [f"  {line}" for line in gate(result)]
     return lines
+
+
+def gate(result: BuildResult) -> list[str]:
+    """The two commands that check a signed bundle with nothing but the operating system's
+    tools: the hash list's signature, then the tarball (or each volume and their join) against
+    it. Empty for an unsigned bundle. The bundle's own checks cannot stand in for these: a
+    forged bundle forges its own code."""
+    b = result.bundle
+    if b.signature is None:
+        return []
+    sums, sig = b.sidecar.name, b.signature.name
+    if sig.endswith(".asc"):
+        first = f"gpgv --keyring ./allowed.gpg {sig} {sums}"
+    else:
+        first = (
+            f"ssh-keygen -Y verify -f allowed_signers -I PRINCIPAL -n {mf.SIGNING_NAMESPACE} "
+            f"-s {sig} < {sums}"
+        )
+    if b.volumes:
+        return [first, f"cat {b.path.name}.[0-9][0-9][0-9] | sha256sum -c {sums}"]
+    return [first, f"sha256sum -c {sums}"]
 
 
 def inspect_json(i: Inspection) -> dict[str, Any]:
@@ -61,6 +88,7 @@ def inspect_json(i: Inspection) -> dict[str, Any]:
         },
         "created": m.created,
         "created_by": m.created_by,
+        "release": m.release,
         "lock_sha256": i.lock_sha256,
         "manifest_sha256": o.manifest_sha256,
         "files": len(m.files) + (1 if m.interpreter else 0),
@@ -78,6 +106,7 @@ def inspect_json(i: Inspection) -> dict[str, Any]:
         ],
         "signer": {"state": i.signer.state, "line": i.signer.line},
         "base": i.base,
+        "base_release": i.base_release,
         "changes": [{"name": c.name, "old": c.old, "new": c.new} for c in i.changes],
     }
 
@@ -107,6 +136,11 @@ def inspect_text(i: Inspection) -> str:
         + (f", glibc >= {t.glibc}" if t.glibc else "")
     )
     lines.append(f"made:      {m.created or '?'} by {m.created_by or '?'}")
+    release = f"release:   {m.release or '(none: built before release numbers)'}"
+    if i.base_release is not None:
+        older = m.release < i.base_release
+        release += f" ({i.base}: {i.base_release}" + ("; OLDER: a downgrade)" if older else ")")
+    lines.append(release)
     lines.append(f"lock:      pylock.toml sha256 {i.lock_sha256 or '(none)'}")
     size = f"; tarball {human_size(o.size)}" if o.size else ""
     vols = f" in {len(o.volumes)} volumes" if o.volumes else ""

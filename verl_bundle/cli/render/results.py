@@ -97,6 +97,7 @@ def build_json(result: BuildResult) -> dict[str, Any]:
         ],
         "sidecar": str(b.sidecar.resolve()),
         "signature": str(b.signature.resolve()) if b.signature else None,
+        "gate": crossing.gate(result),
         "delta": crossing.delta_json(result),
         "notes": list(result.notes),
     }
@@ -147,7 +148,7 @@ def verify_json(report: Report) -> dict[str, Any]:
 def verify_text(report: Report) -> str:
     if report.ok:
         extra = f"; {len(report.extra)} extra files not in the bundle" if report.extra else ""
-        return f"OK: {report.checked} files match SHA256SUMS and the manifest{extra}"
+        return f"OK: {report.checked} {report.what}{extra}"
     lines = [f"FAILED: {p.line()}" for p in report.problems]
     lines.append(f"{len(report.problems)} problem(s) in {report.subject}")
     return "\n".join(lines)
@@ -378,15 +379,6 @@ def assets(built: AssetsBuilt) -> Shown:
         )
         for a in m.assets
     ]
-    unstated = [
-        f.path for a in m.assets if a.kind == "model" for f in a.files if f.hash_by == "host"
-    ]
-    if unstated:
-        lines.append(
-            f"hash computed here; the Hub stated none: {', '.join(unstated[:5])}"
-            + (f" and {len(unstated) - 5} more" if len(unstated) > 5 else "")
-            + " (pinned by this bundle; compare with the publisher's if it matters)"
-        )
     lines += [f"asset bundle: {human_size(b.size)}, sha256 {b.sha256}", str(b.path)]
     result = {
         "bundle": str(b.path),
@@ -394,5 +386,6 @@ def assets(built: AssetsBuilt) -> Shown:
         "size": b.size,
         "files": b.files,
         "assets": am.to_dict(m)["assets"],
+        "unhashed": list(built.unhashed),
     }
     return Shown("assets", True, result, "\n".join(lines), built.notes)
