@@ -209,6 +209,7 @@ def _manifest_file(e: Entry, a: Artifact, license: str) -> mf.File:
         else None,
         compiled=a.compiled,
         license=license,
+        source=a.package.source,
     )
 
 

@@ -20,6 +20,7 @@ from verl_bundle.cli.options import (
     ProfileOpt,
     StackOptions,
     TargetPython,
+    VerlSpec,
     session_of,
     show,
 )
@@ -32,6 +33,7 @@ def lock_cmd(
     python: TargetPython = None,
     platform: Platform = None,
     mirror: Mirror = None,
+    verl: VerlSpec = None,
     output: Annotated[
         Path | None,
         typer.Option(
@@ -60,7 +62,7 @@ def lock_cmd(
     from verl_bundle.profile.mirrors import naming_the_rest
     from verl_bundle.progress import reporter
 
-    options = StackOptions(cuda, profile, python, platform, mirror, cache_dir, jobs)
+    options = StackOptions(cuda, profile, python, platform, mirror, cache_dir, jobs, verl)
     req = options.request(session_of(ctx))
     with reporter(quiet=json_out) as rep, naming_the_rest(req.profile, req.mirrors):
         if check:
@@ -77,6 +79,7 @@ def build_cmd(
     python: TargetPython = None,
     platform: Platform = None,
     mirror: Mirror = None,
+    verl: VerlSpec = None,
     lock_file: Annotated[
         Path | None,
         typer.Option(
@@ -143,7 +146,7 @@ def build_cmd(
     from verl_bundle.profile.mirrors import naming_the_rest
     from verl_bundle.progress import reporter
 
-    options = StackOptions(cuda, profile, python, platform, mirror, cache_dir, jobs)
+    options = StackOptions(cuda, profile, python, platform, mirror, cache_dir, jobs, verl)
     compiling = CompileOptions(compile_mode.value, cuda_archs, cuda_home, cc, cxx, host_python)
     stack = options.request(session_of(ctx))
     split = parse_size(split_size) if split_size is not None else None

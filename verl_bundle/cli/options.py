@@ -103,6 +103,17 @@ Mirror = Annotated[
         metavar="NAME=URL",
     ),
 ]
+VerlSpec = Annotated[
+    str | None,
+    typer.Option(
+        "--verl",
+        help="The verl to bundle instead of the profile's release: a source tree (a checkout or "
+        "a fork, dirty or not), a wheel or sdist file, git+URL@REV (--mirror verl=PATH serves "
+        "the repository), or a version. It is built here by its own build system; the rest "
+        "of the stack stays the profile's.",
+        metavar="SPEC",
+    ),
+]
 CacheDir = Annotated[
     Path | None,
     typer.Option(help="Download cache (content-addressed; default: $XDG_CACHE_HOME/verl-bundle)."),
@@ -221,6 +232,7 @@ class StackOptions:
     mirror: list[str] | None
     cache_dir: Path | None
     jobs: int
+    verl: str | None = None
 
     def request(self, session: Session) -> Request:
         from verl_bundle.fetch.net.cache import default_cache_dir
@@ -230,7 +242,10 @@ class StackOptions:
 
         mirrors = dict(parse_mirror(m) for m in (self.mirror or []))
         session.redact = Redactor.for_urls(list(mirrors.values()))
-        chosen = select_profile(self.cuda, self.profile).with_mirrors(mirrors)
+        chosen = select_profile(self.cuda, self.profile)
+        if self.verl is not None:
+            chosen = chosen.with_verl(self.verl)
+        chosen = chosen.with_mirrors(mirrors)
         # A profile file may carry credentials in its own location URLs: keep those out too.
         urls = [loc.url for loc in chosen.locations.values() if loc.url]
         session.redact = Redactor.for_urls(urls)
@@ -241,6 +256,7 @@ class StackOptions:
             cache_dir=self.cache_dir or default_cache_dir(),
             jobs=self.jobs,
             python_given=self.python is not None,
+            verl_given=self.verl is not None,
         )
 
 

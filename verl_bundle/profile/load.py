@@ -27,7 +27,9 @@ from verl_bundle.profile.model import (
     SourceBuild,
     StaticMetadata,
     Toolchain,
+    UvLock,
 )
+from verl_bundle.profile.sources import Git, parse_git, parse_spec, requirement_source
 from verl_bundle.profile.table import (
     Table,
     read_cutoff,
@@ -66,6 +68,10 @@ _TOP_KEYS = {
     "lock",
     "readiness",
     "interpreter",
+    "verl",
+    "overrides",
+    "git",
+    "uv-lock",
 }
 
 
@@ -118,7 +124,17 @@ def load_profile(path: Path) -> Profile:
     if not requirements:
         raise top.fail("requirements", "expected at least one requirement")
     constraints = read_requirements(top, "constraints")
+    overrides = read_requirements(top, "overrides")
     bootstrap = read_requirements(top, "bootstrap") or ("pip",)
+    git = _git_sources(top, requirements)
+    verl = top.text("verl")
+    if verl is not None:
+        try:
+            spec = parse_spec(verl, "SPEC")
+        except UsageError as exc:
+            raise top.fail("verl", str(exc)) from None
+        if isinstance(spec, Git):
+            git["verl"] = spec.clean
 
     bindings: dict[str, str] = {}
     bind_table = top.table("bindings")
@@ -266,6 +282,52 @@ def load_profile(path: Path) -> Profile:
         lock=(path.parent / lock_rel) if lock_rel else None,
         readiness=readiness,
         interpreter=_interpreter(top, locations),
+        verl=verl,
+        overrides=overrides,
+        git=git,
+        uv_lock=_uv_lock(top, path, locations),
+    )
+
+
+def _git_sources(top: Table, requirements: tuple[str, ...]) -> dict[str, str]:
+    """[git] (package = upstream URL) and every requirement `name @ git+URL@REV`."""
+    out: dict[str, str] = {}
+    t = top.table("git")
+    for pkg, url in top.str_map("git").items():
+        try:
+            out[canonicalize_name(pkg)] = parse_git(url.removeprefix("git+"), "URL").clean
+        except UsageError as exc:
+            raise t.fail(pkg, str(exc)) from None
+    for i, text in enumerate(requirements):
+        try:
+            found = requirement_source(text, "a direct reference")
+        except UsageError as exc:
+            raise top.fail(f"requirements[{i}]", str(exc)) from None
+        if found is not None and isinstance(found.spec, Git):
+            out[found.name] = found.spec.clean
+    return out
+
+
+def _uv_lock(top: Table, path: Path, locations: dict[str, Location]) -> UvLock | None:
+    """[uv-lock]: the stack is upstream's uv.lock (its path, or verl's tree's own), with these
+    extras; `substitute` maps an index named in its pyproject.toml to a location of ours."""
+    if "uv-lock" not in top.data:
+        return None
+    t = top.table("uv-lock")
+    t.check_keys({"path", "extras", "substitute"})
+    extras = t.texts("extras")
+    if not extras:
+        raise t.fail("extras", "expected the extras to install, e.g. ['vllm', 'fsdp']")
+    substitute = t.str_map("substitute")
+    sub_t = t.table("substitute")
+    for index, loc in substitute.items():
+        if loc not in locations or locations[loc].kind != "index":
+            raise sub_t.fail(index, f"{loc!r} is not an index location of this profile")
+    where = t.text("path")
+    return UvLock(
+        extras=extras,
+        path=(path.parent / where) if where else None,
+        substitute=substitute,
     )
 
 

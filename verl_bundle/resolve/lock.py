@@ -17,6 +17,8 @@ from typing import Any, Literal
 from packaging.utils import canonicalize_name
 
 from verl_bundle import __version__
+from verl_bundle.airgap.contract import manifest as mf
+from verl_bundle.airgap.contract.manifest_read import _Reader, read_source
 from verl_bundle.errors import LockError
 from verl_bundle.profile.target import Target, normalize_platform, parse_python
 from verl_bundle.resolve import tomlwrite
@@ -35,6 +37,9 @@ Role = Literal["requirement", "build-dep", "bootstrap"]
 KINDS: tuple[Kind, ...] = ("wheel", "host-build", "sdist")
 ROLES: tuple[Role, ...] = ("requirement", "build-dep", "bootstrap")
 BOOTSTRAP_PHASE = "bootstrap"
+# The location of a wheel made on this host from a source (a tree, git, a local file): not an
+# index or a file host; the package's `source` says where it came from.
+LOCAL = "local"
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,7 @@ class LockedPackage:
     kind: Kind
     role: Role
     phase: str
+    source: mf.Source | None = None  # set for a wheel made here from a source (LOCAL)
 
     @property
     def pin(self) -> str:
@@ -127,7 +133,14 @@ def dumps(lock: Lock) -> str:
             out.append(f"wheels = [{tomlwrite.value(entry)}]")
         else:
             out.append(f"sdist = {tomlwrite.value(entry)}")
-        tool = {"location": pkg.location, "kind": pkg.kind, "role": pkg.role, "phase": pkg.phase}
+        tool: dict[str, Any] = {
+            "location": pkg.location,
+            "kind": pkg.kind,
+            "role": pkg.role,
+            "phase": pkg.phase,
+        }
+        if pkg.source is not None:
+            tool["source"] = mf.source_dict(pkg.source)
         out.append(f"tool = {{ verl-bundle = {tomlwrite.value(tool)} }}")
     return "\n".join(out) + "\n"
 
@@ -171,6 +184,7 @@ def _parse(data: Mapping[str, Any]) -> Lock:
         if kind not in KINDS or role not in ROLES:
             raise ValueError(f"package {raw['name']}: unknown kind {kind!r} or role {role!r}")
         sha = f["hashes"]["sha256"]
+        source = tool.get("source")
         if not re.fullmatch(r"[0-9a-f]{64}", sha):
             raise ValueError(f"package {raw['name']}: sha256 {sha!r} is not 64 hex digits")
         packages.append(
@@ -182,6 +196,7 @@ def _parse(data: Mapping[str, Any]) -> Lock:
                 kind=kind,
                 role=role,
                 phase=str(tool["phase"]),
+                source=read_source(_Reader(source, f"{raw['name']}.source")) if source else None,
             )
         )
     return Lock(

@@ -38,6 +38,7 @@ from verl_bundle.progress import Reporter
 from verl_bundle.resolve import tomlwrite
 from verl_bundle.resolve.lock import (
     BOOTSTRAP_PHASE,
+    LOCAL,
     Kind,
     Lock,
     LockedFile,
@@ -153,6 +154,8 @@ def _project_toml(profile: Profile, requirements: Iterable[str], cutoff: str | N
     ]
     if profile.constraints:
         lines.append(tomlwrite.assign("constraint-dependencies", list(profile.constraints)))
+    if profile.overrides:
+        lines.append(tomlwrite.assign("override-dependencies", list(profile.overrides)))
     if cutoff:
         lines.append(tomlwrite.assign("exclude-newer", cutoff))
         if profile.bindings:
@@ -230,6 +233,16 @@ def _candidates(
     out: dict[str, Candidate] = {}
     for raw in packages:
         name = canonicalize_name(raw["name"])
+        if "archive" in raw:  # a wheel made here from a source (resolve/local.py)
+            out[name] = _archive(name, raw)
+            continue
+        if "directory" in raw or "vcs" in raw:
+            form = "a directory" if "directory" in raw else "a git repository"
+            raise ResolutionError(
+                f"{name}: uv was given {form}, not a wheel; give it to the profile as "
+                f"`{name} @ file://PATH` or `{name} @ git+URL@REV` (verl-bundle builds it), "
+                "or as a wheel file"
+            )
         location = profile.bindings.get(name, DEFAULT_INDEX)
         best: tuple[int, Mapping[str, Any]] | None = None
         for wheel in raw.get("wheels", []):
@@ -261,6 +274,23 @@ def _candidates(
             name, str(raw["version"]), LockedFile(filename, url, sha, entry.get("size")), location
         )
     return out
+
+
+def _archive(name: str, raw: Mapping[str, Any]) -> Candidate:
+    """A local wheel (`name @ file://.../x.whl`), as pylock.toml writes it: its file name and
+    hash; the lock records its source (resolve/local.py), the fetch stage finds it by hash."""
+    archive = raw["archive"]
+    where = str(archive.get("path") or archive.get("url") or "")
+    filename = plain_filename(_filename(where), f"{name}: the local wheel's file name")
+    sha = archive.get("hashes", {}).get("sha256", "")
+    path = Path(unquote(urlsplit(where).path)) if where.startswith("file:") else Path(where)
+    size = archive.get("size") or (path.stat().st_size if path.is_file() else None)
+    return Candidate(
+        name,
+        str(raw.get("version") or parse_wheel_filename(filename)[1]),
+        LockedFile(filename, "", sha, size),
+        LOCAL,
+    )
 
 
 def _filename(url: str) -> str:

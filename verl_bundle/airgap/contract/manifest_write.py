@@ -10,7 +10,7 @@ import dataclasses
 import json
 from typing import Any
 
-from verl_bundle.airgap.contract.manifest_values import File, Manifest
+from verl_bundle.airgap.contract.manifest_values import File, Manifest, Source
 
 
 def to_dict(m: Manifest) -> dict[str, Any]:
@@ -128,6 +128,25 @@ def _file_dict(f: File) -> dict[str, Any]:
         }
     if f.license:
         doc["license"] = f.license
+    if f.source is not None:
+        doc["source"] = source_dict(f.source)
+    return doc
+
+
+def source_dict(s: Source) -> dict[str, Any]:
+    """A source as manifest.json and the lock write it: the kind and origin, then only the
+    facts that are set."""
+    doc: dict[str, Any] = {"kind": s.kind, "origin": s.origin}
+    for key, value in (
+        ("commit", s.commit),
+        ("rev", s.rev),
+        ("dirty", s.dirty),
+        ("tree_sha256", s.tree_sha256),
+        ("mirror", s.mirror),
+        ("note", s.note),
+    ):
+        if value:
+            doc[key] = value
     return doc
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from verl_bundle.airgap.contract import manifest as mf
 from verl_bundle.cli.render.results import Shown, human_size
 
 if TYPE_CHECKING:
@@ -79,6 +80,11 @@ def inspect_json(i: Inspection) -> dict[str, Any]:
         "signer": {"state": i.signer.state, "line": i.signer.line},
         "base": i.base,
         "changes": [{"name": c.name, "old": c.old, "new": c.new} for c in i.changes],
+        "sources": [
+            {"name": f.name, "version": f.version, **mf.source_dict(f.source)}
+            for f in m.files
+            if f.source is not None
+        ],
     }
 
 
@@ -107,6 +113,9 @@ def inspect_text(i: Inspection) -> str:
         + (f", glibc >= {t.glibc}" if t.glibc else "")
     )
     lines.append(f"made:      {m.created or '?'} by {m.created_by or '?'}")
+    for f in m.files:
+        if f.source is not None:
+            lines.append(f"source:    {f.name} {f.version} from {f.source.describe()}")
     lines.append(f"lock:      pylock.toml sha256 {i.lock_sha256 or '(none)'}")
     size = f"; tarball {human_size(o.size)}" if o.size else ""
     vols = f" in {len(o.volumes)} volumes" if o.volumes else ""
