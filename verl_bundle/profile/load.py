@@ -300,7 +300,7 @@ def _git_sources(top: Table, requirements: tuple[str, ...]) -> dict[str, str]:
             raise t.fail(pkg, str(exc)) from None
     for i, text in enumerate(requirements):
         try:
-            found = requirement_source(text, "a direct reference")
+            found = requirement_source(text)
         except UsageError as exc:
             raise top.fail(f"requirements[{i}]", str(exc)) from None
         if found is not None and isinstance(found.spec, Git):

@@ -85,7 +85,9 @@ def parse_spec(text: str, what: str) -> SourceSpec:
     one line a bad SPEC gets."""
     text = text.strip()
     if not text:
-        raise UsageError(f"{what}: empty; give a directory, a wheel or sdist, git+URL@REV or X.Y.Z")
+        raise UsageError(
+            f"{what} is empty; give a directory, a wheel or sdist, git+URL@REV or X.Y.Z"
+        )
     if text.startswith("git+"):
         return parse_git(text[4:], what)
     if text.startswith("file:"):
@@ -125,7 +127,7 @@ def parse_git(text: str, what: str) -> Git:
     url, _, fragment = text.partition("#")
     if fragment and not fragment.startswith("egg="):
         raise UsageError(
-            f"{what}: {redact_url(url)}#{fragment}: a URL fragment (subdirectory=) is not "
+            f"{what} {redact_url(url)}#{fragment}: a URL fragment (subdirectory=) is not "
             "supported; give the repository's root, or the tree as a directory"
         )
     parts = urlsplit(url)
@@ -135,11 +137,11 @@ def parse_git(text: str, what: str) -> Git:
         path, _, rev = path.rpartition("@")
     if parts.scheme not in GIT_SCHEMES or (parts.scheme != "file" and not parts.hostname):
         raise UsageError(
-            f"{what}: {redact_url(url)!r} is not a git URL; write git+https://HOST/REPO.git@REV "
+            f"{what} {redact_url(url)!r}: not a git URL; write git+https://HOST/REPO.git@REV "
             "(or git+file:///PATH@REV)"
         )
     if rev and not re.fullmatch(r"[A-Za-z0-9._/+-]+", rev):
-        raise UsageError(f"{what}: {rev!r} is not a git revision (a branch, tag or commit)")
+        raise UsageError(f"{what} {rev!r}: not a git revision (a branch, tag or commit)")
     return Git(parts._replace(path=path).geturl(), rev)
 
 
@@ -153,7 +155,7 @@ class RequirementSource:
     spec: SourceSpec
 
 
-def requirement_source(text: str, where: str) -> RequirementSource | None:
+def requirement_source(text: str) -> RequirementSource | None:
     """The source of a direct-URL requirement (`file://` or `git+`); None for a plain one."""
     try:
         req = Requirement(text)
@@ -161,12 +163,12 @@ def requirement_source(text: str, where: str) -> RequirementSource | None:
         return None  # the profile reader has already reported it
     if not req.url:
         return None
-    what = f"{where}: {req.name} @ ..."
+    what = f"{req.name} @"
     if req.url.startswith(("git+", "file:")):
         spec = parse_spec(req.url, what)
     else:
         raise UsageError(
-            f"{what}: {redact_url(req.url)} is a direct URL; give a local path (file://), a git "
+            f"{what} {redact_url(req.url)}: a direct URL; give a local path (file://), a git "
             "URL (git+https://...@REV), or the file as an [[artifacts]] entry with a hash"
         )
     return RequirementSource(

@@ -49,7 +49,7 @@ def specs_of(profile: Profile) -> dict[str, SourceSpec]:
     """Every source of the profile that is not an index's release, by package name."""
     found: dict[str, SourceSpec] = {}
     for text in profile.requirements:
-        req = requirement_source(text, f"{profile.path}: requirements")
+        req = requirement_source(text)
         if req is not None:
             found[req.name] = req.spec
     if profile.verl is not None:
@@ -59,7 +59,7 @@ def specs_of(profile: Profile) -> dict[str, SourceSpec]:
 
 def has_sources(profile: Profile) -> bool:
     return profile.verl is not None or any(
-        requirement_source(t, "requirements") is not None for t in profile.requirements
+        requirement_source(t) is not None for t in profile.requirements
     )
 
 
