@@ -293,10 +293,10 @@ class Profile:
             elif canonicalize_name(name) in self.git:
                 git_mirrors[canonicalize_name(name)] = url
             else:
-                known = sorted({*locations, *self.git})
+                repos = f"; its git repositories: {', '.join(sorted(self.git))}" if self.git else ""
                 raise UsageError(
-                    f"--mirror {name}=...: profile {self.name!r} has no location or git "
-                    f"repository {name!r}; it has: {', '.join(known)}"
+                    f"--mirror {name}=...: profile {self.name!r} has no location {name!r}; "
+                    f"its locations are: {', '.join(sorted(locations))}{repos}"
                 )
         return replace(self, locations=locations, git_mirrors=git_mirrors)
 
