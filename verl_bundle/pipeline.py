@@ -23,7 +23,7 @@ from verl_bundle.bundle.assembly import (
 )
 from verl_bundle.bundle.plan import check_phases, driver_line
 from verl_bundle.compile.compiler import CompileOptions
-from verl_bundle.errors import LockError
+from verl_bundle.errors import LockError, UsageError
 from verl_bundle.fetch.net.cache import Cache
 from verl_bundle.fetch.net.download import Downloader
 from verl_bundle.fetch.net.http import Http
@@ -31,11 +31,13 @@ from verl_bundle.fetch.sourcebuild import SourceBuilder
 from verl_bundle.fetch.standalone import fetch_interpreter
 from verl_bundle.fetch.wheelhouse import Wheelhouse, fetch
 from verl_bundle.profile.model import DEFAULT_INDEX, Profile
+from verl_bundle.profile.sources import BUILT
 from verl_bundle.profile.target import Target
 from verl_bundle.progress import Reporter
-from verl_bundle.resolve.local import attach, ensure_built, has_sources, prepare
+from verl_bundle.resolve.local import attach, ensure_built, has_sources, prepare, specs_of
 from verl_bundle.resolve.lock import Lock, diff_locks, read_lock, write_lock
 from verl_bundle.resolve.resolver import lock_profile
+from verl_bundle.resolve.uvlock import lock_from_uv
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,8 @@ class Request:
     cache_dir: Path
     jobs: int = 8
     python_given: bool = False  # --python was given: a lock for another Python is refused
-    verl_given: bool = False  # --verl was given: the profile's committed lock is not the stack
+    # --verl or --from-lock was given: the profile's committed lock is not the stack asked for
+    verl_given: bool = False
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,8 @@ def _stack_lock(req: Request, target: Target) -> Lock | None:
 def resolve(req: Request, target: Target, downloader: Downloader, reporter: Reporter) -> Lock:
     """The profile resolved for `target`: its sources (verl's tree, a git revision, a local
     file) built here first and resolved as wheels, with the committed lock's versions kept."""
+    if req.profile.uv_lock is not None:
+        return _from_uv_lock(req, target, downloader, reporter)
     if not has_sources(req.profile):
         return lock_profile(req.profile, target, downloader, reporter)
     prepared = prepare(
@@ -118,6 +123,23 @@ def resolve(req: Request, target: Target, downloader: Downloader, reporter: Repo
         reporter.note(note)
     lock = lock_profile(prepared.profile, target, downloader, reporter)
     return attach(lock, prepared.built)
+
+
+def _from_uv_lock(req: Request, target: Target, downloader: Downloader, reporter: Reporter) -> Lock:
+    """The stack of upstream's uv.lock ([uv-lock], build --from-lock), verl built from the tree
+    the lock belongs to."""
+    builder = _builder(req, downloader, reporter)
+    spec = specs_of(req.profile).get("verl")
+    if not isinstance(spec, BUILT):
+        raise UsageError(
+            f"profile {req.profile.name}: a stack from upstream's uv.lock needs verl's own tree "
+            "(its project): give --verl DIR or git+URL@REV (or verl = ... in the profile)"
+        )
+    verl = builder.make("verl", spec)
+    for note in verl.notes:
+        reporter.note(note)
+    got = lock_from_uv(req.profile, target, verl, builder, downloader, reporter)
+    return attach(got.lock, got.built)
 
 
 def make_lock(req: Request, output: Path | None, reporter: Reporter) -> LockResult:

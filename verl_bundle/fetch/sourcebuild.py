@@ -23,7 +23,7 @@ import tempfile
 import threading
 import zipfile
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from email.parser import HeaderParser
 from pathlib import Path, PurePosixPath
 from urllib.parse import unquote, urlsplit
@@ -43,7 +43,11 @@ from verl_bundle.resolve.uvcmd import host_python, run_uv
 
 # Left out of a tree that is not a git checkout: VCS data and what builds leave behind.
 _SKIP_DIRS = {".git", ".hg", ".svn", "build", "dist", "__pycache__", ".venv", ".tox", ".eggs"}
-_GIT_TIMEOUT = 900  # a first fetch of a large repository over a slow link
+_GIT_TIMEOUT = 900
+PROJECT_FILES = (
+    "pyproject.toml",
+    "uv.lock",
+)  # a first fetch of a large repository over a slow link
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,9 @@ class BuiltSource:
     source: mf.Source
     requires: tuple[str, ...]  # the wheel's Requires-Dist, for the conflict check
     notes: tuple[str, ...] = ()
+    # The tree's own pyproject.toml and uv.lock, when it has them: upstream's lock is a stack
+    # (resolve/uvlock.py). Empty for a wheel or an sdist file.
+    project: Mapping[str, bytes] = field(default_factory=dict)
 
     @property
     def url(self) -> str:
@@ -173,7 +180,10 @@ class SourceBuilder:
         notes = _left_out_of_wheel(name, root, state.files, final)
         notes += _absent_note(name, source, absent, final)
         wheel = self._store(final)
-        return BuiltSource(name, str(version), wheel, source, _requires(final), tuple(notes))
+        project = {f: (root / f).read_bytes() for f in PROJECT_FILES if (root / f).is_file()}
+        return BuiltSource(
+            name, str(version), wheel, source, _requires(final), tuple(notes), project
+        )
 
     def _build_tree(self, name: str, root: Path, state: _TreeState, out: Path) -> Path:
         epoch = state.epoch if state.epoch is not None else default_epoch()
@@ -248,7 +258,7 @@ class SourceBuilder:
                 "git",
                 spec.clean,
                 commit=commit,
-                rev=spec.rev,
+                rev=spec.asked or spec.rev,
                 mirror=redact_url(given) if given else "",
                 note=note,
             )
@@ -536,7 +546,11 @@ def _left_out_of_wheel(name: str, root: Path, files: Sequence[str], wheel: Path)
     names = _wheel_names(wheel)
     inside = set(names)
     missing: list[str] = []
-    for pkg in sorted(_packages(names)):
+    packages = _packages(names)
+    # The distribution's own package (verl/), where there is one: a wheel that also carries
+    # tests/ and scripts/ (verl's does) is not judged by those.
+    own = {p for p in packages if canonicalize_name(p) == name}
+    for pkg in sorted(own or packages):
         for prefix in (f"{pkg}/", f"src/{pkg}/"):
             missing += [
                 rel

@@ -19,6 +19,7 @@ from verl_bundle.profile.model import (
     DEFAULT_INDEX,
     Checks,
     DirectArtifact,
+    Expect,
     InterpreterSource,
     Location,
     Phase,
@@ -121,7 +122,7 @@ def load_profile(path: Path) -> Profile:
         )
 
     requirements = read_requirements(top, "requirements")
-    if not requirements:
+    if not requirements and "uv-lock" not in data:
         raise top.fail("requirements", "expected at least one requirement")
     constraints = read_requirements(top, "constraints")
     overrides = read_requirements(top, "overrides")
@@ -164,7 +165,7 @@ def load_profile(path: Path) -> Profile:
 
     artifacts: list[DirectArtifact] = []
     for t in top.tables("artifacts"):
-        t.check_keys({"package", "location", "file", "sha256", "fallback"})
+        t.check_keys({"package", "location", "file", "sha256", "fallback", "expect"})
         loc = t.text("location", required=True) or ""
         if loc not in locations:
             raise t.fail(
@@ -197,6 +198,7 @@ def load_profile(path: Path) -> Profile:
                 file=template,
                 sha256=hashes,
                 fallback="resolved" if fallback == "resolved" else "error",
+                expect=_expect(t),
             )
         )
 
@@ -287,6 +289,20 @@ def load_profile(path: Path) -> Profile:
         git=git,
         uv_lock=_uv_lock(top, path, locations),
     )
+
+
+def _expect(t: Table) -> Expect | None:
+    """An artifact's `expect = { torch = "2.11", cuda = "13", cxx11abi = true }`."""
+    if "expect" not in t.data:
+        return None
+    e = t.table("expect")
+    e.check_keys({"torch", "cuda", "cxx11abi"})
+    torch = read_version(e, "torch")
+    cuda = read_version(e, "cuda")
+    abi = e.data.get("cxx11abi")
+    if abi is not None and not isinstance(abi, bool):
+        raise e.fail("cxx11abi", f"expected true or false, found {abi!r}")
+    return Expect(torch, cuda, abi)
 
 
 def _git_sources(top: Table, requirements: tuple[str, ...]) -> dict[str, str]:

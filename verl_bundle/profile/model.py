@@ -88,6 +88,25 @@ class StaticMetadata:
 
 
 @dataclass(frozen=True)
+class Expect:
+    """What a prebuilt extension must have been built against (a profile's `expect`)."""
+
+    torch: str | None = None  # "2.11": torch's minor
+    cuda: str | None = None  # "13": the CUDA major ("13.0": major and minor, where named)
+    cxx11abi: bool | None = None
+
+    def describe(self) -> str:
+        parts = []
+        if self.torch:
+            parts.append(f"torch {self.torch}")
+        if self.cuda:
+            parts.append(f"CUDA {self.cuda}")
+        if self.cxx11abi is not None:
+            parts.append(f"cxx11abi {'TRUE' if self.cxx11abi else 'FALSE'}")
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
 class DirectArtifact:
     """A file taken from a file host instead of what the resolver picked (a prebuilt wheel)."""
 
@@ -96,6 +115,8 @@ class DirectArtifact:
     file: str  # path template below the location: {version}, {python_tag}
     sha256: Mapping[str, str] = field(default_factory=dict)  # filename -> known hash
     fallback: Literal["resolved", "error"] = "resolved"
+    # What a prebuilt extension must be built against; None: not checked (the name is trusted).
+    expect: Expect | None = None
 
     def path_for(self, version: str, target: Target) -> str:
         return self.file.format(version=version, python_tag=target.python_tag)

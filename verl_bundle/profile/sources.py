@@ -57,6 +57,7 @@ class Git:
 
     url: str
     rev: str = ""
+    asked: str = ""  # the revision named upstream, when `rev` is the commit it resolved to
 
     @property
     def clean(self) -> str:

@@ -241,6 +241,10 @@ def diff_locks(old: Lock, new: Lock) -> list[str]:
                 lines.append(f"~ {name} {a.version} -> {b.version}")
             elif a.file.filename != b.file.filename:
                 lines.append(f"~ {name} {a.version}: file {a.file.filename} -> {b.file.filename}")
+            elif a.location != b.location or a.source != b.source:
+                was = a.source.describe() if a.source else f"location {a.location}"
+                now_ = b.source.describe() if b.source else f"location {b.location}"
+                lines.append(f"~ {name} {a.version}: from {was} -> from {now_}")
             elif a.file.sha256 != b.file.sha256:
                 lines.append(f"! {name} {a.version}: {a.file.filename} has a new sha256 upstream")
             elif (a.kind, a.phase, a.location) != (b.kind, b.phase, b.location):
