@@ -40,7 +40,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TABLE = os.path.join(HERE, "dryrun.json")
 # The entry and its hooks run in the target environment's python (airgap/inside/).
 INSIDE = os.path.join(os.path.dirname(HERE), "inside")
-ENTRY, HOOKS = "dryrun_entry.py", "dryrun_hooks.py"
+ENTRY, HOOKS, SITES = "dryrun_entry.py", "dryrun_hooks.py", "sites.py"
 DEADLINE = 900.0
 EVENTS_VAR, SITES_VAR = "VERL_BUNDLE_DRYRUN_EVENTS", "VERL_BUNDLE_DRYRUN_SITES"
 
@@ -73,6 +73,10 @@ class DryRun:
     tail: tuple[str, ...] = ()
     memory_mib: int | None = None  # the most GPU memory in use while it ran (nvidia-smi)
     left: tuple[int, ...] = field(default_factory=tuple)  # processes that had to be killed
+    # The recipe's entry points this verl lacks (a fork, or a later release, whose entry moved):
+    # then nothing ran. `recipe`: the release the recipe is for ("0.9").
+    moved: tuple[str, ...] = ()
+    recipe: str = ""
 
 
 def load_table(path: str = TABLE) -> dict[str, Any]:
@@ -82,9 +86,35 @@ def load_table(path: str = TABLE) -> dict[str, Any]:
 
 
 def row_for(verl: str | None, table: dict[str, Any]) -> dict[str, Any] | None:
-    """The dry-run recipe for this verl release; None when there is none (verl 0.2)."""
+    """The dry-run recipe for this verl release (a fork keeps its release's version); a version
+    past every row (verl main's 0.10.0.dev0) takes the newest one, whose entry points are
+    probed before it runs; None when there is none (verl 0.2)."""
+    row = next((r for r in table["verl"] if verl and _in_range(verl, r)), None)
+    if row is None and verl:
+        newest = max(table["verl"], key=lambda r: _release(str(r["from"])))
+        if _release(verl) >= _release(str(newest["from"])):
+            return dict(newest)
+    return row
 
-    return next((r for r in table["verl"] if verl and _in_range(verl, r)), None)
+
+def moved_sites(python: str, row: dict[str, Any]) -> list[str]:
+    """The recipe's entry and step sites that the installed verl surely lacks (airgap/inside/
+    sites.py reads its sources; nothing is imported). A probe that cannot run says nothing."""
+    entry = f"verl.trainer.main_ppo:{str(row['entry']).split('.')[0]}"
+    sites = [entry, *(s for group in row["sites"].values() for s in group)]
+    try:
+        run = subprocess.run(
+            [python, "-E", "-s", "-B", os.path.join(INSIDE, SITES)],
+            input=json.dumps(sites),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        found = json.loads(run.stdout).get("missing", []) if run.returncode == 0 else []
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return []
+    return [str(s) for s in found]
 
 
 def verl_of(manifest: Any) -> str | None:
@@ -288,6 +318,12 @@ def run_dry(
     if row is None:
         return None
     check_request(request)
+    moved = moved_sites(python, row)
+    if moved:
+        gpus = max(request.gpus, 1)
+        return DryRun(
+            verl, (), False, None, 0.0, gpus, None, moved=tuple(moved), recipe=row["from"]
+        )
     model, data = request.model, request.data
     if model is None:
         found = installed_assets(python)
