@@ -163,7 +163,7 @@ def test_verl_from_git_by_a_git_daemon_and_by_a_mirror(
     assert by_daemon.file.url == f"git+{daemon.url('verl.git')}@{commit}"
     # Upstream's URL (unreachable here) served by a mirror on this host.
     upstream = "https://github.com/verl-project/verl.git"
-    path, _ = lock(
+    path, err = lock(
         stack,
         tmp_path,
         capsys,
@@ -174,7 +174,8 @@ def test_verl_from_git_by_a_git_daemon_and_by_a_mirror(
     )
     by_mirror = read_lock(path).package("verl")
     assert by_mirror is not None and by_mirror.source is not None
-    assert by_mirror.source.origin == upstream and by_mirror.source.mirror == f"file://{bare}"
+    assert by_mirror.source.origin == upstream and by_mirror.source.commit == commit
+    assert f"read from the mirror file://{bare}" in err
     # One tree, one wheel, whichever way it came.
     assert by_mirror.file.sha256 == by_daemon.file.sha256
 

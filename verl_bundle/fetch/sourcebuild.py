@@ -14,6 +14,8 @@ the package still builds, with a note saying what was left out.
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
 import hashlib
 import os
 import shutil
@@ -158,16 +160,7 @@ class SourceBuilder:
         absent: Sequence[str],
     ) -> BuiltSource:
         digest = tree_sha256(root, state.files)
-        source = mf.Source(
-            source.kind,
-            source.origin,
-            source.commit,
-            source.rev,
-            source.dirty,
-            digest,
-            source.mirror,
-            source.note,
-        )
+        source = dataclasses.replace(source, tree_sha256=digest)
         out = self.cache.built(digest)
         existing = sorted(out.glob("*.whl")) if out.is_dir() else []
         if len(existing) == 1:
@@ -203,6 +196,11 @@ class SourceBuilder:
                 host_python(),
                 str(src),
             ]
+            if state.epoch is not None and self.index_url is None:
+                # A commit is built with the build tools of its day (the default index gives
+                # upload times), so that it gives the same wheel when it is built again later.
+                when = dt.datetime.fromtimestamp(state.epoch + 1, dt.timezone.utc)
+                args[2:2] = ["--exclude-newer", when.strftime("%Y-%m-%dT%H:%M:%SZ")]
             extra = {"UV_DEFAULT_INDEX": self.index_url} if self.index_url else {}
             extra["SOURCE_DATE_EPOCH"] = str(epoch)
             run = run_uv(args, work, self.redact, extra_env=extra)
@@ -255,14 +253,13 @@ class SourceBuilder:
                 )
                 note = f"less {shown} (missing from the mirror)"
             source = mf.Source(
-                "git",
-                spec.clean,
-                commit=commit,
-                rev=spec.asked or spec.rev,
-                mirror=redact_url(given) if given else "",
-                note=note,
+                "git", spec.clean, commit=commit, rev=spec.asked or spec.rev, note=note
             )
-            return self._tree(name, root, state, source, absent)
+            made = self._tree(name, root, state, source, absent)
+        if given:
+            served = f"note: {name}: {spec.describe()} read from the mirror {redact_url(given)}"
+            made = dataclasses.replace(made, notes=(*made.notes, served))
+        return made
 
     def _open_local(self, name: str, path: Path, shown: str) -> Path:
         if not path.exists():
@@ -599,7 +596,7 @@ def _absent_note(name: str, source: mf.Source, absent: Sequence[str], wheel: Pat
             "which the wheel needs; repair the mirror (git fetch from upstream) or give another"
         )
     return [
-        f"note: {name} {source.commit[:12]}: {', '.join(absent)} missing from the mirror "
-        f"{source.mirror or source.origin}; left out (outside the wheel's packages, recorded "
-        "in the lock, the manifest and the SBOM)"
+        f"note: {name} {source.commit[:12]}: {', '.join(absent)} missing from its repository; "
+        "left out (outside the wheel's packages; recorded in the lock, the manifest and the "
+        "SBOM)"
     ]

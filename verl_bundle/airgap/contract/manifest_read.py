@@ -203,7 +203,6 @@ def read_source(r: _Reader) -> Source:
         rev=r.text("rev", ""),
         dirty=r.flag("dirty", False),
         tree_sha256=tree,
-        mirror=r.text("mirror", ""),
         note=r.text("note", ""),
     )
 

@@ -137,10 +137,11 @@ class Compiled:
 class Source:
     """Where a wheel made on the online host from a source came from, when that source is not
     an index: a source tree (a checkout, a fork; `dirty` when it differs from its commit), a git
-    revision (asked `rev`, got `commit`, fetched from `mirror` when one served it), or a wheel
+    revision (asked `rev`, got `commit`), or a wheel
     or sdist file given by path. `tree_sha256` hashes the tree's files (path, mode, content);
-    `note` says what was left out (an object a mirror lacks). Bundles written before this field
-    read as None."""
+    `note` says what was left out (an object a mirror lacks). Which mirror served a git source
+    is not recorded: the upstream URL and the commit say what it is. Bundles written before
+    this field read as None."""
 
     kind: str  # "tree", "git", "wheel" or "sdist"
     origin: str  # the path or URL given (never credentials)
@@ -148,7 +149,6 @@ class Source:
     rev: str = ""
     dirty: bool = False
     tree_sha256: str = ""
-    mirror: str = ""
     note: str = ""
 
     def describe(self) -> str:
@@ -160,8 +160,6 @@ class Source:
             facts.append(f"commit {self.commit[:12]}")
         if self.dirty:
             facts.append("dirty")
-        if self.mirror:
-            facts.append(f"from the mirror {self.mirror}")
         if self.note:
             facts.append(self.note)
         where = f"git+{self.origin}@{self.rev}" if self.kind == "git" and self.rev else self.origin

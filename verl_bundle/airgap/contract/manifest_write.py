@@ -142,7 +142,6 @@ def source_dict(s: Source) -> dict[str, Any]:
         ("rev", s.rev),
         ("dirty", s.dirty),
         ("tree_sha256", s.tree_sha256),
-        ("mirror", s.mirror),
         ("note", s.note),
     ):
         if value:
