@@ -161,13 +161,19 @@ class SourceBuilder:
     ) -> BuiltSource:
         digest = tree_sha256(root, state.files)
         source = dataclasses.replace(source, tree_sha256=digest)
-        out = self.cache.built(digest)
+        cutoff = self._tools_of(state)
+        # One wheel per tree and build tools: the same tree built with the tools of another day
+        # is another wheel.
+        key = (
+            digest if cutoff is None else hashlib.sha256(f"{digest} {cutoff}".encode()).hexdigest()
+        )
+        out = self.cache.built(key)
         existing = sorted(out.glob("*.whl")) if out.is_dir() else []
         if len(existing) == 1:
             final = existing[0]
         else:
             self.reporter.status(f"building {name} from {source.describe()} on this host")
-            final = self._build_tree(name, root, state, out)
+            final = self._build_tree(name, root, state, out, cutoff)
         dist, version, _, _ = parse_wheel_filename(final.name)
         _same_name(name, str(dist), root)
         notes = _left_out_of_wheel(name, root, state.files, final)
@@ -178,7 +184,17 @@ class SourceBuilder:
             name, str(version), wheel, source, _requires(final), tuple(notes), project
         )
 
-    def _build_tree(self, name: str, root: Path, state: _TreeState, out: Path) -> Path:
+    def _tools_of(self, state: _TreeState) -> str | None:
+        """The upload-date cut-off for a commit's build tools: its own time, where the default
+        index gives upload times (no mirror), so that it builds again to the same wheel later."""
+        if state.epoch is None or self.index_url is not None:
+            return None
+        when = dt.datetime.fromtimestamp(state.epoch + 1, dt.timezone.utc)
+        return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    def _build_tree(
+        self, name: str, root: Path, state: _TreeState, out: Path, cutoff: str | None
+    ) -> Path:
         epoch = state.epoch if state.epoch is not None else default_epoch()
         with tempfile.TemporaryDirectory(
             prefix="source-build-", dir=self.cache.root, ignore_cleanup_errors=True
@@ -196,11 +212,8 @@ class SourceBuilder:
                 host_python(),
                 str(src),
             ]
-            if state.epoch is not None and self.index_url is None:
-                # A commit is built with the build tools of its day (the default index gives
-                # upload times), so that it gives the same wheel when it is built again later.
-                when = dt.datetime.fromtimestamp(state.epoch + 1, dt.timezone.utc)
-                args[2:2] = ["--exclude-newer", when.strftime("%Y-%m-%dT%H:%M:%SZ")]
+            if cutoff is not None:
+                args[2:2] = ["--exclude-newer", cutoff]
             extra = {"UV_DEFAULT_INDEX": self.index_url} if self.index_url else {}
             extra["SOURCE_DATE_EPOCH"] = str(epoch)
             run = run_uv(args, work, self.redact, extra_env=extra)
