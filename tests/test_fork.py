@@ -262,3 +262,50 @@ def test_a_forks_direct_reference_needs_a_source_of_the_profile(
     path, _ = lock(stack, tmp_path, capsys, "--profile", str(mine), "--verl", str(tree))
     pkg = read_lock(path).package("tinypkg")
     assert pkg is not None and pkg.location == "local"
+
+
+def test_a_git_pin_is_compared_with_the_release_of_its_version(
+    stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The default index has einops 1.0.0: a git pin of the same files is its released
+    equivalent; one with other content is said to be the same version, not the same thing."""
+    einops = write_source_tree(tmp_path / "einops", "einops", "1.0.0")
+    commit = commit_tree(einops)
+    mine = profile_with(
+        tmp_path,
+        '"verl==0.2.0.post2",',
+        '"verl==0.2.0.post2",\n    "einops @ git+https://git.invalid/einops.git@main",',
+    )
+    mirror = ("--mirror", f"einops={einops}")
+    _, err = lock(stack, tmp_path, capsys, "--profile", str(mine), *mirror)
+    assert (
+        f"einops 1.0.0 (git {commit[:7]}): the same files as the default index's einops 1.0.0, "
+        "a released equivalent (`einops==1.0.0`)" in err
+    )
+    (einops / "src" / "einops" / "__init__.py").write_text("__version__ = '1.0.0'  # patched\n")
+    commit = commit_tree(einops, "patched")
+    _, err = lock(stack, tmp_path, capsys, "--profile", str(mine), *mirror)
+    assert (
+        f"einops 1.0.0 (git {commit[:7]}): the default index's einops 1.0.0 is other content "
+        "(1 files differ, e.g. einops/__init__.py)" in err
+    )
+
+
+def test_a_lock_with_a_wheel_made_here_is_built_again_from_its_source(
+    stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Building from a lock on a host (or cache) without the wheel: made again from the
+    recorded source, and it must be the same wheel."""
+    tree = fork(tmp_path / "fork")
+    path, _ = lock(stack, tmp_path, capsys, "--verl", str(tree))
+    fresh = tmp_path / "fresh-cache"
+    build = stack.args("build", tmp_path / "out", fresh, "--lock", str(path))
+    result = run(build, capsys)
+    assert result.code == 0, result.err
+    assert "verl/fork_ext/__init__.py" in verl_wheel_names(Path(result.last_line))
+    (tree / "src" / "verl" / "fork_ext" / "__init__.py").write_text("FORKED = 'changed'\n")
+    build = stack.args("build", tmp_path / "out2", tmp_path / "fresher", "--lock", str(path))
+    result = run(build, capsys)
+    assert result.code == 2, result.err
+    assert "made again from" in result.err and "not the lock's" in result.err
+    assert "make the lock again" in result.err and "Traceback" not in result.err

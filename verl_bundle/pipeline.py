@@ -34,7 +34,14 @@ from verl_bundle.profile.model import DEFAULT_INDEX, Profile
 from verl_bundle.profile.sources import BUILT
 from verl_bundle.profile.target import Target
 from verl_bundle.progress import Reporter
-from verl_bundle.resolve.local import attach, ensure_built, has_sources, prepare, specs_of
+from verl_bundle.resolve.local import (
+    attach,
+    ensure_built,
+    has_sources,
+    prepare,
+    released_notes,
+    specs_of,
+)
 from verl_bundle.resolve.lock import Lock, diff_locks, read_lock, write_lock
 from verl_bundle.resolve.resolver import lock_profile
 from verl_bundle.resolve.uvlock import lock_from_uv
@@ -121,6 +128,8 @@ def resolve(req: Request, target: Target, downloader: Downloader, reporter: Repo
     )
     for note in prepared.notes:
         reporter.note(note)
+    for note in released_notes(req.profile, target, prepared.built, downloader):
+        reporter.note(note)
     lock = lock_profile(prepared.profile, target, downloader, reporter)
     return attach(lock, prepared.built)
 
@@ -139,6 +148,8 @@ def _from_uv_lock(req: Request, target: Target, downloader: Downloader, reporter
     for note in verl.notes:
         reporter.note(note)
     got = lock_from_uv(req.profile, target, verl, builder, downloader, reporter)
+    for note in released_notes(req.profile, target, got.built, downloader):
+        reporter.note(note)
     return attach(got.lock, got.built)
 
 

@@ -12,8 +12,12 @@ to choose lets that package be resolved again, which a note says.
 
 from __future__ import annotations
 
+import csv
+import io
+import zipfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from packaging.markers import Marker
 from packaging.requirements import InvalidRequirement, Requirement
@@ -21,6 +25,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from verl_bundle.errors import LockError, ResolutionError
+from verl_bundle.fetch.net.download import Downloader, Want
 from verl_bundle.fetch.sourcebuild import BuiltSource, SourceBuilder
 from verl_bundle.profile.model import Profile
 from verl_bundle.profile.sources import (
@@ -33,6 +38,7 @@ from verl_bundle.profile.sources import (
 )
 from verl_bundle.profile.target import Target
 from verl_bundle.resolve.lock import LOCAL, Lock, LockedPackage
+from verl_bundle.resolve.resolver import release_of
 
 
 @dataclass(frozen=True)
@@ -313,3 +319,69 @@ def _spec_of(p: LockedPackage) -> SourceSpec:
     if s.kind == "git":
         return parse_spec(f"git+{s.origin}@{s.commit}", p.name)
     return parse_spec(s.origin, p.name)
+
+
+_COMPARED_UP_TO = 100 * 1000 * 1000  # bytes: a larger release file is not fetched to compare
+
+
+def released_notes(
+    profile: Profile,
+    target: Target,
+    built: Mapping[str, BuiltSource],
+    downloader: Downloader,
+) -> list[str]:
+    """For each package built here from a git pin (verl aside): whether the default index has
+    a released equivalent, the same version with the same files (the wheel's RECORD, less its
+    dist-info), or only the same version with other content, or nothing of that version."""
+    notes = []
+    for name, made in sorted(built.items()):
+        if made.source.kind != "git" or name == "verl":
+            continue
+        pin = f"{name} {made.version} (git {made.source.commit[:7]})"
+        cand = release_of(profile, target, name, made.version, downloader)
+        if cand is None:
+            notes.append(
+                f"note: {pin}: the default index has no {name} {made.version}; no released "
+                "equivalent"
+            )
+            continue
+        size = cand.file.size or 0
+        if not cand.file.is_wheel or size > _COMPARED_UP_TO:
+            notes.append(
+                f"note: {pin}: the default index has {name} {made.version} "
+                f"({cand.file.filename}), not compared with the git build"
+            )
+            continue
+        want = Want(
+            name, cand.file.filename, cand.file.url, cand.location, cand.file.sha256, cand.file.size
+        )
+        differ = record_difference(made.wheel.path, downloader.fetch(want).path)
+        if not differ:
+            notes.append(
+                f"note: {pin}: the same files as the default index's {name} {made.version}, a "
+                f"released equivalent (`{name}=={made.version}`)"
+            )
+        else:
+            notes.append(
+                f"note: {pin}: the default index's {name} {made.version} is other content "
+                f"({len(differ)} files differ, e.g. {differ[0]}): the same version, not an "
+                "equivalent"
+            )
+    return notes
+
+
+def record_difference(a: Path, b: Path) -> list[str]:
+    """The paths whose content differs between two wheels (by RECORD), dist-info aside."""
+
+    def entries(wheel: Path) -> dict[str, str]:
+        with zipfile.ZipFile(wheel) as zf:
+            record = next(n for n in zf.namelist() if n.endswith(".dist-info/RECORD"))
+            rows = csv.reader(io.StringIO(zf.read(record).decode("utf-8", "replace")))
+            return {
+                row[0]: row[1]
+                for row in rows
+                if row and len(row) > 1 and ".dist-info/" not in row[0]
+            }
+
+    left, right = entries(a), entries(b)
+    return sorted(p for p in set(left) | set(right) if left.get(p) != right.get(p))

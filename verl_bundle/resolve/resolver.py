@@ -198,12 +198,35 @@ def _project_toml(profile: Profile, requirements: Iterable[str], cutoff: str | N
     return "\n".join(lines) + "\n"
 
 
+def release_of(
+    profile: Profile, target: Target, name: str, version: str, downloader: Downloader
+) -> Candidate | None:
+    """The default index's `name==version` for the target (its file, not its dependencies);
+    None when the index has no such release."""
+    alone = replace(
+        profile,
+        requirements=(f"{name}=={version}",),
+        bootstrap=(),
+        constraints=(),
+        overrides=(),
+        bindings={},
+        static_metadata=(),
+        uv_lock=None,
+    )
+    try:
+        found = _resolve(alone, target, None, (), downloader, no_deps=True)
+    except ResolutionError:
+        return None
+    return found.get(canonicalize_name(name))
+
+
 def _resolve(
     profile: Profile,
     target: Target,
     cutoff: str | None,
     extra: tuple[str, ...],
     downloader: Downloader,
+    no_deps: bool = False,
 ) -> dict[str, Candidate]:
     requirements = [*profile.requirements, *profile.bootstrap, *extra]
     with tempfile.TemporaryDirectory(prefix="verl-bundle-resolve-") as tmp:
@@ -226,6 +249,7 @@ def _resolve(
             "--quiet",
             "-o",
             "pylock.toml",
+            *(["--no-deps"] if no_deps else []),
         ]
         run = run_uv(args, work, downloader.http.redact)
         if run.returncode != 0:
