@@ -74,23 +74,41 @@ def test_the_recipes_entry_points_are_found_in_the_installed_verl(env: Path) -> 
     assert moved_sites(str(env), row) == []
 
 
-def test_a_fork_whose_entry_moved_is_one_failed_line_and_nothing_runs(
-    env: Path, tmp_path: Path
-) -> None:
-    """Before: the dry run started verl's entry and saw no events, or failed deep in Ray."""
-    trainer = site_packages(env) / "verl/trainer/ppo/v1/trainer_base.py"
-    trainer.write_text("class PPOTrainer:\n    def _init_resource_pool_mgr(self):\n        pass\n")
+def test_a_fork_whose_entry_moved_is_one_failed_line_and_nothing_runs(env: Path) -> None:
+    """Before: the run started, and verl's entry failed on an AttributeError deep in it."""
+    main_ppo = site_packages(env) / "verl/trainer/main_ppo.py"
+    main_ppo.write_text("def run(config):\n    pass\n")  # the fork renamed its entry
     table = load_table()
     row = row_for("0.9.1", table)
     assert row is not None
-    assert moved_sites(str(env), row) == ["verl.trainer.ppo.v1.trainer_base:PPOTrainer.fit"]
+    assert moved_sites(str(env), row) == ["verl.trainer.main_ppo:main"]
     run = dryrun.run_dry(str(env), "0.9.1", DryRunRequest(deadline=60), table)
     assert run is not None and run.events == () and run.seconds == 0.0
     (check,) = dryrun_report.checks(run, table)
     assert check.status == "fail" and check.id == "dryrun"
     assert check.summary == (
-        "verl 0.9.1: verl.trainer.ppo.v1.trainer_base:PPOTrainer.fit is not there "
-        "(verl 0.9's entry moved); no dry run"
+        "verl 0.9.1: verl.trainer.main_ppo:main is not there (verl 0.9's entry moved); no dry run"
+    )
+
+
+def test_a_later_version_runs_the_newest_recipe_only_where_it_fits(env: Path) -> None:
+    trainer = site_packages(env) / "verl/trainer/ppo/v1/trainer_base.py"
+    trainer.write_text("class PPOTrainer:\n    def _init_resource_pool_mgr(self):\n        pass\n")
+    table = load_table()
+    later = row_for("0.10.0.dev0", table)
+    known = row_for("0.9.1", table)
+    assert later is not None and known is not None
+    moved = moved_sites(str(env), later)
+    assert moved == ["verl.trainer.ppo.v1.trainer_base:PPOTrainer.fit"]
+    # A fork of 0.9.1 whose step site moved still runs (that step is not marked); the recipe
+    # assumed for 0.10.0.dev0 does not fit, so it is not run.
+    assert not dryrun.stops(known, moved)
+    assert dryrun.stops(later, moved)
+    run = dryrun.run_dry(str(env), "0.10.0.dev0", DryRunRequest(deadline=60), table)
+    assert run is not None and run.moved == tuple(moved)
+    (check,) = dryrun_report.checks(run, table)
+    assert check.summary.startswith(
+        "verl 0.10.0.dev0: verl.trainer.ppo.v1.trainer_base:PPOTrainer.fit is not there"
     )
 
 

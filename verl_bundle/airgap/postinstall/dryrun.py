@@ -87,21 +87,26 @@ def load_table(path: str = TABLE) -> dict[str, Any]:
 
 def row_for(verl: str | None, table: dict[str, Any]) -> dict[str, Any] | None:
     """The dry-run recipe for this verl release (a fork keeps its release's version); a version
-    past every row (verl main's 0.10.0.dev0) takes the newest one, whose entry points are
-    probed before it runs; None when there is none (verl 0.2)."""
+    past every row (verl main's 0.10.0.dev0) takes the newest one, marked `assumed`: it runs
+    only where all its entry points are found; None when there is none (verl 0.2)."""
     row = next((r for r in table["verl"] if verl and _in_range(verl, r)), None)
     if row is None and verl:
         newest = max(table["verl"], key=lambda r: _release(str(r["from"])))
         if _release(verl) >= _release(str(newest["from"])):
-            return dict(newest)
+            return dict(newest, assumed=True)
     return row
 
 
+def entry_site(row: dict[str, Any]) -> str:
+    return f"verl.trainer.main_ppo:{str(row['entry']).split('.')[0]}"
+
+
 def moved_sites(python: str, row: dict[str, Any]) -> list[str]:
-    """The recipe's entry and step sites that the installed verl surely lacks (airgap/inside/
-    sites.py reads its sources; nothing is imported). A probe that cannot run says nothing."""
-    entry = f"verl.trainer.main_ppo:{str(row['entry']).split('.')[0]}"
-    sites = [entry, *(s for group in row["sites"].values() for s in group)]
+    """The recipe's entry points (its entry, then the sites that mark its steps) that the
+    installed verl surely lacks; airgap/inside/sites.py reads the sources, nothing is imported.
+    A probe that cannot run says nothing. What stops the run: the entry missing, or, for a
+    recipe assumed for a later version, any of them (`stops`)."""
+    sites = [entry_site(row), *(s for group in row["sites"].values() for s in group)]
     try:
         run = subprocess.run(
             [python, "-E", "-s", "-B", os.path.join(INSIDE, SITES)],
@@ -115,6 +120,13 @@ def moved_sites(python: str, row: dict[str, Any]) -> list[str]:
     except (OSError, subprocess.TimeoutExpired, ValueError):
         return []
     return [str(s) for s in found]
+
+
+def stops(row: dict[str, Any], moved: Sequence[str]) -> bool:
+    """A known release's fork whose step sites moved still runs (those steps are not
+    marked, as the report says); its entry moved, or a recipe assumed for a later version
+    that does not fit, is not run."""
+    return entry_site(row) in moved or (bool(row.get("assumed")) and bool(moved))
 
 
 def verl_of(manifest: Any) -> str | None:
@@ -319,7 +331,7 @@ def run_dry(
         return None
     check_request(request)
     moved = moved_sites(python, row)
-    if moved:
+    if stops(row, moved):
         gpus = max(request.gpus, 1)
         return DryRun(
             verl, (), False, None, 0.0, gpus, None, moved=tuple(moved), recipe=row["from"]
