@@ -6,8 +6,10 @@ is resolved again; each file comes from where the lock says, git built here from
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import tarfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -302,3 +304,12 @@ def test_a_bundle_from_the_lock_carries_the_git_built_wheels(
         f"source:    tinygit 0.1 from git+{UPSTREAM_GIT}@main (commit {upstream.commit[:12]}"
         in shown.out
     )
+    with tarfile.open(result.last_line) as tf:
+        member = next(m for m in tf.getmembers() if m.name.endswith("/sbom.cdx.json"))
+        data = tf.extractfile(member)
+        assert data is not None
+        sbom = json.loads(data.read())
+    (tiny,) = [c for c in sbom["components"] if c["name"] == "tinygit"]
+    assert tiny["externalReferences"] == [
+        {"type": "vcs", "url": f"git+{UPSTREAM_GIT}@{upstream.commit}"}
+    ]

@@ -115,8 +115,8 @@ def _in_class(node: ast.ClassDef, name: str) -> bool:
             isinstance(t, ast.Name) and t.id == name for t in item.targets
         ):
             return True
-    # Inherited: only a class with no bases of its own surely lacks it.
-    return bool(node.bases)
+    # Inherited: only a class with no bases but object surely lacks it.
+    return any(not (isinstance(b, ast.Name) and b.id == "object") for b in node.bases)
 
 
 def missing(sites: list[str]) -> list[str]:
