@@ -309,3 +309,14 @@ def test_a_lock_with_a_wheel_made_here_is_built_again_from_its_source(
     assert result.code == 2, result.err
     assert "made again from" in result.err and "not the lock's" in result.err
     assert "make the lock again" in result.err and "Traceback" not in result.err
+
+
+def test_a_lock_and_a_verl_together_are_one_usage_line(
+    stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tree = fork(tmp_path / "fork")
+    path, _ = lock(stack, tmp_path, capsys)
+    args = stack.args("build", tmp_path / "out", tmp_path / "cache", "--lock", str(path))
+    result = run([*args, "--verl", str(tree)], capsys)
+    assert result.code == 2
+    assert "--lock builds exactly that lock" in result.err and "Traceback" not in result.err

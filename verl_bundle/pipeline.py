@@ -232,6 +232,11 @@ def _crossing(request: BuildRequest, notes: list[str]) -> Crossing:
 
 def build(request: BuildRequest, reporter: Reporter) -> BuildResult:
     req, lock_path = request.stack, request.lock
+    if lock_path is not None and req.verl_given:
+        raise UsageError(
+            "--lock builds exactly that lock, verl and all: leave out --verl and --from-lock, "
+            "or make a lock with them (`verl-bundle lock --verl SPEC`)"
+        )
     downloader = _downloader(req, reporter)
     notes = [*driver_line(req.profile), *req.profile.notes]
     crossing = _crossing(request, notes)
