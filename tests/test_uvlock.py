@@ -51,6 +51,9 @@ fsdp = ["torch==2.1.2", "triton==2.1.0", "flash-attn==2.5.8", "tinygit"]
 [tool.uv]
 environments = ["python_full_version >= '3.10' and python_full_version < '3.11' and sys_platform == 'linux' and platform_machine == 'x86_64'"]
 conflicts = [[{{ extra = "vllm" }}, {{ extra = "sglang" }}]]
+# Taken on purpose over any package's own numpy requirement (verl main: numpy>=2.0.0), and one
+# that applies to the other rollout only.
+override-dependencies = ["numpy>=1.0", "psutil>=1 ; extra == 'sglang'"]
 
 [tool.uv.sources]
 torch = {{ index = "pytorch-cu118" }}
@@ -205,6 +208,8 @@ def test_the_stack_is_the_locks_own(
     )
     verl = lk.package("verl")
     assert verl is not None and verl.source is not None and verl.source.kind == "tree"
+    # The lock's overrides for these extras travel to the server's pip check.
+    assert lk.overrides == ("numpy>=1.0",)
 
 
 def test_where_the_wheelhouse_cannot_be_reached_the_sdist_is_built_on_the_server(
@@ -309,6 +314,11 @@ def test_a_bundle_from_the_lock_carries_the_git_built_wheels(
         data = tf.extractfile(member)
         assert data is not None
         sbom = json.loads(data.read())
+        member = next(m for m in tf.getmembers() if m.name.endswith("/manifest.json"))
+        data = tf.extractfile(member)
+        assert data is not None
+        manifest = json.loads(data.read())
+    assert manifest["checks"]["overrides"] == ["numpy>=1.0"]
     (tiny,) = [c for c in sbom["components"] if c["name"] == "tinygit"]
     assert tiny["externalReferences"] == [
         {"type": "vcs", "url": f"git+{UPSTREAM_GIT}@{upstream.commit}"}

@@ -284,6 +284,7 @@ def plan(
             torch_version=profile.checks.torch_version,
             torch_cuda=profile.checks.torch_cuda,
             flash_attn_wheel=flash.filename if flash and flash.filename.endswith(".whl") else None,
+            overrides=tuple(lock.overrides),
         ),
         phases=tuple(phases),
         files=files,

@@ -80,6 +80,9 @@ class Lock:
     locations: Mapping[str, str] = field(default_factory=dict)  # name -> URL ("" = default)
     exclude_newer: str | None = None
     created: str = ""
+    # Requirements the stack overrides on purpose (upstream's uv.lock, the profile's
+    # `overrides`): the server's pip check accepts what they explain.
+    overrides: tuple[str, ...] = ()
 
     def package(self, name: str) -> LockedPackage | None:
         canon = canonicalize_name(name)
@@ -117,6 +120,8 @@ def dumps(lock: Lock) -> str:
     if lock.created:
         out.append(f"created = {tomlwrite.string(lock.created)}")
     out.append(f"locations = {tomlwrite.value(dict(sorted(lock.locations.items())))}")
+    if lock.overrides:
+        out.append(f"overrides = {tomlwrite.value(list(lock.overrides))}")
     for pkg in sorted(lock.packages, key=lambda p: p.name):
         f = pkg.file
         entry: dict[str, Any] = {"name": f.filename, "url": f.url}
@@ -208,6 +213,7 @@ def _parse(data: Mapping[str, Any]) -> Lock:
         locations=dict(meta.get("locations", {})),
         exclude_newer=meta.get("exclude-newer"),
         created=str(meta.get("created", "")),
+        overrides=tuple(str(o) for o in meta.get("overrides", [])),
     )
 
 

@@ -106,6 +106,7 @@ def lock_profile(
         locations=locations,
         exclude_newer=cutoff,
         created=now(),
+        overrides=tuple(o for o in profile.overrides if not Requirement(o).url),
     )
 
 

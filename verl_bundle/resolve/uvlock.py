@@ -78,6 +78,25 @@ class Project:
         table = self.pyproject.get("project", {}).get("optional-dependencies", {})
         return tuple(sorted(table))
 
+    def overrides(self, target: Target, extras: Sequence[str]) -> tuple[str, ...]:
+        """The lock's `[manifest] overrides` that apply on the target with these extras, as
+        requirements ("numpy>=2.0.0"): the versions it took on purpose over a package's own."""
+        found: list[str] = []
+        for entry in self.lock.get("manifest", {}).get("overrides", []):
+            spec = str(entry.get("specifier", ""))
+            if not spec:
+                continue  # an exclusion (a marker no machine meets), not a version
+            marker = entry.get("marker")
+            if marker:
+                parsed = Requirement(f"{entry['name']} ; {marker}").marker
+                asked = ["", *extras]
+                if parsed is not None and not any(
+                    parsed.evaluate(target.markers(e)) for e in asked
+                ):
+                    continue
+            found.append(f"{canonicalize_name(str(entry['name']))}{spec}")
+        return tuple(dict.fromkeys(found))
+
     def record(self, name: str, version: str | None) -> Mapping[str, Any] | None:
         for raw in self.lock.get("package", []):
             if canonicalize_name(raw["name"]) != name:
@@ -299,6 +318,7 @@ def lock_from_uv(
         locations=locations,
         exclude_newer=None,
         created=now(),
+        overrides=project.overrides(target, spec.extras),
     )
     return FromLock(lock, built)
 

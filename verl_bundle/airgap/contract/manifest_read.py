@@ -352,6 +352,7 @@ def from_dict(data: Any) -> Manifest:
             torch_version=chk.opt_text("torch_version"),
             torch_cuda=chk.opt_text("torch_cuda"),
             flash_attn_wheel=chk.opt_text("flash_attn_wheel"),
+            overrides=chk.texts("overrides"),
         ),
         phases=tuple(phases),
         files=files,

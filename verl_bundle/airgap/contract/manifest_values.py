@@ -244,6 +244,9 @@ class Checks:
     torch_version: str | None = None
     torch_cuda: str | None = None
     flash_attn_wheel: str | None = None
+    # Requirements the stack overrides on purpose ("numpy>=2.0.0": upstream's uv.lock, a
+    # profile's overrides): a pip check finding they explain is not a failure.
+    overrides: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -345,6 +348,7 @@ class Manifest:
             torch_version=self.checks.torch_version,
             torch_cuda=self.checks.torch_cuda,
             flash_attn_wheel=None if "flash-attn" in gone else self.checks.flash_attn_wheel,
+            overrides=self.checks.overrides,
         )
         return _replace(
             self,

@@ -47,6 +47,7 @@ def to_dict(m: Manifest) -> dict[str, Any]:
                 "torch_version": m.checks.torch_version,
                 "torch_cuda": m.checks.torch_cuda,
                 "flash_attn_wheel": m.checks.flash_attn_wheel,
+                **({"overrides": list(m.checks.overrides)} if m.checks.overrides else {}),
             },
             "phases": [
                 {
