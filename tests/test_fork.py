@@ -320,3 +320,30 @@ def test_a_lock_and_a_verl_together_are_one_usage_line(
     result = run([*args, "--verl", str(tree)], capsys)
     assert result.code == 2
     assert "--lock builds exactly that lock" in result.err and "Traceback" not in result.err
+
+
+def test_the_committed_locks_versions_stay_the_stack_but_not_its_verl(
+    stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With a committed lock, --verl keeps the lock's versions as constraints around it: an
+    older lock's verl pin must not stand against the verl asked."""
+    made, _ = lock(stack, tmp_path, capsys)
+    older = made.read_text().replace(
+        'name = "verl"\nversion = "0.2.0.post2"', 'name = "verl"\nversion = "0.1.0"'
+    )
+    assert older != made.read_text()
+    (tmp_path / "locks").mkdir()
+    (tmp_path / "locks" / "committed.toml").write_text(older)
+    mine = profile_with(
+        tmp_path, 'name = "cu118-legacy"', 'name = "cu118-legacy"\nlock = "locks/committed.toml"'
+    )
+    out = tmp_path / "again.toml"
+    result = run(
+        stack.args(
+            "lock", out, tmp_path / "cache", "--profile", str(mine), "--verl", "0.2.0.post2"
+        ),
+        capsys,
+    )
+    assert result.code == 0, result.err
+    verl = read_lock(out).package("verl")
+    assert verl is not None and verl.version == "0.2.0.post2"

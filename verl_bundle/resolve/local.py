@@ -81,7 +81,8 @@ def prepare(
     release = specs.get("verl")
     requirements = _rewrite(profile, built, release if isinstance(release, Release) else None)
     pins = _profile_pins(profile, built)
-    locked = _locked_pins(stack, built)
+    # verl's own version is the one asked (a release), never the committed lock's.
+    locked = {n: v for n, v in _locked_pins(profile, stack, built).items() if n != "verl"}
     hard: list[str] = []
     again: set[str] = set()
     overrides = list(profile.overrides)
@@ -248,10 +249,21 @@ def _profile_pins(profile: Profile, built: Mapping[str, BuiltSource]) -> dict[st
     return pins
 
 
-def _locked_pins(stack: Lock | None, built: Mapping[str, BuiltSource]) -> dict[str, str]:
+def _locked_pins(
+    profile: Profile, stack: Lock | None, built: Mapping[str, BuiltSource]
+) -> dict[str, str]:
+    """The committed lock's versions, as the resolver knows them: a direct artifact's (a file
+    host's `2.5.8+cu118torch2.1cxx11abiFALSE`) without its label, which only the file has."""
     if stack is None:
         return {}
-    return {p.name: p.version for p in stack.packages if p.name not in built}
+    pins = {}
+    for p in stack.packages:
+        if p.name in built or p.location == LOCAL:
+            continue
+        loc = profile.locations.get(p.location)
+        on_index = loc is not None and loc.kind == "index"
+        pins[p.name] = p.version if on_index else Version(p.version).public
+    return pins
 
 
 def _version_note(profile: Profile, b: BuiltSource) -> list[str]:
