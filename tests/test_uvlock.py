@@ -323,3 +323,25 @@ def test_a_bundle_from_the_lock_carries_the_git_built_wheels(
     assert tiny["externalReferences"] == [
         {"type": "vcs", "url": f"git+{UPSTREAM_GIT}@{upstream.commit}"}
     ]
+
+
+@pytest.mark.parametrize(
+    ("table", "words"),
+    [
+        ("[uv-lock]\nextras = []\n", "key 'uv-lock.extras': expected the extras to install"),
+        (
+            '[uv-lock]\nextras = ["vllm"]\nsubstitute = { pytorch-cu130 = "nowhere" }\n',
+            "key 'uv-lock.substitute.pytorch-cu130': 'nowhere' is not an index location",
+        ),
+        ('[uv-lock]\nextras = ["vllm"]\nunknown = 1\n', "unknown key 'uv-lock.unknown'"),
+    ],
+)
+def test_a_bad_uv_lock_table_is_one_line(tmp_path: Path, table: str, words: str) -> None:
+    from verl_bundle.errors import ProfileError
+    from verl_bundle.profile.load import load_profile
+
+    path = tmp_path / "bad.toml"
+    path.write_text(f'name = "bad"\ncuda = "13.0"\n{table}')
+    with pytest.raises(ProfileError) as err:
+        load_profile(path)
+    assert words in str(err.value) and "\n" not in str(err.value)
