@@ -66,6 +66,14 @@ STACKS: dict[str, dict[str, str]] = {
         "vllm": "0.24.0",
         "verl": "0.9.1",
     },
+    # verl main at 7bc80c00, its stack from its own uv.lock (the pins are the committed lock's).
+    "cu130-py312": {
+        "torch": "2.11.0",
+        "triton": "3.6.0",
+        "flash-attn": "2.8.3",
+        "vllm": "0.24.0",
+        "verl": "0.10.0.dev0",
+    },
 }
 
 PROFILES = builtin_profiles()
@@ -77,7 +85,13 @@ def by_name(profiles: list[Profile]) -> dict[str, Profile]:
 
 
 def pins(profile: Profile) -> dict[str, str]:
-    """Package -> version for each `name==version` requirement of the profile."""
+    """Package -> version for each `name==version` requirement of the profile; for a profile
+    whose stack is upstream's uv.lock, the committed lock's versions of the stack's keys."""
+    if profile.uv_lock is not None:
+        assert profile.lock is not None
+        lock = read_lock(profile.lock)
+        keys = STACKS[profile.name]
+        return {p.name: p.version for p in lock.packages if p.name in keys}
     out: dict[str, str] = {}
     for text in profile.requirements:
         req = Requirement(text)
@@ -197,7 +211,8 @@ def test_lock_has_one_hashed_sized_file_per_package(locked: tuple[Profile, Lock]
     for pkg in lock.packages:
         assert re.fullmatch(r"[0-9a-f]{64}", pkg.file.sha256), pkg.name
         assert isinstance(pkg.file.size, int) and pkg.file.size > 0, pkg.name
-        assert pkg.file.url.startswith("https://"), pkg.name
+        # A wheel made here from git says where from (git+URL@COMMIT); every other an https URL.
+        assert pkg.file.url.startswith("git+https://" if pkg.location == "local" else "https://")
     # read_lock takes `wheels` before `sdist`; the file itself must not hold both, or more.
     raw: dict[str, Any] = tomllib.loads(profile.lock.read_text(encoding="utf-8"))
     for entry in raw["packages"]:

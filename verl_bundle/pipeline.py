@@ -23,17 +23,28 @@ from verl_bundle.bundle.assembly import (
 )
 from verl_bundle.bundle.plan import check_phases, driver_line
 from verl_bundle.compile.compiler import CompileOptions
-from verl_bundle.errors import LockError
+from verl_bundle.errors import LockError, UsageError
+from verl_bundle.fetch.sourcebuild import SourceBuilder
 from verl_bundle.fetch.standalone import fetch_interpreter
 from verl_bundle.fetch.wheelhouse import Wheelhouse, fetch
 from verl_bundle.net.cache import Cache
 from verl_bundle.net.download import Downloader
 from verl_bundle.net.http import Http
-from verl_bundle.profile.model import Profile
+from verl_bundle.profile.model import DEFAULT_INDEX, Profile
+from verl_bundle.profile.sources import BUILT
 from verl_bundle.profile.target import Target
 from verl_bundle.progress import Reporter
+from verl_bundle.resolve.local import (
+    attach,
+    ensure_built,
+    has_sources,
+    prepare,
+    released_notes,
+    specs_of,
+)
 from verl_bundle.resolve.lock import Lock, diff_locks, read_lock, write_lock
 from verl_bundle.resolve.resolver import lock_profile
+from verl_bundle.resolve.uvlock import lock_from_uv
 
 
 @dataclass(frozen=True)
@@ -46,6 +57,8 @@ class Request:
     cache_dir: Path
     jobs: int = 8
     python_given: bool = False  # --python was given: a lock for another Python is refused
+    # --verl or --from-lock was given: the profile's committed lock is not the stack asked for
+    verl_given: bool = False
 
 
 @dataclass(frozen=True)
@@ -87,9 +100,63 @@ def _downloader(req: Request, reporter: Reporter) -> Downloader:
     return Downloader(Cache(req.cache_dir), Http.for_urls(urls), reporter, jobs=req.jobs)
 
 
+def _builder(req: Request, downloader: Downloader, reporter: Reporter) -> SourceBuilder:
+    index = req.profile.location(DEFAULT_INDEX).url
+    return SourceBuilder(
+        downloader.cache, index, downloader.http.redact, reporter, req.profile.git_mirrors
+    )
+
+
+def _stack_lock(req: Request, target: Target) -> Lock | None:
+    """The profile's committed lock, when it is for this target: its versions stay the stack's
+    around a verl (or another package) built from source."""
+    path = req.profile.lock
+    if path is None or not path.is_file():
+        return None
+    lock = read_lock(path)
+    return lock if lock.target == target else None
+
+
+def resolve(req: Request, target: Target, downloader: Downloader, reporter: Reporter) -> Lock:
+    """The profile resolved for `target`: its sources (verl's tree, a git revision, a local
+    file) built here first and resolved as wheels, with the committed lock's versions kept."""
+    if req.profile.uv_lock is not None:
+        return _from_uv_lock(req, target, downloader, reporter)
+    if not has_sources(req.profile):
+        return lock_profile(req.profile, target, downloader, reporter)
+    prepared = prepare(
+        req.profile, target, _builder(req, downloader, reporter), _stack_lock(req, target)
+    )
+    for note in prepared.notes:
+        reporter.note(note)
+    for note in released_notes(req.profile, target, prepared.built, downloader):
+        reporter.note(note)
+    lock = lock_profile(prepared.profile, target, downloader, reporter)
+    return attach(lock, prepared.built)
+
+
+def _from_uv_lock(req: Request, target: Target, downloader: Downloader, reporter: Reporter) -> Lock:
+    """The stack of upstream's uv.lock ([uv-lock], build --from-lock), verl built from the tree
+    the lock belongs to."""
+    builder = _builder(req, downloader, reporter)
+    spec = specs_of(req.profile).get("verl")
+    if not isinstance(spec, BUILT):
+        raise UsageError(
+            f"profile {req.profile.name}: a stack from upstream's uv.lock needs verl's own tree "
+            "(its project): give --verl DIR or git+URL@REV (or verl = ... in the profile)"
+        )
+    verl = builder.make("verl", spec)
+    for note in verl.notes:
+        reporter.note(note)
+    got = lock_from_uv(req.profile, target, verl, builder, downloader, reporter)
+    for note in released_notes(req.profile, target, got.built, downloader):
+        reporter.note(note)
+    return attach(got.lock, got.built)
+
+
 def make_lock(req: Request, output: Path | None, reporter: Reporter) -> LockResult:
     downloader = _downloader(req, reporter)
-    lock = lock_profile(req.profile, req.target, downloader, reporter)
+    lock = resolve(req, req.target, downloader, reporter)
     path = output or Path(f"pylock.{bundle_name(lock)}.toml")
     write_lock(lock, path)
     return LockResult(lock, path, req.profile.notes)
@@ -114,7 +181,7 @@ def check_lock(req: Request, path: Path | None, reporter: Reporter) -> LockCheck
             f"profile {req.profile.name} has no committed lock; give the lock to check with -o FILE"
         )
     old = read_lock(path)
-    fresh = lock_profile(req.profile, old.target, _downloader(req, reporter), reporter)
+    fresh = resolve(req, old.target, _downloader(req, reporter), reporter)
     return LockCheck(path, tuple(diff_locks(old, fresh)), old.profile_sha256 != req.profile.sha256)
 
 
@@ -166,10 +233,21 @@ def _crossing(request: BuildRequest, notes: list[str]) -> Crossing:
 
 def build(request: BuildRequest, reporter: Reporter) -> BuildResult:
     req, lock_path = request.stack, request.lock
+    if lock_path is not None and req.verl_given:
+        raise UsageError(
+            "--lock builds exactly that lock, verl and all: leave out --verl and --from-lock, "
+            "or make a lock with them (`verl-bundle lock --verl SPEC`)"
+        )
     downloader = _downloader(req, reporter)
     notes = [*driver_line(req.profile), *req.profile.notes]
     crossing = _crossing(request, notes)
-    if lock_path is None and req.profile.lock is not None and req.profile.lock.is_file():
+    committed = not req.verl_given  # --verl: the committed lock's verl is not the one asked
+    if (
+        committed
+        and lock_path is None
+        and req.profile.lock is not None
+        and req.profile.lock.is_file()
+    ):
         candidate = read_lock(req.profile.lock)
         if candidate.target == req.target:
             lock_path = req.profile.lock
@@ -183,8 +261,10 @@ def build(request: BuildRequest, reporter: Reporter) -> BuildResult:
         source = str(lock_path)
         # The bundle is built for the lock's target (its Python, when --python was not given).
         req = replace(req, target=lock.target)
+        # Wheels the lock says were made here from a source: in the cache, or made again.
+        notes += ensure_built(lock, _builder(req, downloader, reporter))
     else:
-        lock = lock_profile(req.profile, req.target, downloader, reporter)
+        lock = resolve(req, req.target, downloader, reporter)
         source = "resolved"
     with_python = request.with_python
     if with_python is None:

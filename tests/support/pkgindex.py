@@ -175,6 +175,8 @@ UNSTABLE = {unstable!r}
 VERSION = {version!r}
 REQUIRES = {requires!r}
 TAG = {tag!r}
+# Like setuptools' find_packages: a directory without __init__.py is left out of the wheel.
+PACKAGES_ONLY = {packages_only!r}
 {extra_import}
 
 def _dist():
@@ -203,6 +205,8 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     here = os.path.dirname(os.path.abspath(__file__))
     pkg = os.path.join(here, "src")
     for root, _, names in os.walk(pkg):
+        if PACKAGES_ONLY and root != pkg and "__init__.py" not in names:
+            continue
         for n in sorted(names):
             full = os.path.join(root, n)
             with open(full, "rb") as f:
@@ -253,6 +257,73 @@ def build_sdist(
     base = f"{dist}-{version}"
     path = directory / f"{base}.tar.gz"
     directory.mkdir(parents=True, exist_ok=True)
+    members = _source_members(
+        name,
+        version,
+        requires=requires,
+        modules=modules,
+        extra_import=extra_import,
+        wheel_tag=wheel_tag,
+        unstable=unstable,
+        files=files,
+    )
+    with tarfile.open(path, "w:gz", format=tarfile.PAX_FORMAT) as tf:
+        for arcname, data in members.items():
+            ti = tarfile.TarInfo(f"{base}/{arcname}")
+            ti.size = len(data)
+            ti.mtime = 1704067200
+            ti.mode = 0o644
+            tf.addfile(ti, io.BytesIO(data))
+    return path
+
+
+def write_source_tree(
+    directory: Path,
+    name: str,
+    version: str,
+    *,
+    requires: list[str] | None = None,
+    modules: dict[str, str] | None = None,
+    files: dict[str, bytes] | None = None,
+    packages_only: bool = True,
+    pyproject_extra: str = "",
+) -> Path:
+    """A source tree (a checkout) of `name`, built by its in-tree backend with no downloads:
+    what `build_sdist` packs, unpacked; `packages_only` leaves directories without
+    __init__.py out of the wheel, as setuptools' find_packages does; `pyproject_extra` is
+    appended to its pyproject.toml (a `[tool.uv.sources]` table, say)."""
+    members = _source_members(
+        name,
+        version,
+        requires=requires,
+        modules=modules,
+        files=files,
+        packages_only=packages_only,
+        pyproject_extra=pyproject_extra,
+    )
+    for arcname, data in members.items():
+        if arcname == "PKG-INFO":
+            continue  # a checkout has none
+        target = directory / arcname
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    return directory
+
+
+def _source_members(
+    name: str,
+    version: str,
+    *,
+    requires: list[str] | None = None,
+    modules: dict[str, str] | None = None,
+    extra_import: str = "",
+    wheel_tag: str = "py3-none-any",
+    unstable: bool = False,
+    files: dict[str, bytes] | None = None,
+    packages_only: bool = False,
+    pyproject_extra: str = "",
+) -> dict[str, bytes]:
+    dist = _dist(name)
     sources = modules if modules is not None else {dist.lower(): f"__version__ = {version!r}\n"}
     members: dict[str, bytes] = {
         "pyproject.toml": textwrap.dedent(
@@ -262,7 +333,8 @@ def build_sdist(
             build-backend = "test_backend"
             backend-path = ["."]
             """
-        ).encode(),
+        ).encode()
+        + pyproject_extra.encode(),
         "test_backend.py": _BACKEND.format(
             name=name,
             version=version,
@@ -270,6 +342,7 @@ def build_sdist(
             tag=wheel_tag,
             extra_import=extra_import,
             unstable=unstable,
+            packages_only=packages_only,
         ).encode(),
         "PKG-INFO": _metadata(name, version, requires or [], None).encode(),
     }
@@ -277,14 +350,7 @@ def build_sdist(
         members[f"src/{mod}/__init__.py"] = src.encode()
     for rel, content in (files or {}).items():
         members[f"src/{rel}"] = content
-    with tarfile.open(path, "w:gz", format=tarfile.PAX_FORMAT) as tf:
-        for arcname, data in members.items():
-            ti = tarfile.TarInfo(f"{base}/{arcname}")
-            ti.size = len(data)
-            ti.mtime = 1704067200
-            ti.mode = 0o644
-            tf.addfile(ti, io.BytesIO(data))
-    return path
+    return members
 
 
 class _QuietServer(ThreadingHTTPServer):
@@ -602,7 +668,7 @@ class Server:
         return Handler
 
 
-__all__ = ["Server", "build_sdist", "build_wheel", "normalize"]
+__all__ = ["Server", "build_sdist", "build_wheel", "normalize", "write_source_tree"]
 
 
 def make_certificates(directory: Path) -> tuple[Path, Path, Path]:

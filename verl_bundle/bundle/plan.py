@@ -169,6 +169,7 @@ def _manifest_file(e: Entry, a: Artifact, license: str) -> mf.File:
         else None,
         compiled=a.compiled,
         license=license,
+        source=a.package.source,
     )
 
 
@@ -245,6 +246,7 @@ def plan(
             torch_version=profile.checks.torch_version,
             torch_cuda=profile.checks.torch_cuda,
             flash_attn_wheel=flash.filename if flash and flash.filename.endswith(".whl") else None,
+            overrides=tuple(lock.overrides),
         ),
         phases=tuple(phases),
         files=files,

@@ -13,6 +13,8 @@ from verl_bundle.cli.options import (
     CacheDir,
     Compress,
     Cuda,
+    Extra,
+    FromLock,
     Jobs,
     Json,
     Mirror,
@@ -20,6 +22,7 @@ from verl_bundle.cli.options import (
     ProfileOpt,
     StackOptions,
     TargetPython,
+    VerlSpec,
     session_of,
     show,
 )
@@ -32,6 +35,9 @@ def lock_cmd(
     python: TargetPython = None,
     platform: Platform = None,
     mirror: Mirror = None,
+    verl: VerlSpec = None,
+    from_lock: FromLock = None,
+    extra: Extra = None,
     output: Annotated[
         Path | None,
         typer.Option(
@@ -60,7 +66,18 @@ def lock_cmd(
     from verl_bundle.profile.mirrors import naming_the_rest
     from verl_bundle.progress import reporter
 
-    options = StackOptions(cuda, profile, python, platform, mirror, cache_dir, jobs)
+    options = StackOptions(
+        cuda,
+        profile,
+        python,
+        platform,
+        mirror,
+        cache_dir,
+        jobs,
+        verl,
+        from_lock,
+        tuple(extra or ()),
+    )
     req = options.request(session_of(ctx))
     with reporter(quiet=json_out) as rep, naming_the_rest(req.profile, req.mirrors):
         if check:
@@ -77,6 +94,9 @@ def build_cmd(
     python: TargetPython = None,
     platform: Platform = None,
     mirror: Mirror = None,
+    verl: VerlSpec = None,
+    from_lock: FromLock = None,
+    extra: Extra = None,
     lock_file: Annotated[
         Path | None,
         typer.Option(
@@ -154,7 +174,18 @@ def build_cmd(
     from verl_bundle.profile.mirrors import naming_the_rest
     from verl_bundle.progress import reporter
 
-    options = StackOptions(cuda, profile, python, platform, mirror, cache_dir, jobs)
+    options = StackOptions(
+        cuda,
+        profile,
+        python,
+        platform,
+        mirror,
+        cache_dir,
+        jobs,
+        verl,
+        from_lock,
+        tuple(extra or ()),
+    )
     compiling = CompileOptions(compile_mode.value, cuda_archs, cuda_home, cc, cxx, host_python)
     stack = options.request(session_of(ctx))
     split = parse_size(split_size) if split_size is not None else None

@@ -13,7 +13,7 @@ import typer
 
 from verl_bundle.airgap.render import printable
 from verl_bundle.credentials import Redactor
-from verl_bundle.errors import EXIT_FAILED
+from verl_bundle.errors import EXIT_FAILED, UsageError
 
 if TYPE_CHECKING:
     from verl_bundle.cli.render.shown import Shown
@@ -101,6 +101,36 @@ Mirror = Annotated[
         "or pytorch-cu118=https://artifactory.corp/api/pypi/torch-cu118/simple. Repeatable. "
         "Credentials in the URL are used and never shown.",
         metavar="NAME=URL",
+    ),
+]
+VerlSpec = Annotated[
+    str | None,
+    typer.Option(
+        "--verl",
+        help="The verl to bundle instead of the profile's release: a source tree (a checkout or "
+        "a fork, dirty or not), a wheel or sdist file, git+URL@REV (--mirror verl=PATH serves "
+        "the repository), or a version. It is built here by its own build system; the rest "
+        "of the stack stays the profile's.",
+        metavar="SPEC",
+    ),
+]
+FromLock = Annotated[
+    Path | None,
+    typer.Option(
+        "--from-lock",
+        help="Take the stack from upstream's own uv.lock (the pyproject.toml beside it): its "
+        "pins as they are, for the extras given with --extra, verl built from the tree the "
+        "lock lies in (or --verl). Its git sources are built here (--mirror NAME=PATH).",
+        metavar="PATH/uv.lock",
+    ),
+]
+Extra = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--extra",
+        help="With --from-lock: an extra of the project to install (repeatable), e.g. vllm "
+        "and fsdp: verl's rollout has no default, so name vllm or sglang.",
+        metavar="NAME",
     ),
 ]
 CacheDir = Annotated[
@@ -221,6 +251,9 @@ class StackOptions:
     mirror: list[str] | None
     cache_dir: Path | None
     jobs: int
+    verl: str | None = None
+    from_lock: Path | None = None
+    extras: tuple[str, ...] = ()
 
     def request(self, session: Session) -> Request:
         from verl_bundle.net.cache import default_cache_dir
@@ -230,7 +263,16 @@ class StackOptions:
 
         mirrors = dict(parse_mirror(m) for m in (self.mirror or []))
         session.redact = Redactor.for_urls(list(mirrors.values()))
-        chosen = select_profile(self.cuda, self.profile).with_mirrors(mirrors)
+        chosen = select_profile(self.cuda, self.profile)
+        if self.verl is not None:
+            chosen = chosen.with_verl(self.verl)
+        if self.from_lock is not None:
+            from verl_bundle.resolve.uvlock import with_from_lock
+
+            chosen = with_from_lock(chosen, self.from_lock, self.extras, self.verl is not None)
+        elif self.extras:
+            raise UsageError("--extra goes with --from-lock (an extra of upstream's project)")
+        chosen = chosen.with_mirrors(mirrors)
         # A profile file may carry credentials in its own location URLs: keep those out too.
         urls = [loc.url for loc in chosen.locations.values() if loc.url]
         session.redact = Redactor.for_urls(urls)
@@ -241,6 +283,7 @@ class StackOptions:
             cache_dir=self.cache_dir or default_cache_dir(),
             jobs=self.jobs,
             python_given=self.python is not None,
+            verl_given=self.verl is not None or self.from_lock is not None,
         )
 
 

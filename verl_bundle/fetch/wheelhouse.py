@@ -31,7 +31,7 @@ from verl_bundle.net.http import Http, shown_url
 from verl_bundle.net.index import read_project
 from verl_bundle.profile.model import DEFAULT_INDEX, Profile
 from verl_bundle.progress import Reporter
-from verl_bundle.resolve.lock import Lock, LockedFile, LockedPackage
+from verl_bundle.resolve.lock import LOCAL, Lock, LockedFile, LockedPackage
 
 
 @dataclass(frozen=True)
@@ -78,6 +78,11 @@ def fetch(
     pure sdist is built into a wheel as soon as it is."""
     for pkg in lock.packages:
         check_locked_name(pkg)
+        if pkg.location == LOCAL and downloader.cache.lookup(pkg.file.sha256) is None:
+            raise FetchError(
+                f"{pkg.name} {pkg.version}: {pkg.file.filename} was made on another host (or "
+                "removed from the cache); build again with its source (--verl SPEC for verl)"
+            )
     wants = [_want(p, lock, profile, downloader.http) for p in lock.packages]
     locked = {p.name: p for p in lock.packages}
     index = profile.location(DEFAULT_INDEX).url

@@ -19,6 +19,7 @@ from verl_bundle.profile.model import (
     DEFAULT_INDEX,
     Checks,
     DirectArtifact,
+    Expect,
     InterpreterSource,
     Location,
     Phase,
@@ -27,7 +28,9 @@ from verl_bundle.profile.model import (
     SourceBuild,
     StaticMetadata,
     Toolchain,
+    UvLock,
 )
+from verl_bundle.profile.sources import Git, parse_git, parse_spec, requirement_source
 from verl_bundle.profile.table import (
     Table,
     read_cutoff,
@@ -66,6 +69,10 @@ _TOP_KEYS = {
     "lock",
     "readiness",
     "interpreter",
+    "verl",
+    "overrides",
+    "git",
+    "uv-lock",
 }
 
 
@@ -115,10 +122,20 @@ def load_profile(path: Path) -> Profile:
         )
 
     requirements = read_requirements(top, "requirements")
-    if not requirements:
+    if not requirements and "uv-lock" not in data:
         raise top.fail("requirements", "expected at least one requirement")
     constraints = read_requirements(top, "constraints")
+    overrides = read_requirements(top, "overrides")
     bootstrap = read_requirements(top, "bootstrap") or ("pip",)
+    git = _git_sources(top, requirements)
+    verl = top.text("verl")
+    if verl is not None:
+        try:
+            spec = parse_spec(verl, "SPEC")
+        except UsageError as exc:
+            raise top.fail("verl", str(exc)) from None
+        if isinstance(spec, Git):
+            git["verl"] = spec.clean
 
     bindings: dict[str, str] = {}
     bind_table = top.table("bindings")
@@ -148,7 +165,7 @@ def load_profile(path: Path) -> Profile:
 
     artifacts: list[DirectArtifact] = []
     for t in top.tables("artifacts"):
-        t.check_keys({"package", "location", "file", "sha256", "fallback"})
+        t.check_keys({"package", "location", "file", "sha256", "fallback", "expect"})
         loc = t.text("location", required=True) or ""
         if loc not in locations:
             raise t.fail(
@@ -181,6 +198,7 @@ def load_profile(path: Path) -> Profile:
                 file=template,
                 sha256=hashes,
                 fallback="resolved" if fallback == "resolved" else "error",
+                expect=_expect(t),
             )
         )
 
@@ -266,6 +284,66 @@ def load_profile(path: Path) -> Profile:
         lock=(path.parent / lock_rel) if lock_rel else None,
         readiness=readiness,
         interpreter=_interpreter(top, locations),
+        verl=verl,
+        overrides=overrides,
+        git=git,
+        uv_lock=_uv_lock(top, path, locations),
+    )
+
+
+def _expect(t: Table) -> Expect | None:
+    """An artifact's `expect = { torch = "2.11", cuda = "13", cxx11abi = true }`."""
+    if "expect" not in t.data:
+        return None
+    e = t.table("expect")
+    e.check_keys({"torch", "cuda", "cxx11abi"})
+    torch = read_version(e, "torch")
+    cuda = read_version(e, "cuda")
+    abi = e.data.get("cxx11abi")
+    if abi is not None and not isinstance(abi, bool):
+        raise e.fail("cxx11abi", f"expected true or false, found {abi!r}")
+    return Expect(torch, cuda, abi)
+
+
+def _git_sources(top: Table, requirements: tuple[str, ...]) -> dict[str, str]:
+    """[git] (package = upstream URL) and every requirement `name @ git+URL@REV`."""
+    out: dict[str, str] = {}
+    t = top.table("git")
+    for pkg, url in top.str_map("git").items():
+        try:
+            out[canonicalize_name(pkg)] = parse_git(url.removeprefix("git+"), "URL").clean
+        except UsageError as exc:
+            raise t.fail(pkg, str(exc)) from None
+    for i, text in enumerate(requirements):
+        try:
+            found = requirement_source(text)
+        except UsageError as exc:
+            raise top.fail(f"requirements[{i}]", str(exc)) from None
+        if found is not None and isinstance(found.spec, Git):
+            out[found.name] = found.spec.clean
+    return out
+
+
+def _uv_lock(top: Table, path: Path, locations: dict[str, Location]) -> UvLock | None:
+    """[uv-lock]: the stack is upstream's uv.lock (its path, or verl's tree's own), with these
+    extras; `substitute` maps an index named in its pyproject.toml to a location of ours."""
+    if "uv-lock" not in top.data:
+        return None
+    t = top.table("uv-lock")
+    t.check_keys({"path", "extras", "substitute"})
+    extras = t.texts("extras")
+    if not extras:
+        raise t.fail("extras", "expected the extras to install, e.g. ['vllm', 'fsdp']")
+    substitute = t.str_map("substitute")
+    sub_t = t.table("substitute")
+    for index, loc in substitute.items():
+        if loc not in locations or locations[loc].kind != "index":
+            raise sub_t.fail(index, f"{loc!r} is not an index location of this profile")
+    where = t.text("path")
+    return UvLock(
+        extras=extras,
+        path=(path.parent / where) if where else None,
+        substitute=substitute,
     )
 
 

@@ -31,7 +31,7 @@ class Need:
     """One location a profile's build fetches from."""
 
     name: str
-    kind: str  # "index" (PEP 503) or "files" (a host of files at known paths)
+    kind: str  # "index" (PEP 503), "files" (a host of files at known paths) or "git"
     url: str | None  # None: the resolver's default index
     serves: tuple[str, ...]  # packages, or a phrase for the default index
     required: bool  # False: the build falls back (a prebuilt wheel -> its sdist)
@@ -39,6 +39,8 @@ class Need:
 
     def describe(self) -> str:
         what = ", ".join(self.serves)
+        if self.kind == "git":
+            return f"a git repository (a path, file://, git:// or http(s) clone): {what}"
         if self.kind == "files":
             return f"files at <URL>/{self.path}: {what}" if self.path else f"files: {what}"
         return f"a package index (PEP 503 simple/): {what}"
@@ -46,8 +48,9 @@ class Need:
 
 def needs(profile: Profile) -> list[Need]:
     """Every location a default build of `profile` fetches from: the default index first, then
-    the indexes its packages are bound to, then the files hosts of its direct artifacts and, when
-    the profile bundles a CPython by default, that release host."""
+    the indexes its packages are bound to, then the files hosts of its direct artifacts, the git
+    repositories it builds from and, when the profile bundles a CPython by default, that
+    release host."""
     found = [
         Need(
             DEFAULT_INDEX,
@@ -76,6 +79,9 @@ def needs(profile: Profile) -> list[Need]:
                 art.file,
             )
         )
+    for package, url in sorted(profile.git.items()):
+        mirror = profile.git_mirrors.get(package)
+        found.append(Need(package, "git", mirror or url, (f"{package}, built here",), True))
     if profile.interpreter.bundled:
         loc = profile.location(profile.interpreter.location)
         found.append(

@@ -45,6 +45,7 @@ BUILTIN_LOCATIONS: dict[str, Location] = {
         Location("pytorch-cu121", "index", "https://download.pytorch.org/whl/cu121"),
         Location("pytorch-cu124", "index", "https://download.pytorch.org/whl/cu124"),
         Location("pytorch-cu126", "index", "https://download.pytorch.org/whl/cu126"),
+        Location("pytorch-cu130", "index", "https://download.pytorch.org/whl/cu130"),
         Location(
             "flash-attn-releases",
             "files",
@@ -52,6 +53,19 @@ BUILTIN_LOCATIONS: dict[str, Location] = {
         ),
         Location(
             "vllm-releases", "files", "https://github.com/vllm-project/vllm/releases/download"
+        ),
+        # verl's own wheel repository (flash-attn, transformer-engine, apex, megatron-bridge
+        # for cp311/cp312; its file names carry no torch or CUDA tag).
+        Location(
+            "verl-wheelhouse",
+            "files",
+            "https://github.com/verl-project/verl-wheelhouse/releases/download",
+        ),
+        # Community flash-attn builds per torch and CUDA (`+cu130torch2.11` in the name).
+        Location(
+            "mjun0812-releases",
+            "files",
+            "https://github.com/mjun0812/flash-attention-prebuild-wheels/releases/download",
         ),
         # python-build-standalone's releases: the relocatable CPython builds uv installs.
         Location(
@@ -74,6 +88,25 @@ class StaticMetadata:
 
 
 @dataclass(frozen=True)
+class Expect:
+    """What a prebuilt extension must have been built against (a profile's `expect`)."""
+
+    torch: str | None = None  # "2.11": torch's minor
+    cuda: str | None = None  # "13": the CUDA major ("13.0": major and minor, where named)
+    cxx11abi: bool | None = None
+
+    def describe(self) -> str:
+        parts = []
+        if self.torch:
+            parts.append(f"torch {self.torch}")
+        if self.cuda:
+            parts.append(f"CUDA {self.cuda}")
+        if self.cxx11abi is not None:
+            parts.append(f"cxx11abi {'TRUE' if self.cxx11abi else 'FALSE'}")
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
 class DirectArtifact:
     """A file taken from a file host instead of what the resolver picked (a prebuilt wheel)."""
 
@@ -82,6 +115,8 @@ class DirectArtifact:
     file: str  # path template below the location: {version}, {python_tag}
     sha256: Mapping[str, str] = field(default_factory=dict)  # filename -> known hash
     fallback: Literal["resolved", "error"] = "resolved"
+    # What a prebuilt extension must be built against; None: not checked (the name is trusted).
+    expect: Expect | None = None
 
     def path_for(self, version: str, target: Target) -> str:
         return self.file.format(version=version, python_tag=target.python_tag)
@@ -169,6 +204,20 @@ class Readiness:
 
 
 @dataclass(frozen=True)
+class UvLock:
+    """The stack taken from upstream's own `uv.lock` (with the `pyproject.toml` beside it): the
+    lock's own file (`path`; None: the one in verl's source tree), the extras it installs (one
+    rollout engine among them: verl's rollout has no default), and how a package the lock
+    takes from a named index of its pyproject.toml is taken when that index cannot be used:
+    `substitute` maps that index's name to a location of this profile that serves the same
+    builds under the version without its local label (torch 2.11.0+cu130 -> 2.11.0)."""
+
+    extras: tuple[str, ...]
+    path: Path | None = None
+    substitute: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Profile:
     name: str
     path: Path
@@ -194,6 +243,18 @@ class Profile:
     lock: Path | None = None  # a committed lock to build from by default
     readiness: Readiness = Readiness()
     interpreter: InterpreterSource = InterpreterSource()
+    # Where verl comes from when not the index's release (`verl = "SPEC"`, build --verl): a
+    # source tree, a wheel or sdist, git+URL@REV, or a version (profile/sources.py).
+    verl: str | None = None
+    # uv's override-dependencies: requirements that replace any package's own on that name
+    # (a fork's `TransferQueue @ git+...@main` met by a released version, say).
+    overrides: tuple[str, ...] = ()
+    # Git repositories the build reads, by package name -> upstream URL: a requirement
+    # `name @ git+URL@REV` declares its own; `--mirror NAME=URL` (a path, file://, git://,
+    # http(s)) serves one from a mirror.
+    git: Mapping[str, str] = field(default_factory=dict)
+    git_mirrors: Mapping[str, str] = field(default_factory=dict)
+    uv_lock: UvLock | None = None  # the stack is upstream's uv.lock (resolve/uvlock.py)
 
     def location(self, name: str) -> Location:
         return self.locations[name]
@@ -227,21 +288,47 @@ class Profile:
             )
         return Target(version, normalize_platform(platform or self.platform))
 
+    def with_verl(self, spec: str) -> Profile:
+        """The profile with verl from `spec` (build --verl); a git spec joins `git`."""
+        from verl_bundle.profile.sources import Git, parse_spec
+
+        parsed = parse_spec(spec, "--verl")
+        git = dict(self.git)
+        if isinstance(parsed, Git):
+            git["verl"] = parsed.clean
+        return replace(self, verl=spec, git=git)
+
     def with_mirrors(self, mirrors: Mapping[str, str]) -> Profile:
-        """Replace locations' URLs by name (`--mirror NAME=URL`)."""
+        """Replace locations' URLs by name (`--mirror NAME=URL`), and serve git repositories
+        from mirrors (`--mirror PACKAGE=PATH|URL` for a package the profile reads from git)."""
         locations = dict(self.locations)
+        git_mirrors = dict(self.git_mirrors)
         for name, url in mirrors.items():
-            if name not in locations:
+            if name in locations:
+                if not _is_http(url):
+                    raise UsageError(
+                        f"--mirror {name}=...: {redact_url(url)!r} is not an http(s) URL; "
+                        f"location {name!r} is a package index or file host"
+                    )
+                locations[name] = replace(locations[name], url=url.rstrip("/"))
+            elif canonicalize_name(name) in self.git:
+                git_mirrors[canonicalize_name(name)] = url
+            else:
+                repos = f"; its git repositories: {', '.join(sorted(self.git))}" if self.git else ""
                 raise UsageError(
                     f"--mirror {name}=...: profile {self.name!r} has no location {name!r}; "
-                    f"its locations are: {', '.join(sorted(locations))}"
+                    f"its locations are: {', '.join(sorted(locations))}{repos}"
                 )
-            locations[name] = replace(locations[name], url=url)
-        return replace(self, locations=locations)
+        return replace(self, locations=locations, git_mirrors=git_mirrors)
+
+
+def _is_http(url: str) -> bool:
+    return urlsplit(url).scheme in ("http", "https")
 
 
 def parse_mirror(value: str) -> tuple[str, str]:
-    """'NAME=URL' -> (NAME, URL), with the URL checked to be a whole http(s) address."""
+    """'NAME=URL' -> (NAME, URL), with the URL checked to be a whole http(s) address, or, for a
+    git repository, a git URL (file://, git://, ssh://) or an absolute path."""
     name, sep, url = value.partition("=")
     name, url = name.strip(), url.strip()
     if not sep or not name or not url:
@@ -249,12 +336,18 @@ def parse_mirror(value: str) -> tuple[str, str]:
             f"--mirror {Redactor()(value)!r}: write it as NAME=URL, e.g. pypi=https://host/simple"
         )
     example = "give the mirror's full address, e.g. https://nexus.example/repository/pypi/simple"
+    if url.startswith("/") and not re.search(r"\s", url):
+        return name, url.rstrip("/")  # a git mirror on this host
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 - reading it checks the port (a number up to 65535)
     except ValueError as exc:
         # The URL itself is not shown: it may hold credentials, and it cannot be parsed to mask.
         raise UsageError(f"--mirror {name}=...: not a valid URL ({exc}); {example}") from None
+    if parts.scheme == "file" and parts.path.startswith("/") and not re.search(r"\s", url):
+        return name, url.rstrip("/")  # a git mirror on this host
+    if parts.scheme in ("git", "ssh") and parts.hostname and not re.search(r"\s", url):
+        return name, url  # a git daemon, or ssh
     if parts.scheme not in ("http", "https") or not parts.hostname or re.search(r"\s", url):
         raise UsageError(
             f"--mirror {name}=...: {redact_url(url)!r} is not an http(s) URL; {example}"

@@ -122,5 +122,22 @@ class Target:
                 best = version
         return best
 
+    def markers(self, extra: str = "") -> dict[str, str]:
+        """The PEP 508 marker environment of the target (CPython on Linux), for `extra`."""
+        return {
+            "python_version": self.python_version,
+            "python_full_version": f"{self.python_version}.0",
+            "implementation_name": "cpython",
+            "platform_python_implementation": "CPython",
+            "implementation_version": f"{self.python_version}.0",
+            "sys_platform": "linux",
+            "platform_system": "Linux",
+            "os_name": "posix",
+            "platform_machine": self.arch,
+            "platform_release": "",
+            "platform_version": "",
+            "extra": extra,
+        }
+
     def describe(self) -> str:
         return f"{self.python_tag}/{self.platform}"

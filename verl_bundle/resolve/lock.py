@@ -17,6 +17,8 @@ from typing import Any, Literal
 from packaging.utils import canonicalize_name
 
 from verl_bundle import __version__
+from verl_bundle.airgap.contract import manifest as mf
+from verl_bundle.airgap.contract.manifest_read import Reader, read_source
 from verl_bundle.errors import LockError
 from verl_bundle.profile.target import Target, normalize_platform, parse_python
 from verl_bundle.resolve import tomlwrite
@@ -35,6 +37,9 @@ Role = Literal["requirement", "build-dep", "bootstrap"]
 KINDS: tuple[Kind, ...] = ("wheel", "host-build", "sdist")
 ROLES: tuple[Role, ...] = ("requirement", "build-dep", "bootstrap")
 BOOTSTRAP_PHASE = "bootstrap"
+# The location of a wheel made on this host from a source (a tree, git, a local file): not an
+# index or a file host; the package's `source` says where it came from.
+LOCAL = "local"
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,7 @@ class LockedPackage:
     kind: Kind
     role: Role
     phase: str
+    source: mf.Source | None = None  # set for a wheel made here from a source (LOCAL)
 
     @property
     def pin(self) -> str:
@@ -74,6 +80,9 @@ class Lock:
     locations: Mapping[str, str] = field(default_factory=dict)  # name -> URL ("" = default)
     exclude_newer: str | None = None
     created: str = ""
+    # Requirements the stack overrides on purpose (upstream's uv.lock, the profile's
+    # `overrides`): the server's pip check accepts what they explain.
+    overrides: tuple[str, ...] = ()
 
     def package(self, name: str) -> LockedPackage | None:
         canon = canonicalize_name(name)
@@ -111,6 +120,8 @@ def dumps(lock: Lock) -> str:
     if lock.created:
         out.append(f"created = {tomlwrite.string(lock.created)}")
     out.append(f"locations = {tomlwrite.value(dict(sorted(lock.locations.items())))}")
+    if lock.overrides:
+        out.append(f"overrides = {tomlwrite.value(list(lock.overrides))}")
     for pkg in sorted(lock.packages, key=lambda p: p.name):
         f = pkg.file
         entry: dict[str, Any] = {"name": f.filename, "url": f.url}
@@ -127,7 +138,14 @@ def dumps(lock: Lock) -> str:
             out.append(f"wheels = [{tomlwrite.value(entry)}]")
         else:
             out.append(f"sdist = {tomlwrite.value(entry)}")
-        tool = {"location": pkg.location, "kind": pkg.kind, "role": pkg.role, "phase": pkg.phase}
+        tool: dict[str, Any] = {
+            "location": pkg.location,
+            "kind": pkg.kind,
+            "role": pkg.role,
+            "phase": pkg.phase,
+        }
+        if pkg.source is not None:
+            tool["source"] = mf.source_dict(pkg.source)
         out.append(f"tool = {{ verl-bundle = {tomlwrite.value(tool)} }}")
     return "\n".join(out) + "\n"
 
@@ -171,6 +189,7 @@ def _parse(data: Mapping[str, Any]) -> Lock:
         if kind not in KINDS or role not in ROLES:
             raise ValueError(f"package {raw['name']}: unknown kind {kind!r} or role {role!r}")
         sha = f["hashes"]["sha256"]
+        source = tool.get("source")
         if not re.fullmatch(r"[0-9a-f]{64}", sha):
             raise ValueError(f"package {raw['name']}: sha256 {sha!r} is not 64 hex digits")
         packages.append(
@@ -182,6 +201,7 @@ def _parse(data: Mapping[str, Any]) -> Lock:
                 kind=kind,
                 role=role,
                 phase=str(tool["phase"]),
+                source=read_source(Reader(source, f"{raw['name']}.source")) if source else None,
             )
         )
     return Lock(
@@ -193,6 +213,7 @@ def _parse(data: Mapping[str, Any]) -> Lock:
         locations=dict(meta.get("locations", {})),
         exclude_newer=meta.get("exclude-newer"),
         created=str(meta.get("created", "")),
+        overrides=tuple(str(o) for o in meta.get("overrides", [])),
     )
 
 
@@ -226,6 +247,10 @@ def diff_locks(old: Lock, new: Lock) -> list[str]:
                 lines.append(f"~ {name} {a.version} -> {b.version}")
             elif a.file.filename != b.file.filename:
                 lines.append(f"~ {name} {a.version}: file {a.file.filename} -> {b.file.filename}")
+            elif a.location != b.location or a.source != b.source:
+                was = a.source.describe() if a.source else f"location {a.location}"
+                now_ = b.source.describe() if b.source else f"location {b.location}"
+                lines.append(f"~ {name} {a.version}: from {was} -> from {now_}")
             elif a.file.sha256 != b.file.sha256:
                 lines.append(f"! {name} {a.version}: {a.file.filename} has a new sha256 upstream")
             elif (a.kind, a.phase, a.location) != (b.kind, b.phase, b.location):

@@ -28,16 +28,24 @@ from packaging.version import Version
 from verl_bundle.airgap.contract.names import UnsafeNameError, plain_filename
 from verl_bundle.credentials import split_credentials
 from verl_bundle.errors import FetchError, ProfileError, ResolutionError
+from verl_bundle.fetch import origin
 from verl_bundle.integrity import ensure_whole
 from verl_bundle.net.download import Downloader, Want
 from verl_bundle.net.http import shown_url
 from verl_bundle.net.index import read_project
-from verl_bundle.profile.model import DEFAULT_INDEX, Location, Profile, SourceBuild
+from verl_bundle.profile.model import (
+    DEFAULT_INDEX,
+    DirectArtifact,
+    Location,
+    Profile,
+    SourceBuild,
+)
 from verl_bundle.profile.target import Target
 from verl_bundle.progress import Reporter
 from verl_bundle.resolve import tomlwrite
 from verl_bundle.resolve.lock import (
     BOOTSTRAP_PHASE,
+    LOCAL,
     Kind,
     Lock,
     LockedFile,
@@ -98,6 +106,7 @@ def lock_profile(
         locations=locations,
         exclude_newer=cutoff,
         created=now(),
+        overrides=tuple(o for o in profile.overrides if not Requirement(o).url),
     )
 
 
@@ -153,6 +162,8 @@ def _project_toml(profile: Profile, requirements: Iterable[str], cutoff: str | N
     ]
     if profile.constraints:
         lines.append(tomlwrite.assign("constraint-dependencies", list(profile.constraints)))
+    if profile.overrides:
+        lines.append(tomlwrite.assign("override-dependencies", list(profile.overrides)))
     if cutoff:
         lines.append(tomlwrite.assign("exclude-newer", cutoff))
         if profile.bindings:
@@ -188,12 +199,35 @@ def _project_toml(profile: Profile, requirements: Iterable[str], cutoff: str | N
     return "\n".join(lines) + "\n"
 
 
+def release_of(
+    profile: Profile, target: Target, name: str, version: str, downloader: Downloader
+) -> Candidate | None:
+    """The default index's `name==version` for the target (its file, not its dependencies);
+    None when the index has no such release."""
+    alone = replace(
+        profile,
+        requirements=(f"{name}=={version}",),
+        bootstrap=(),
+        constraints=(),
+        overrides=(),
+        bindings={},
+        static_metadata=(),
+        uv_lock=None,
+    )
+    try:
+        found = _resolve(alone, target, None, (), downloader, no_deps=True)
+    except ResolutionError:
+        return None
+    return found.get(canonicalize_name(name))
+
+
 def _resolve(
     profile: Profile,
     target: Target,
     cutoff: str | None,
     extra: tuple[str, ...],
     downloader: Downloader,
+    no_deps: bool = False,
 ) -> dict[str, Candidate]:
     requirements = [*profile.requirements, *profile.bootstrap, *extra]
     with tempfile.TemporaryDirectory(prefix="verl-bundle-resolve-") as tmp:
@@ -216,6 +250,7 @@ def _resolve(
             "--quiet",
             "-o",
             "pylock.toml",
+            *(["--no-deps"] if no_deps else []),
         ]
         run = run_uv(args, work, downloader.http.redact)
         if run.returncode != 0:
@@ -230,6 +265,16 @@ def _candidates(
     out: dict[str, Candidate] = {}
     for raw in packages:
         name = canonicalize_name(raw["name"])
+        if "archive" in raw:  # a wheel made here from a source (resolve/local.py)
+            out[name] = _archive(name, raw)
+            continue
+        if "directory" in raw or "vcs" in raw:
+            form = "a directory" if "directory" in raw else "a git repository"
+            raise ResolutionError(
+                f"{name}: uv was given {form}, not a wheel; give it to the profile as "
+                f"`{name} @ file://PATH` or `{name} @ git+URL@REV` (verl-bundle builds it), "
+                "or as a wheel file"
+            )
         location = profile.bindings.get(name, DEFAULT_INDEX)
         best: tuple[int, Mapping[str, Any]] | None = None
         for wheel in raw.get("wheels", []):
@@ -263,6 +308,23 @@ def _candidates(
     return out
 
 
+def _archive(name: str, raw: Mapping[str, Any]) -> Candidate:
+    """A local wheel (`name @ file://.../x.whl`), as pylock.toml writes it: its file name and
+    hash; the lock records its source (resolve/local.py), the fetch stage finds it by hash."""
+    archive = raw["archive"]
+    where = str(archive.get("path") or archive.get("url") or "")
+    filename = plain_filename(_filename(where), f"{name}: the local wheel's file name")
+    sha = archive.get("hashes", {}).get("sha256", "")
+    path = Path(unquote(urlsplit(where).path)) if where.startswith("file:") else Path(where)
+    size = archive.get("size") or (path.stat().st_size if path.is_file() else None)
+    return Candidate(
+        name,
+        str(raw.get("version") or parse_wheel_filename(filename)[1]),
+        LockedFile(filename, "", sha, size),
+        LOCAL,
+    )
+
+
 def _filename(url: str) -> str:
     return unquote(urlsplit(url).path.rsplit("/", 1)[-1])
 
@@ -276,38 +338,70 @@ def _apply_artifacts(
     chosen: dict[str, Candidate],
     downloader: Downloader,
     reporter: Reporter,
+    artifacts: Iterable[DirectArtifact] | None = None,
 ) -> dict[str, Candidate]:
+    """Each package's direct artifacts (the profile's, or `artifacts`), tried in the order
+    listed: the first that is there and, where the profile says what it must be built
+    against, fits, replaces what the resolver picked; when none does, the resolver's pick
+    stays (a note says why), or the build stops where the profile allows no fallback."""
     out = dict(chosen)
-    for art in profile.artifacts:
-        name = canonicalize_name(art.package)
+    by_package: dict[str, list[DirectArtifact]] = {}
+    for art in profile.artifacts if artifacts is None else artifacts:
+        by_package.setdefault(canonicalize_name(art.package), []).append(art)
+    for name, arts in by_package.items():
         cand = chosen.get(name)
         if cand is None:
             continue
-        version = Version(cand.version).public
-        loc: Location = profile.location(art.location)
-        path = art.path_for(version, target)
-        filename = _artifact_filename(art.package, path, profile)
-        url = f"{split_credentials(loc.url or '')[0]}/{path}"
-        shown = f"{shown_url(loc.url or '')}/{path}"
-        _check_artifact_name(art.package, version, filename, target)
-        probe = downloader.probe(url)
-        if not probe.available:
-            if art.fallback == "error":
+        tried: list[str] = []
+        for art in arts:
+            found, why = _try_artifact(profile, target, art, cand, downloader, reporter)
+            if found is not None:
+                out[name] = found
+                break
+            tried.append(why)
+        else:
+            if any(a.fallback == "error" for a in arts):
                 raise FetchError(
-                    f"{art.package}: {shown} (location {art.location}): {probe.reason}; this "
-                    f"profile needs that file (there is no fallback). Point --mirror "
-                    f"{art.location}=URL at a host that serves it"
+                    f"{arts[0].package}: {'; '.join(tried)}; this profile needs one of these "
+                    f"files (there is no fallback). Point --mirror {arts[0].location}=URL at "
+                    "a host that serves it"
                 )
             reporter.note(
-                f"note: {art.package}: {shown} (location {art.location}) is not available "
-                f"({probe.reason}); using {cand.file.filename} from {cand.location} instead"
+                f"note: {arts[0].package}: {'; '.join(tried)}; using {cand.file.filename} "
+                f"from {cand.location} instead"
             )
-            continue
-        known = art.sha256.get(filename)
-        if known:
-            file = LockedFile(filename, url, known, probe.size)
-        else:
-            got = downloader.fetch(Want(art.package, filename, url, art.location, None, probe.size))
+    return out
+
+
+def _try_artifact(
+    profile: Profile,
+    target: Target,
+    art: DirectArtifact,
+    cand: Candidate,
+    downloader: Downloader,
+    reporter: Reporter,
+) -> tuple[Candidate | None, str]:
+    """The artifact as the package's candidate, or None and why not (one phrase)."""
+    version = Version(cand.version).public
+    loc: Location = profile.location(art.location)
+    path = art.path_for(version, target)
+    filename = _artifact_filename(art.package, path, profile)
+    url = f"{split_credentials(loc.url or '')[0]}/{path}"
+    shown = f"{shown_url(loc.url or '')}/{path}"
+    _check_artifact_name(art.package, version, filename, target)
+    if art.expect is not None:
+        why, _ = origin.check(art.expect, filename, None)
+        if why:
+            return None, f"{shown} (location {art.location}) does not fit: {why}"
+    probe = downloader.probe(url)
+    if not probe.available:
+        return None, f"{shown} (location {art.location}) is not available ({probe.reason})"
+    known = art.sha256.get(filename)
+    if known and art.expect is None:
+        file = LockedFile(filename, url, known, probe.size)
+    else:
+        got = downloader.fetch(Want(art.package, filename, url, art.location, known, probe.size))
+        if not known:
             # No published hash: the zip's own CRCs and RECORD are the only check there is.
             ensure_whole(
                 downloader.cache,
@@ -317,9 +411,17 @@ def _apply_artifacts(
                 filename=filename,
                 url=url,
             )
-            file = LockedFile(filename, url, got.sha256, got.size)
-        out[name] = Candidate(name, str(parse_wheel_filename(filename)[1]), file, art.location)
-    return out
+        if art.expect is not None:
+            why, checked = origin.check(art.expect, filename, got.path)
+            if why:
+                return None, f"{shown} (location {art.location}) does not fit: {why}"
+            reporter.note(
+                f"note: {art.package}: {filename} from {art.location} checked against "
+                f"{art.expect.describe()}: {checked}"
+            )
+        file = LockedFile(filename, url, got.sha256, got.size)
+    found = Candidate(cand.name, str(parse_wheel_filename(filename)[1]), file, art.location)
+    return found, ""
 
 
 def _artifact_filename(package: str, path: str, profile: Profile) -> str:

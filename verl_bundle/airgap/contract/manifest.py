@@ -32,6 +32,7 @@ from verl_bundle.airgap.contract.manifest_values import (
     SIGNATURE,
     SIGNATURE_GPG,
     SIGNING_NAMESPACE,
+    SOURCE_KINDS,
     SOURCES,
     SUMS,
     WHEELS,
@@ -49,12 +50,13 @@ from verl_bundle.airgap.contract.manifest_values import (
     Phase,
     ProfileInfo,
     Readiness,
+    Source,
     SourceBuild,
     Target,
     Toolchain,
     canonical,
 )
-from verl_bundle.airgap.contract.manifest_write import dumps, to_dict
+from verl_bundle.airgap.contract.manifest_write import dumps, source_dict, to_dict
 
 __all__ = [
     "BOOTSTRAP",
@@ -75,6 +77,7 @@ __all__ = [
     "SIGNATURE_GPG",
     "SIGNING_NAMESPACE",
     "SOURCES",
+    "SOURCE_KINDS",
     "SUMS",
     "WHEELS",
     "BuildTime",
@@ -91,6 +94,7 @@ __all__ = [
     "Phase",
     "ProfileInfo",
     "Readiness",
+    "Source",
     "SourceBuild",
     "Target",
     "Toolchain",
@@ -101,5 +105,6 @@ __all__ = [
     "iter_paths",
     "load",
     "loads",
+    "source_dict",
     "to_dict",
 ]

@@ -17,6 +17,7 @@ from verl_bundle.airgap.contract.manifest_values import (
     KINDS,
     MANIFEST,
     SCHEMA,
+    SOURCE_KINDS,
     SUMS,
     BuildTime,
     BuiltFrom,
@@ -32,6 +33,7 @@ from verl_bundle.airgap.contract.manifest_values import (
     Phase,
     ProfileInfo,
     Readiness,
+    Source,
     SourceBuild,
     Target,
     Toolchain,
@@ -166,6 +168,7 @@ def _file(r: Reader) -> File:
     path = r.path("path")
     built = r.table("built_from", required=False)
     compiled = r.table("compiled", required=False)
+    source = r.table("source", required=False)
     return File(
         path=path,
         name=canonical(r.text("name")),
@@ -179,6 +182,28 @@ def _file(r: Reader) -> File:
         built_from=BuiltFrom(built.text("file"), built.sha256("sha256")) if built.data else None,
         compiled=_compiled(compiled) if compiled.data else None,
         license=r.text("license", ""),
+        source=read_source(source) if source.data else None,
+    )
+
+
+def read_source(r: Reader) -> Source:
+    """A file's `source` table (also the lock's, read by the host)."""
+    kind = r.text("kind")
+    if kind not in SOURCE_KINDS:
+        raise ManifestError(
+            f"{r.where}.kind must be one of {', '.join(SOURCE_KINDS)}, not {kind!r}"
+        )
+    tree = r.text("tree_sha256", "")
+    if tree and not _SHA256.match(tree):
+        raise ManifestError(f"{r.where}.tree_sha256 is not a sha256 digest: {_show(tree)}")
+    return Source(
+        kind=kind,
+        origin=r.text("origin"),
+        commit=r.text("commit", ""),
+        rev=r.text("rev", ""),
+        dirty=r.flag("dirty", False),
+        tree_sha256=tree,
+        note=r.text("note", ""),
     )
 
 
@@ -328,6 +353,7 @@ def from_dict(data: Any) -> Manifest:
             torch_version=chk.opt_text("torch_version"),
             torch_cuda=chk.opt_text("torch_cuda"),
             flash_attn_wheel=chk.opt_text("flash_attn_wheel"),
+            overrides=chk.texts("overrides"),
         ),
         phases=tuple(phases),
         files=files,

@@ -136,6 +136,42 @@ class Compiled:
 
 
 @dataclass(frozen=True)
+class Source:
+    """Where a wheel made on the online host from a source came from, when that source is not
+    an index: a source tree (a checkout, a fork; `dirty` when it differs from its commit), a git
+    revision (asked `rev`, got `commit`), or a wheel
+    or sdist file given by path. `tree_sha256` hashes the tree's files (path, mode, content);
+    `note` says what was left out (an object a mirror lacks). Which mirror served a git source
+    is not recorded: the upstream URL and the commit say what it is. Bundles written before
+    this field read as None."""
+
+    kind: str  # "tree", "git", "wheel" or "sdist"
+    origin: str  # the path or URL given (never credentials)
+    commit: str = ""
+    rev: str = ""
+    dirty: bool = False
+    tree_sha256: str = ""
+    note: str = ""
+
+    def describe(self) -> str:
+        """One phrase: "/src/verl (commit 1a2b3c4d5e6f, dirty)", "git+URL@rev (commit ...)"."""
+        facts = []
+        if self.kind == "tree" and not self.commit:
+            facts.append("not a git checkout")
+        if self.commit:
+            facts.append(f"commit {self.commit[:12]}")
+        if self.dirty:
+            facts.append("dirty")
+        if self.note:
+            facts.append(self.note)
+        where = f"git+{self.origin}@{self.rev}" if self.kind == "git" and self.rev else self.origin
+        return f"{where} ({', '.join(facts)})" if facts else where
+
+
+SOURCE_KINDS = ("tree", "git", "wheel", "sdist")
+
+
+@dataclass(frozen=True)
 class File:
     """A payload file: a wheel, an sdist or a bootstrap wheel, with where it came from."""
 
@@ -153,6 +189,7 @@ class File:
     # The licence its metadata declares (License-Expression, else License, else the licence
     # classifiers); "" when it declares none (and in bundles written before the field).
     license: str = ""
+    source: Source | None = None  # set for a wheel built here from a tree, git or a local file
 
     @property
     def filename(self) -> str:
@@ -209,6 +246,9 @@ class Checks:
     torch_version: str | None = None
     torch_cuda: str | None = None
     flash_attn_wheel: str | None = None
+    # Requirements the stack overrides on purpose ("numpy>=2.0.0": upstream's uv.lock, a
+    # profile's overrides): a pip check finding they explain is not a failure.
+    overrides: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -313,6 +353,7 @@ class Manifest:
             torch_version=self.checks.torch_version,
             torch_cuda=self.checks.torch_cuda,
             flash_attn_wheel=None if "flash-attn" in gone else self.checks.flash_attn_wheel,
+            overrides=self.checks.overrides,
         )
         return _replace(
             self,

@@ -10,7 +10,7 @@ import dataclasses
 import json
 from typing import Any
 
-from verl_bundle.airgap.contract.manifest_values import File, Manifest
+from verl_bundle.airgap.contract.manifest_values import File, Manifest, Source
 
 
 def to_dict(m: Manifest) -> dict[str, Any]:
@@ -48,6 +48,7 @@ def to_dict(m: Manifest) -> dict[str, Any]:
                 "torch_version": m.checks.torch_version,
                 "torch_cuda": m.checks.torch_cuda,
                 "flash_attn_wheel": m.checks.flash_attn_wheel,
+                **({"overrides": list(m.checks.overrides)} if m.checks.overrides else {}),
             },
             "phases": [
                 {
@@ -131,6 +132,24 @@ def _file_dict(f: File) -> dict[str, Any]:
         }
     if f.license:
         doc["license"] = f.license
+    if f.source is not None:
+        doc["source"] = source_dict(f.source)
+    return doc
+
+
+def source_dict(s: Source) -> dict[str, Any]:
+    """A source as manifest.json and the lock write it: the kind and origin, then only the
+    facts that are set."""
+    doc: dict[str, Any] = {"kind": s.kind, "origin": s.origin}
+    for key, value in (
+        ("commit", s.commit),
+        ("rev", s.rev),
+        ("dirty", s.dirty),
+        ("tree_sha256", s.tree_sha256),
+        ("note", s.note),
+    ):
+        if value:
+            doc[key] = value
     return doc
 
 

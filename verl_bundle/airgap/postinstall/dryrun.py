@@ -40,7 +40,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TABLE = os.path.join(HERE, "dryrun.json")
 # The entry and its hooks run in the target environment's python (airgap/inside/).
 INSIDE = os.path.join(os.path.dirname(HERE), "inside")
-ENTRY, HOOKS = "dryrun_entry.py", "dryrun_hooks.py"
+ENTRY, HOOKS, SITES = "dryrun_entry.py", "dryrun_hooks.py", "sites.py"
 DEADLINE = 900.0
 EVENTS_VAR, SITES_VAR = "VERL_BUNDLE_DRYRUN_EVENTS", "VERL_BUNDLE_DRYRUN_SITES"
 
@@ -73,6 +73,10 @@ class DryRun:
     tail: tuple[str, ...] = ()
     memory_mib: int | None = None  # the most GPU memory in use while it ran (nvidia-smi)
     left: tuple[int, ...] = field(default_factory=tuple)  # processes that had to be killed
+    # The recipe's entry points this verl lacks (a fork, or a later release, whose entry moved):
+    # then nothing ran. `recipe`: the release the recipe is for ("0.9").
+    moved: tuple[str, ...] = ()
+    recipe: str = ""
 
 
 def load_table(path: str = TABLE) -> dict[str, Any]:
@@ -82,9 +86,47 @@ def load_table(path: str = TABLE) -> dict[str, Any]:
 
 
 def row_for(verl: str | None, table: dict[str, Any]) -> dict[str, Any] | None:
-    """The dry-run recipe for this verl release; None when there is none (verl 0.2)."""
+    """The dry-run recipe for this verl release (a fork keeps its release's version); a version
+    past every row (verl main's 0.10.0.dev0) takes the newest one, marked `assumed`: it runs
+    only where all its entry points are found; None when there is none (verl 0.2)."""
+    row = next((r for r in table["verl"] if verl and in_range(verl, r)), None)
+    if row is None and verl:
+        newest = max(table["verl"], key=lambda r: release_of(str(r["from"])))
+        if release_of(verl) >= release_of(str(newest["from"])):
+            return dict(newest, assumed=True)
+    return row
 
-    return next((r for r in table["verl"] if verl and in_range(verl, r)), None)
+
+def entry_site(row: dict[str, Any]) -> str:
+    return f"verl.trainer.main_ppo:{str(row['entry']).split('.')[0]}"
+
+
+def moved_sites(python: str, row: dict[str, Any]) -> list[str]:
+    """The recipe's entry points (its entry, then the sites that mark its steps) that the
+    installed verl surely lacks; airgap/inside/sites.py reads the sources, nothing is imported.
+    A probe that cannot run says nothing. What stops the run: the entry missing, or, for a
+    recipe assumed for a later version, any of them (`stops`)."""
+    sites = [entry_site(row), *(s for group in row["sites"].values() for s in group)]
+    try:
+        run = subprocess.run(
+            [python, "-E", "-s", "-B", os.path.join(INSIDE, SITES)],
+            input=json.dumps(sites),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        found = json.loads(run.stdout).get("missing", []) if run.returncode == 0 else []
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return []
+    return [str(s) for s in found]
+
+
+def stops(row: dict[str, Any], moved: Sequence[str]) -> bool:
+    """A known release's fork whose step sites moved still runs (those steps are not
+    marked, as the report says); its entry moved, or a recipe assumed for a later version
+    that does not fit, is not run."""
+    return entry_site(row) in moved or (bool(row.get("assumed")) and bool(moved))
 
 
 def verl_of(manifest: Any) -> str | None:
@@ -288,6 +330,12 @@ def run_dry(
     if row is None:
         return None
     check_request(request)
+    moved = moved_sites(python, row)
+    if stops(row, moved):
+        gpus = max(request.gpus, 1)
+        return DryRun(
+            verl, (), False, None, 0.0, gpus, None, moved=tuple(moved), recipe=row["from"]
+        )
     model, data = request.model, request.data
     if model is None:
         found = installed_assets(python)

@@ -131,7 +131,10 @@ def _summary(step: str, run: DryRun) -> str:
 
 
 def checks(run: DryRun, table: dict[str, Any]) -> list[Check]:
-    """One check per step, in order."""
+    """One check per step, in order; one failed check when the recipe's entry points are not
+    in this verl (nothing ran)."""
+    if run.moved:
+        return [moved(run)]
     order = [s["id"] for s in table["steps"]]
     what = {s["id"]: s["what"] for s in table["steps"]}
     failed = _failure(run, order, table)
@@ -225,6 +228,22 @@ def left_out(how: str, prove: str) -> Check:
         detail=f"left out by {how}",
         fix=prove,
         subject="the trainer's start",
+    )
+
+
+def moved(run: DryRun) -> Check:
+    """A fork, or a later release, whose entry points are not where verl {recipe}'s are."""
+    first = run.moved[0]
+    more = f" (and {len(run.moved) - 1} more)" if run.moved[1:] else ""
+    return Check(
+        "dryrun",
+        "fail",
+        f"verl {run.verl}: {first} is not there{more} (verl {run.recipe}'s entry moved); no "
+        "dry run",
+        detail="; ".join(run.moved),
+        fix=f"the dry run follows verl {run.recipe}'s recipe (dryrun.json); a fork that moved "
+        "its entry points needs a recipe of its own, or run its trainer by hand once",
+        subject=SUBJECT,
     )
 
 

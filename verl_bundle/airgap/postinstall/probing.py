@@ -16,7 +16,7 @@ from typing import Sequence
 
 from verl_bundle.airgap.checks import Check
 from verl_bundle.airgap.contract import manifest as mf
-from verl_bundle.airgap.postinstall import dryrun, dryrun_report
+from verl_bundle.airgap.postinstall import dryrun, dryrun_report, overrides
 from verl_bundle.airgap.postinstall.dryrun import DryRunRequest
 from verl_bundle.airgap.postinstall.readiness import (
     OFFLINE_ENV,
@@ -35,10 +35,11 @@ from verl_bundle.airgap.postinstall.readiness import (
 _UV_HEADER = ("Using Python ", "Checked ", "Found ")
 
 
-def pip_check(python: str, uv: str | None = None) -> Check:
+def pip_check(python: str, uv: str | None = None, overridden: Sequence[str] = ()) -> Check:
     """The installed set's consistency: `uv` (the bundled one, which the installer passes),
     else the uv next to the interpreter, else pip (a second interpreter start and pip's own
-    imports: seconds on a real stack, where uv takes milliseconds)."""
+    imports: seconds on a real stack, where uv takes milliseconds). A finding that one of the
+    stack's own overrides explains (`overridden`, the manifest's) is said, not failed."""
     uv = uv or os.path.join(os.path.dirname(python), "uv")
     if os.access(uv, os.X_OK):
         # --no-cache: nothing written outside the environment (uv would keep its cache in HOME).
@@ -55,7 +56,17 @@ def pip_check(python: str, uv: str | None = None) -> Check:
         return Check("pip-check", "ok", "no broken requirements", subject=tool)
     if "No module named pip" in text:
         return Check("pip-check", "skip", "neither uv nor pip in this environment", subject=tool)
-    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith(_UV_HEADER)][:5]
+    found = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith(_UV_HEADER)]
+    table = overrides.parse(overridden)
+    meant = [why for ln in found if (why := overrides.accepted(ln, table))]
+    lines = [ln for ln in found if not overrides.accepted(ln, table)][:5]
+    if meant and not lines:
+        return Check(
+            "pip-check",
+            "ok",
+            "no broken requirements but the stack's own overrides: " + "; ".join(meant),
+            subject=tool,
+        )
     return Check(
         "pip-check",
         "fail",
@@ -144,7 +155,7 @@ def run_readiness(
     table = load_table()
     plan = plan_for(manifest, purpose, table)
     with ThreadPoolExecutor(max_workers=1) as pool:
-        pip = pool.submit(pip_check, python)
+        pip = pool.submit(pip_check, python, None, manifest.checks.overrides)
         facts = probe(python, plan, require_gpu, timeout)
         found = report(manifest, plan, facts, pip.result(), table)
     if deep is None:

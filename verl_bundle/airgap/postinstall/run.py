@@ -114,7 +114,9 @@ def run_checks(
             torch,
             flash,
         )
-        pip = pool.submit(run.pip_check, python, uv) if plan is not None or uv else None
+        pip = (
+            pool.submit(run.pip_check, python, uv, c.overrides) if plan is not None or uv else None
+        )
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=DISTUTILS_NOISE)
             found = installed.check_versions(m)

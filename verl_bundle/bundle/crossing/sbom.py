@@ -66,6 +66,20 @@ def _distribution(url: str, sha256: str) -> list[ExternalReference]:
     ]
 
 
+def _vcs(source: mf.Source) -> list[ExternalReference]:
+    """A wheel made from git: its repository at the commit (CycloneDX `vcs`)."""
+    from cyclonedx.exception.model import InvalidUriException
+    from cyclonedx.model import ExternalReference, ExternalReferenceType, XsUri
+
+    if source.kind != "git" or not source.commit:
+        return []
+    try:
+        where = XsUri(f"git+{source.origin}@{source.commit}")
+    except InvalidUriException:
+        return []
+    return [ExternalReference(type=ExternalReferenceType.VCS, url=where)]
+
+
 def _component(f: mf.File) -> Component:
     from cyclonedx.model.component import Component, ComponentType
     from packageurl import PackageURL
@@ -80,6 +94,12 @@ def _component(f: mf.File) -> Component:
         props.append(prop("compiled", f"{f.compiled.toolkit}; {f.compiled.archs}"))
     if f.built_from is not None:
         props.append(prop("built-from", f"{f.built_from.file} sha256:{f.built_from.sha256}"))
+    refs = _distribution(f.url, f.sha256) if f.source is None else []
+    if f.source is not None:
+        props.append(prop("source", f.source.describe()))
+        if f.source.tree_sha256:
+            props.append(prop("source-tree-sha256", f.source.tree_sha256))
+        refs = _vcs(f.source)
     return Component(
         type=ComponentType.LIBRARY,
         name=f.name,
@@ -91,7 +111,7 @@ def _component(f: mf.File) -> Component:
         ),
         hashes=[sha256_hash(f.sha256)],
         licenses=licenses_of(f.license),
-        external_references=_distribution(f.url, f.sha256),
+        external_references=refs,
         properties=props,
     )
 

@@ -108,6 +108,11 @@ def inspect_json(i: Inspection) -> dict[str, Any]:
         "base": i.base,
         "base_release": i.base_release,
         "changes": [{"name": c.name, "old": c.old, "new": c.new} for c in i.changes],
+        "sources": [
+            {"name": f.name, "version": f.version, **mf.source_dict(f.source)}
+            for f in m.files
+            if f.source is not None
+        ],
     }
 
 
@@ -141,6 +146,9 @@ def inspect_text(i: Inspection) -> str:
         older = m.release < i.base_release
         release += f" ({i.base}: {i.base_release}" + ("; OLDER: a downgrade)" if older else ")")
     lines.append(release)
+    for f in m.files:
+        if f.source is not None:
+            lines.append(f"source:    {f.name} {f.version} from {f.source.describe()}")
     lines.append(f"lock:      pylock.toml sha256 {i.lock_sha256 or '(none)'}")
     size = f"; tarball {human_size(o.size)}" if o.size else ""
     vols = f" in {len(o.volumes)} volumes" if o.volumes else ""
