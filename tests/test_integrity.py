@@ -14,8 +14,8 @@ from support.pkgindex import build_wheel
 from verl_bundle.airgap.contract.hashing import sha256_file
 from verl_bundle.errors import FetchError
 from verl_bundle.fetch.wheelchecks import WheelCheck, WheelChecks
-from verl_bundle.integrity import passed, recorded, structure_problem, wheel_problem
 from verl_bundle.net.cache import Cache
+from verl_bundle.wheel.integrity import passed, recorded, structure_problem, wheel_problem
 
 
 @pytest.fixture

@@ -13,8 +13,9 @@ from conftest import ROOT
 
 PACKAGE = ROOT / "verl_bundle"
 # The foundation every stage may use, then the stages in pipeline order: a module may import a
-# module of its own layer or of an earlier one, never of a later one. compile/ comes before
-# fetch/ because the fetch stage calls the host compile once per source build.
+# module of its own layer or of an earlier one, never of a later one. sources/ comes before
+# resolve/ (a fork's wheel is built before the stack is resolved around it) and compile/ before
+# fetch/ (the fetch stage calls the host compile once per source build).
 FOUNDATION = {
     "__init__",
     "errors",
@@ -23,12 +24,13 @@ FOUNDATION = {
     "interpreter",
     "leftovers",
     "resources",
-    "integrity",
-    "licenses",
+    "uvcmd",
+    "wheel",
     "net",
 }
 STAGES = [
     "profile",
+    "sources",
     "resolve",
     "compile",
     "fetch",
@@ -94,7 +96,7 @@ def _layer(module: str) -> int:
 def test_every_top_level_name_has_a_layer() -> None:
     tops = {p.stem if p.is_file() else p.name for p in PACKAGE.iterdir()}
     tops = {t for t in tops if not t.startswith((".", "__pycache__")) and t != "airgap"}
-    tops -= {"profiles", "templates", "licenses"}  # data (licenses.json) next to its module
+    tops -= {"profiles", "templates"}  # the data a wheel carries (pyproject's force-include)
     assert tops <= FOUNDATION | set(STAGES), tops - FOUNDATION - set(STAGES)
 
 

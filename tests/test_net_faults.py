@@ -23,13 +23,13 @@ from support.stack import UPLOADED
 from verl_bundle.airgap.contract.hashing import sha256_file
 from verl_bundle.credentials import Redactor
 from verl_bundle.errors import FetchError
-from verl_bundle.fetch.hostbuild import build_pure_wheel
 from verl_bundle.fetch.wheelhouse import fetch_order
-from verl_bundle.integrity import wheel_problem
 from verl_bundle.net.cache import Cache
 from verl_bundle.net.download import Downloader, Want
 from verl_bundle.net.http import Http
 from verl_bundle.resolve.lock import Kind, LockedFile, LockedPackage, read_lock
+from verl_bundle.sources.hostbuild import build_pure_wheel
+from verl_bundle.wheel.integrity import wheel_problem
 
 BIG = 2 * 1024 * 1024
 FLASH = "flash_attn-2.5.8+cu118torch2.1cxx11abiFALSE-cp310-cp310-linux_x86_64.whl"

@@ -15,10 +15,9 @@ from conftest import ROOT, Stack
 from support.cli import run
 from support.pkgindex import Server, build_wheel
 
-from verl_bundle.fetch.elf import NotElfError, read_elf
-from verl_bundle.fetch.origin import Built, check, from_libraries, from_name, mismatch
-from verl_bundle.profile.model import Expect
 from verl_bundle.resolve.lock import read_lock
+from verl_bundle.wheel.elf import NotElfError, read_elf
+from verl_bundle.wheel.origin import Built, Expect, check, from_libraries, from_name, mismatch
 
 CU118 = (ROOT / "profiles" / "cu118-legacy.toml").read_text()
 # A libtorch symbol as a new-ABI (cxx11abi TRUE) extension imports it: c10's check failure,

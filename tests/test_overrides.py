@@ -14,7 +14,7 @@ from support.pkgindex import build_wheel
 
 from verl_bundle.airgap.postinstall.overrides import accepted, parse
 from verl_bundle.airgap.postinstall.probing import pip_check
-from verl_bundle.resolve.uvcmd import uv_binary
+from verl_bundle.uvcmd import uv_binary
 
 UV_LINE = (
     "The package `mistral-common` requires `numpy>=1.25,<2.4 ; python_full_version < '3.13'`, "

@@ -1,6 +1,6 @@
 """Every bundle's sbom.cdx.json (CycloneDX 1.6, written with cyclonedx-python-lib) validated with
 the library's own JSON schema validator, and LICENSES.txt, from a real bundle of the toy stack;
-the licence table (verl_bundle/licenses.json), each entry against its own sample."""
+the licence table (verl_bundle/wheel/licenses.json), each entry against its own sample."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from cyclonedx.validation.json import JsonStrictValidator
 from support.pkgindex import build_sdist, build_wheel
 
 from verl_bundle.airgap.contract import manifest as mf
-from verl_bundle.licenses import declared, judge, of_file, table
+from verl_bundle.wheel.licenses import declared, judge, of_file, table
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from support.served import BASE, serving
 
 from verl_bundle.airgap.contract import manifest as mf
 from verl_bundle.airgap.verify.bundle import parse_sums, verify_dir
-from verl_bundle.resolve.uvcmd import uv_binary
+from verl_bundle.uvcmd import uv_binary
 
 pytestmark = pytest.mark.slow
 

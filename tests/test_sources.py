@@ -14,7 +14,6 @@ from support.pkgindex import build_sdist, build_wheel, write_source_tree
 
 from verl_bundle.credentials import Redactor
 from verl_bundle.errors import HostBuildError, UsageError
-from verl_bundle.fetch.sourcebuild import SourceBuilder, tree_sha256, tree_state
 from verl_bundle.net.cache import Cache
 from verl_bundle.profile.sources import (
     Git,
@@ -26,6 +25,7 @@ from verl_bundle.profile.sources import (
     requirement_source,
 )
 from verl_bundle.progress import Silent
+from verl_bundle.sources.sourcebuild import SourceBuilder, tree_sha256, tree_state
 
 
 def fork_tree(where: Path, version: str = "0.2.0.post2") -> Path:

@@ -21,7 +21,7 @@ from support.gitserve import bare_clone, commit_tree
 from support.pkgindex import Server, build_wheel, write_source_tree
 
 from verl_bundle.resolve.lock import read_lock
-from verl_bundle.resolve.uvcmd import uv_binary
+from verl_bundle.uvcmd import uv_binary
 
 UPSTREAM_GIT = "https://git.invalid/tinygit.git"
 

@@ -24,7 +24,6 @@ from verl_bundle.bundle.assembly import (
 from verl_bundle.bundle.plan import check_phases, driver_line
 from verl_bundle.compile.compiler import CompileOptions
 from verl_bundle.errors import LockError, UsageError
-from verl_bundle.fetch.sourcebuild import SourceBuilder
 from verl_bundle.fetch.standalone import fetch_interpreter
 from verl_bundle.fetch.wheelhouse import Wheelhouse, fetch
 from verl_bundle.net.cache import Cache
@@ -45,6 +44,7 @@ from verl_bundle.resolve.local import (
 from verl_bundle.resolve.lock import Lock, diff_locks, read_lock, write_lock
 from verl_bundle.resolve.resolver import lock_profile
 from verl_bundle.resolve.uvlock import lock_from_uv
+from verl_bundle.sources.sourcebuild import SourceBuilder
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from verl_bundle import __version__
 from verl_bundle.airgap.contract import assets as am
 from verl_bundle.bundle.crossing.sbom import NAMESPACE, licenses_of, prop, sha256_hash, timestamp_of
-from verl_bundle.licenses import judge
+from verl_bundle.wheel.licenses import judge
 
 if TYPE_CHECKING:
     from cyclonedx.model.component import Component

@@ -23,12 +23,12 @@ from verl_bundle.compile.cost import pinned_version, server_build_time
 from verl_bundle.errors import LockError
 from verl_bundle.fetch.standalone import BundledPython
 from verl_bundle.fetch.wheelhouse import Artifact, Wheelhouse
-from verl_bundle.licenses import declared, metadata_of_wheel, of_file
 from verl_bundle.profile.model import Profile
 from verl_bundle.profile.model import SourceBuild as ProfileSourceBuild
 from verl_bundle.profile.target import Target
 from verl_bundle.resolve.lock import Lock, dumps, group_by_phase
 from verl_bundle.resources import airgap_dir, data_dir
+from verl_bundle.wheel.licenses import declared, metadata_of_wheel, of_file
 
 if TYPE_CHECKING:
     from verl_bundle.bundle.crossing.extras import Base

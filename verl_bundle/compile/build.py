@@ -41,7 +41,7 @@ from verl_bundle.compile.workdir import WorkDir, claim
 from verl_bundle.credentials import Redactor
 from verl_bundle.errors import BundleError, Terminated
 from verl_bundle.progress import Reporter
-from verl_bundle.resolve.uvcmd import uv_binary, uv_env
+from verl_bundle.uvcmd import uv_binary, uv_env
 
 Mode = Literal["auto", "always", "never"]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from verl_bundle.credentials import Redactor
 from verl_bundle.errors import BundleError
-from verl_bundle.resolve.uvcmd import run_uv
+from verl_bundle.uvcmd import run_uv
 
 
 class BuildEnvError(BundleError):

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import IO
 
 from verl_bundle.errors import FetchError
-from verl_bundle.integrity import WheelFacts, examine, passed, settle
 from verl_bundle.net.cache import Cache
+from verl_bundle.wheel.integrity import WheelFacts, examine, passed, settle
 
 NICENESS = 5  # below the downloads and the tar writer, but not starved on a busy host
 # The worker imports this module from the same place as the build (not from the current

@@ -21,10 +21,8 @@ from verl_bundle.airgap.contract.names import UnsafeNameError, plain_filename
 from verl_bundle.compile.compiler import CompileOptions, SourceCompiler
 from verl_bundle.credentials import split_credentials
 from verl_bundle.errors import FetchError, LockError
-from verl_bundle.fetch.hostbuild import BuiltWheel, build_pure_wheel
 from verl_bundle.fetch.standalone import BundledPython
 from verl_bundle.fetch.wheelchecks import WheelCheck, WheelChecks
-from verl_bundle.integrity import WheelFacts, ensure_whole, passed, recorded
 from verl_bundle.net.cache import disk_error
 from verl_bundle.net.download import Cached, Downloader, Want
 from verl_bundle.net.http import Http, shown_url
@@ -32,6 +30,8 @@ from verl_bundle.net.index import read_project
 from verl_bundle.profile.model import DEFAULT_INDEX, Profile
 from verl_bundle.progress import Reporter
 from verl_bundle.resolve.lock import LOCAL, Lock, LockedFile, LockedPackage
+from verl_bundle.sources.hostbuild import BuiltWheel, build_pure_wheel
+from verl_bundle.wheel.integrity import WheelFacts, ensure_whole, passed, recorded
 
 
 @dataclass(frozen=True)

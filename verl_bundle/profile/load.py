@@ -19,7 +19,6 @@ from verl_bundle.profile.model import (
     DEFAULT_INDEX,
     Checks,
     DirectArtifact,
-    Expect,
     InterpreterSource,
     Location,
     Phase,
@@ -39,6 +38,7 @@ from verl_bundle.profile.table import (
     read_version,
 )
 from verl_bundle.profile.target import normalize_platform, parse_python
+from verl_bundle.wheel.origin import Expect
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -18,6 +18,7 @@ from verl_bundle.airgap.contract.manifest import MaxJobs  # one value for host a
 from verl_bundle.credentials import Redactor, redact_url
 from verl_bundle.errors import UsageError
 from verl_bundle.profile.target import Target, normalize_platform, parse_python
+from verl_bundle.wheel.origin import Expect
 
 LocationKind = Literal["index", "files"]
 
@@ -85,25 +86,6 @@ class StaticMetadata:
     version: str
     requires_dist: tuple[str, ...]
     requires_python: str | None = None
-
-
-@dataclass(frozen=True)
-class Expect:
-    """What a prebuilt extension must have been built against (a profile's `expect`)."""
-
-    torch: str | None = None  # "2.11": torch's minor
-    cuda: str | None = None  # "13": the CUDA major ("13.0": major and minor, where named)
-    cxx11abi: bool | None = None
-
-    def describe(self) -> str:
-        parts = []
-        if self.torch:
-            parts.append(f"torch {self.torch}")
-        if self.cuda:
-            parts.append(f"CUDA {self.cuda}")
-        if self.cxx11abi is not None:
-            parts.append(f"cxx11abi {'TRUE' if self.cxx11abi else 'FALSE'}")
-        return ", ".join(parts)
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 fork, dirty or not), a wheel or sdist file, a git URL with a revision, or a released version.
 
 `build --verl SPEC` and the profile's `verl = "SPEC"` name verl's; a profile requirement
-`name @ file://...` or `name @ git+URL@rev` names another's. Parsing only: fetch/sourcebuild.py
+`name @ file://...` or `name @ git+URL@rev` names another's. Parsing only: sources/sourcebuild.py
 makes the wheel."""
 
 from __future__ import annotations

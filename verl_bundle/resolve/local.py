@@ -1,6 +1,6 @@
 """Sources resolved with the stack: verl from `--verl SPEC` (or the profile's `verl`), and any
 requirement `name @ file://...` or `name @ git+URL@REV`, each made into a wheel on this host
-(fetch/sourcebuild.py) and handed to uv as that wheel, never as a directory or a git URL (a
+(sources/sourcebuild.py) and handed to uv as that wheel, never as a directory or a git URL (a
 fork's own `[tool.uv.sources]` and git hosts never reach the resolver).
 
 The rest of the stack stays the profile's: its own pins as they are, and the versions of its
@@ -25,7 +25,6 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from verl_bundle.errors import LockError, ResolutionError
-from verl_bundle.fetch.sourcebuild import BuiltSource, SourceBuilder
 from verl_bundle.net.download import Downloader, Want
 from verl_bundle.profile.model import Profile
 from verl_bundle.profile.sources import (
@@ -39,6 +38,7 @@ from verl_bundle.profile.sources import (
 from verl_bundle.profile.target import Target
 from verl_bundle.resolve.lock import LOCAL, Lock, LockedPackage
 from verl_bundle.resolve.resolver import release_of
+from verl_bundle.sources.sourcebuild import BuiltSource, SourceBuilder
 
 
 @dataclass(frozen=True)

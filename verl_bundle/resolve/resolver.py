@@ -28,8 +28,6 @@ from packaging.version import Version
 from verl_bundle.airgap.contract.names import UnsafeNameError, plain_filename
 from verl_bundle.credentials import split_credentials
 from verl_bundle.errors import FetchError, ProfileError, ResolutionError
-from verl_bundle.fetch import origin
-from verl_bundle.integrity import ensure_whole
 from verl_bundle.net.download import Downloader, Want
 from verl_bundle.net.http import shown_url
 from verl_bundle.net.index import read_project
@@ -53,8 +51,10 @@ from verl_bundle.resolve.lock import (
     Role,
     now,
 )
-from verl_bundle.resolve.uvcmd import host_python, run_uv
 from verl_bundle.resolve.uverrors import explain_failure
+from verl_bundle.uvcmd import host_python, run_uv
+from verl_bundle.wheel import origin
+from verl_bundle.wheel.integrity import ensure_whole
 
 if sys.version_info >= (3, 11):
     import tomllib

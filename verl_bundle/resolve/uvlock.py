@@ -11,7 +11,7 @@ file is and its hash. Then per package, by the lock's source:
 - a named index whose entries the lock carries without hashes (verl's wheelhouse): the
   profile's direct artifacts for it, tried in order, else the lock's URL itself; hashed on
   download; where none can be had, the profile's source build from the default index's sdist;
-- git: built on this host from the commit the lock pins (fetch/sourcebuild.py, mirrors
+- git: built on this host from the commit the lock pins (sources/sourcebuild.py, mirrors
   honoured); verl itself (`editable = "."`): the tree the lock came with, built the same way.
 """
 
@@ -30,7 +30,6 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from verl_bundle.errors import ProfileError, ResolutionError, UsageError
-from verl_bundle.fetch.sourcebuild import BuiltSource, SourceBuilder
 from verl_bundle.net.download import Downloader
 from verl_bundle.profile.model import DEFAULT_INDEX, DirectArtifact, Profile, UvLock
 from verl_bundle.profile.sources import Git
@@ -38,7 +37,8 @@ from verl_bundle.profile.target import Target
 from verl_bundle.progress import Reporter
 from verl_bundle.resolve import resolver
 from verl_bundle.resolve.lock import LOCAL, Lock, LockedFile, now
-from verl_bundle.resolve.uvcmd import run_uv
+from verl_bundle.sources.sourcebuild import BuiltSource, SourceBuilder
+from verl_bundle.uvcmd import run_uv
 
 if sys.version_info >= (3, 11):
     import tomllib

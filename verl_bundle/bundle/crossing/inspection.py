@@ -14,7 +14,7 @@ from verl_bundle.airgap.contract import manifest as mf
 from verl_bundle.airgap.verify.signature import check, ssh_key_of
 from verl_bundle.bundle.crossing.sbom import PYTHON_LICENSE
 from verl_bundle.bundle.read import Opened, open_bundle
-from verl_bundle.licenses import judge
+from verl_bundle.wheel.licenses import judge
 
 
 @dataclass(frozen=True)

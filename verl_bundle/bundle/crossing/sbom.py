@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from verl_bundle import __version__
 from verl_bundle.airgap.contract import manifest as mf
-from verl_bundle.licenses import UNKNOWN, Verdict, judge
+from verl_bundle.wheel.licenses import UNKNOWN, Verdict, judge
 
 if TYPE_CHECKING:
     from cyclonedx.model import ExternalReference, HashType, Property

@@ -36,12 +36,12 @@ from verl_bundle.airgap.contract import manifest as mf
 from verl_bundle.airgap.contract.hashing import sha256_file
 from verl_bundle.credentials import Redactor, redact_url
 from verl_bundle.errors import HostBuildError, UsageError
-from verl_bundle.fetch.hostbuild import BuiltWheel, build_pure_wheel, normalize_wheel
-from verl_bundle.fetch.hostbuild import source_date_epoch as default_epoch
 from verl_bundle.net.cache import Cache
 from verl_bundle.profile.sources import Git, Release, SdistFile, SourceSpec, Tree, WheelFile
 from verl_bundle.progress import Reporter
-from verl_bundle.resolve.uvcmd import host_python, run_uv
+from verl_bundle.sources.hostbuild import BuiltWheel, build_pure_wheel, normalize_wheel
+from verl_bundle.sources.hostbuild import source_date_epoch as default_epoch
+from verl_bundle.uvcmd import host_python, run_uv
 
 # Left out of a tree that is not a git checkout: VCS data and what builds leave behind.
 _SKIP_DIRS = {".git", ".hg", ".svn", "build", "dist", "__pycache__", ".venv", ".tox", ".eggs"}

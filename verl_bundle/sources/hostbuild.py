@@ -23,7 +23,7 @@ from verl_bundle.airgap.contract.names import UnsafeNameError, plain_filename
 from verl_bundle.credentials import Redactor
 from verl_bundle.errors import HostBuildError, LockError
 from verl_bundle.net.cache import Cache
-from verl_bundle.resolve.uvcmd import host_python, run_uv
+from verl_bundle.uvcmd import host_python, run_uv
 
 # 1980-01-01T00:00:00Z, the earliest time a zip entry can hold: used when SOURCE_DATE_EPOCH is unset.
 DEFAULT_EPOCH = 315532800

@@ -12,12 +12,30 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from verl_bundle.fetch.elf import NotElfError, read_elf
-from verl_bundle.profile.model import Expect
+from verl_bundle.wheel.elf import NotElfError, read_elf
 
 _LABEL = re.compile(r"cu(?P<cuda>\d+)torch(?P<torch>\d+\.\d+)(?:cxx11abi(?P<abi>TRUE|FALSE))?")
 _CUDART = re.compile(r"libcudart\.so\.(\d+)")
 _TORCH_SYMBOL = ("_ZN3c10", "_ZN2at", "_ZN5torch", "_ZNK3c10", "_ZNK2at")
+
+
+@dataclass(frozen=True)
+class Expect:
+    """What a prebuilt extension must have been built against (a profile's `expect`)."""
+
+    torch: str | None = None  # "2.11": torch's minor
+    cuda: str | None = None  # "13": the CUDA major ("13.0": major and minor, where named)
+    cxx11abi: bool | None = None
+
+    def describe(self) -> str:
+        parts = []
+        if self.torch:
+            parts.append(f"torch {self.torch}")
+        if self.cuda:
+            parts.append(f"CUDA {self.cuda}")
+        if self.cxx11abi is not None:
+            parts.append(f"cxx11abi {'TRUE' if self.cxx11abi else 'FALSE'}")
+        return ", ".join(parts)
 
 
 @dataclass(frozen=True)

@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from verl_bundle.errors import FetchError
-from verl_bundle.licenses import declared, metadata_of_wheel
 from verl_bundle.net.cache import Cache
 from verl_bundle.net.http import shown_url
+from verl_bundle.wheel.licenses import declared, metadata_of_wheel
 
 CHUNK = 1 << 20
 
