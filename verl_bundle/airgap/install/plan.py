@@ -23,8 +23,19 @@ if TYPE_CHECKING:
 def dry_run(inst: Installer) -> None:
     opts, m, say = inst.opts, inst.m, inst.out.say
     kind = envs.check_prefix(opts, inst.target)
+    if opts.image:
+        from verl_bundle.airgap.install.image import check_target
+
+        check_target(opts.image, inst.target)  # refused as the real run would, at once
+    planned = inst.base_plan()  # --base checked as the real run checks it (nothing placed)
     say(f"Plan for {m.name} (dry run: nothing is changed)")
     say(f"  bundle:  {opts.bundle}")
+    if planned is not None:
+        taken, already = planned
+        say(
+            f"  base:    {len(taken)} file(s) from {opts.base}, each checked by its sha256"
+            + (f"; {already} already here" if already else "")
+        )
     try:
         python = envs.choose_python(opts, m, inst.target)
         got = envs.python_version(python) or "unknown"

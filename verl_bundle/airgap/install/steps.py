@@ -103,16 +103,18 @@ class Installer(Steps):
             raise DamagedError(found.line)
         self.out.say(f"    {found.line}")
 
-    def completed(self) -> None:
-        """A delta bundle takes the files it left out from --base OLD_DIR, each checked against
-        this manifest, before the whole is verified as a full bundle (install/base.py)."""
+    def base_plan(self) -> tuple[list[Any], int] | None:
+        """--base: the usage errors, then where each file a delta leaves to its base comes
+        from, each checked by its sha256 (install/base.py `plan`: BaseError, exit 3, for one
+        in neither place); nothing is placed. None for a full bundle. The dry run asks the
+        same, so it fails as the real run would."""
         if self.m.delta is None:
             if self.opts.base:
                 raise UsageError(
                     f"--base {self.opts.base}: this bundle is a full one, not a delta; "
                     "run ./install.sh without --base"
                 )
-            return
+            return None
         if not self.opts.base:
             raise UsageError(
                 f"this bundle is a delta: it left {len(self.m.delta.omitted)} file(s) to its base "
@@ -120,7 +122,17 @@ class Installer(Steps):
             )
         from verl_bundle.airgap.install import base
 
-        done = base.complete(self.m, self.opts.bundle, self.opts.base)
+        return base.plan(self.m, self.opts.bundle, self.opts.base)
+
+    def completed(self) -> None:
+        """A delta bundle takes the files it left out from --base OLD_DIR, each checked against
+        this manifest, before the whole is verified as a full bundle (install/base.py)."""
+        planned = self.base_plan()
+        if planned is None:
+            return
+        from verl_bundle.airgap.install import base
+
+        done = base.place(self.opts.bundle, *planned)
         copied = len(done.taken) - done.linked
         self.out.say(
             f"    took {len(done.taken)} file(s) from {self.opts.base} ({done.linked} linked, "
