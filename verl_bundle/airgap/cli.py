@@ -149,10 +149,12 @@ def _postinstall(args: argparse.Namespace) -> int:
 
 
 def _write_result(path: str, doc: dict[str, Any]) -> None:
-    """Write the envelope whole or not at all."""
-    with open(path + ".part", "w", encoding="utf-8") as fh:
-        fh.write(render.dumps(doc))
-    os.replace(path + ".part", path)
+    """Write the envelope whole or not at all, in the directory given (the install's state
+    directory): a fresh hidden name, renamed over the final one (airgap/confined.py)."""
+    from verl_bundle.airgap.confined import Confined
+
+    with Confined(os.path.dirname(os.path.abspath(path))) as where:
+        where.write_atomic(os.path.basename(path), render.dumps(doc))
 
 
 def _readiness(args: argparse.Namespace) -> int:

@@ -7,7 +7,7 @@ component by component with O_NOFOLLOW, so no symbolic link planted before or du
 ever followed:
 - `create` opens with O_EXCL (never an existing file or link), `write_atomic` writes a fresh
   hidden name and renames it over the final one (a link there is replaced, never its target),
-  `open_log` appends to or truncates only a regular file with one link;
+  `append` appends to or truncates only a regular file with one link;
 - `remove` unlinks a link itself, never its target, and removes a tree descriptor by
   descriptor; `links_leaving` names the links under a directory whose target leaves the root
   (what the install removes, or refuses, before pip or uv write there by path).
@@ -201,7 +201,7 @@ class Confined:
         with self._parent(rel, True) as (fd, name):
             return os.open(name, flags, mode, dir_fd=fd)
 
-    def open_log(self, rel: str, truncate: bool = False, mode: int = 0o644) -> IO[str]:
+    def append(self, rel: str, truncate: bool = False, mode: int = 0o644) -> IO[str]:
         """A log to append to (made when missing; emptied first with `truncate`): only a
         regular file with one link is opened, a link or a FIFO planted there is refused."""
         with self._parent(rel, True) as (fd, name):
@@ -234,29 +234,33 @@ class Confined:
                     os.unlink(tmp, dir_fd=fd)
                 raise
 
-    def copy_in(self, source: str, rel: str, mode: int | None = None) -> None:
-        """A copy of the file `source` (read through, wherever it is) as `rel`, whole or not
-        at all (`write_atomic`'s hidden name, in blocks)."""
+    def write_stream(self, rel: str, src: IO[bytes], mode: int = 0o644) -> None:
+        """Everything left in `src` as `rel`, whole or not at all (`write_atomic`'s hidden
+        name, in blocks)."""
         with self._parent(rel, True) as (fd, name):
             tmp = f".{name}.partial-{os.getpid()}-{os.urandom(4).hex()}"
             try:
-                with open(source, "rb") as src:
-                    bits = (
-                        mode if mode is not None else stat.S_IMODE(os.fstat(src.fileno()).st_mode)
-                    )
-                    out = os.open(tmp, _WRITE | os.O_CREAT | os.O_EXCL, bits, dir_fd=fd)
-                    os.set_blocking(out, True)
-                    with open(out, "wb") as dst:
-                        while True:
-                            block = src.read(1 << 20)
-                            if not block:
-                                break
-                            dst.write(block)
+                out = os.open(tmp, _WRITE | os.O_CREAT | os.O_EXCL, mode, dir_fd=fd)
+                os.set_blocking(out, True)
+                with open(out, "wb") as dst:
+                    while True:
+                        block = src.read(1 << 20)
+                        if not block:
+                            break
+                        dst.write(block)
+                    os.fchmod(dst.fileno(), mode)  # the mode asked for, whatever the umask
                 os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
             except BaseException:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp, dir_fd=fd)
                 raise
+
+    def copy_in(self, source: str, rel: str, mode: int | None = None) -> None:
+        """A copy of the file `source` (read through, wherever it is) as `rel`, whole or not
+        at all; its mode, unless `mode` is given."""
+        with open(source, "rb") as src:
+            bits = mode if mode is not None else stat.S_IMODE(os.fstat(src.fileno()).st_mode)
+            self.write_stream(rel, src, bits)
 
     def link_in(self, source: str, rel: str) -> bool:
         """`source` as `rel`: a hard link (True), or a copy where a link cannot be made (across
