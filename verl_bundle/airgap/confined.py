@@ -201,19 +201,25 @@ class Confined:
         with self._parent(rel, True) as (fd, name):
             return os.open(name, flags, mode, dir_fd=fd)
 
-    def append(self, rel: str, truncate: bool = False, mode: int = 0o644) -> IO[str]:
-        """A log to append to (made when missing; emptied first with `truncate`): only a
-        regular file with one link is opened, a link or a FIFO planted there is refused."""
+    def append(self, rel: str, fresh: bool = False, mode: int = 0o644) -> IO[str]:
+        """A log to append to, made when missing: only a regular file with one link is
+        opened, a link or a FIFO there is refused. `fresh`: a new, empty file instead, made
+        with O_EXCL after whatever had the name (a file, or a link itself) is removed."""
         with self._parent(rel, True) as (fd, name):
+            flags = _WRITE | os.O_CREAT | os.O_APPEND
+            if fresh:
+                with contextlib.suppress(FileNotFoundError):
+                    if stat.S_ISDIR(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
+                        raise _refuse(self.path(rel), "a directory is there")
+                    os.unlink(name, dir_fd=fd)
+                flags |= os.O_EXCL
             try:
-                out = os.open(name, _WRITE | os.O_CREAT | os.O_APPEND, mode, dir_fd=fd)
+                out = os.open(name, flags, mode, dir_fd=fd)
             except OSError as exc:
                 if exc.errno in (errno.ELOOP, errno.ENXIO):
                     raise _refuse(self.path(rel), "a symbolic link or not a regular file") from None
                 raise
         _regular(out, self.path(rel))
-        if truncate:
-            os.ftruncate(out, 0)
         os.set_blocking(out, True)
         return open(out, "a", encoding="utf-8")
 

@@ -71,7 +71,14 @@ def dry_run(inst: Installer) -> None:
     pip = boot is not None and not inst.state.done("pip", ph.pip_key(m))
     repairs: dict[str, list[str]] = {}
     if opts.repair and os.access(inst.target_py, os.X_OK):
-        repairs = ph.differing(m, opts.skip_phases, envs.site_paths(inst.target_py, inst.target))
+        from verl_bundle.airgap.confined import Confined
+        from verl_bundle.airgap.install import strays
+
+        paths = envs.site_paths(inst.target_py, inst.target)
+        with Confined(inst.target) as prefix:  # read only: what a real run would remove
+            strays.clear_links(prefix, paths, say, True, dry=True)
+            strays.remove_unlisted(prefix, say, dry=True)
+        repairs = ph.differing(m, opts.skip_phases, paths)
         for phase_name, lines in repairs.items():
             say(f"  --repair: {phase_name}: {'; '.join(lines)}")
     plans = ph.plan_phases(m, opts, inst.target, tools, inst.state, repairs, pip)

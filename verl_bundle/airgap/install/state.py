@@ -71,9 +71,9 @@ class State:
         """A file of the state directory, whole or not at all."""
         self.confined.write_atomic(name, text)
 
-    def log(self, name: str, truncate: bool = False) -> IO[str]:
-        """A log of the state directory to append to (emptied first with `truncate`)."""
-        return self.confined.append(name, truncate)
+    def log(self, name: str, fresh: bool = False) -> IO[str]:
+        """A log of the state directory to append to (`fresh`: a new one in its place)."""
+        return self.confined.append(name, fresh)
 
     def remove(self, name: str) -> bool:
         """Remove a file, link or directory of the state directory (never a link's target)."""

@@ -257,9 +257,9 @@ class Installer(Steps):
             if self.kind != "env" and not self.state.made_venv():
                 self.state.mark_venv(self.m.name)  # before the venv: a killed run resumes
             if self.opts.log is None:
-                self.out.open_log(
-                    self.state.path("install.log"), lambda: self.state.log("install.log")
-                )
+                where = self.state.path("install.log")
+                if not self.out.open_log(where, lambda: self.state.log("install.log")):
+                    self.out.err(f"cannot write the log {where} ({self.out.why}); going on without it")
             self.tmp.start()
             self.require(f.path for f in self.m.bootstrap)
             tools = envs.find_tools(
@@ -427,7 +427,7 @@ class Installer(Steps):
         """Run `cmd` with its output shown and kept in the state directory's `logname`
         (emptied first); a failure says why (explain) and how to continue."""
         logfile = self.state.path(logname)
-        with self.state.log(logname, truncate=True) as log:
+        with self.state.log(logname, fresh=True) as log:
             code = ph.run_logged(cmd, log, self.out.say)
         self.sweep_uv_cache(later=code == 0)
         if code == 0:
