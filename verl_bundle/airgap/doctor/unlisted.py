@@ -89,13 +89,14 @@ def _leaves(path: str, prefix_real: str) -> str:
 
 def scan(prefix: str, deep: bool = False) -> list[Stray]:
     """The environment at `prefix` as it is now: what no RECORD lists and the links leaving
-    it, in its site directories (sorted)."""
+    it, in its site directories (sorted). A directory no RECORD lists anything in is one entry
+    ("stray/"); `deep` also looks inside the others, file by file."""
     real = os.path.realpath(prefix)
     out: list[Stray] = []
     for site in site_dirs(prefix):
         listed = _listed(site)
         base = os.path.relpath(site, prefix).replace(os.sep, "/")
-        for rel, is_dir, is_link in _entries(site, deep):
+        for rel, is_dir, is_link in _entries(site, listed if deep else None):
             full = os.path.join(site, rel)
             leads = _leaves(full, real) if is_link else ""
             if leads:
@@ -105,10 +106,11 @@ def scan(prefix: str, deep: bool = False) -> list[Stray]:
     return sorted(out, key=lambda s: s.path)
 
 
-def _entries(site: str, deep: bool) -> Iterable[tuple[str, bool, bool]]:
-    """(path relative to `site`, a directory, a link) of what is judged: the top entries, or
-    with `deep` every file and link below them (a link is not followed); dist-info
-    directories (install/dists.py judges their contents) and bytecode left out."""
+def _entries(site: str, listed: set[str] | None) -> Iterable[tuple[str, bool, bool]]:
+    """(path relative to `site`, a directory, a link) of what is judged: the top entries, and
+    with `listed` (deep) every file and link inside the directories a RECORD lists anything in
+    (a link is not followed); dist-info directories (install/dists.py judges their contents)
+    and bytecode left out."""
     try:
         top = sorted(os.scandir(site), key=lambda e: e.name)
     except OSError:
@@ -119,8 +121,8 @@ def _entries(site: str, deep: bool) -> Iterable[tuple[str, bool, bool]]:
             continue
         link = entry.is_symlink()
         is_dir = entry.is_dir(follow_symlinks=False)
-        if not deep or not is_dir:
-            yield name, is_dir and not link, link
+        yield name, is_dir and not link, link
+        if listed is None or not is_dir or name + "/" not in listed:
             continue
         for dirpath, dirnames, filenames in os.walk(entry.path):
             dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")

@@ -60,8 +60,12 @@ def check_target(image: str, prefix: str) -> str:
     for target in (path, path + ".sha256"):
         try:
             check_output(target, "--image")
-        except UnsafePathError as exc:
-            raise UsageError(f"{exc.message}; remove it or give another FILE") from None
+        except UnsafePathError:
+            what = "a symbolic link" if os.path.islink(target) else "not a regular file"
+            raise UsageError(
+                f"--image {image}: {target} is {what}; the image is renamed into place, "
+                "never written through one: remove it or give another FILE"
+            ) from None
     if shutil.which(MKSQUASHFS) is None:
         raise ServerNotReadyError(
             "--image needs mksquashfs: install squashfs-tools (apt install squashfs-tools, "

@@ -81,16 +81,19 @@ def record_baseline(prefix: Confined) -> None:
 
 
 def remove_unlisted(prefix: Confined, say: Callable[[str], None], dry: bool = False) -> list[str]:
-    """--repair: each file the site directories hold that no RECORD lists and that came after
-    the install, said and removed (a link leaving the prefix is clear_links')."""
+    """--repair: each entry the site directories hold that no RECORD lists and that came after
+    the install, said and removed: a stray package's whole directory, then what no RECORD lists
+    inside the packages (a link leaving the prefix is clear_links')."""
     done = []
-    for stray in unlisted.since_install(prefix.root, deep=True):
-        if stray.leads:
-            continue
-        if not dry:
-            prefix.remove(stray.path.rstrip("/"))
-        verb = "would remove" if dry else "removed"
-        line = f"{verb} {stray.line()}"
-        say(f"    --repair: {line}")
-        done.append(line)
+    gone: list[str] = []
+    for deep in (False, True):
+        for stray in unlisted.since_install(prefix.root, deep):
+            if stray.leads or any(stray.path.startswith(g) for g in gone):
+                continue
+            if not dry:
+                prefix.remove(stray.path.rstrip("/"))
+            gone.append(stray.path)
+            line = f"{'would remove' if dry else 'removed'} {stray.line()}"
+            say(f"    --repair: {line}")
+            done.append(line)
     return done
