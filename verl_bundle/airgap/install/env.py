@@ -372,9 +372,11 @@ class EarlyUv:
     def close(self) -> None:
         if self.thread is not None:
             self.thread.join()
+            self.thread = None
         if self.tmp is not None:
             shutil.rmtree(self.tmp.real, ignore_errors=True)
             self.tmp.close()
+            self.tmp = None
         if self.lock >= 0:
             os.close(self.lock)
             self.lock = -1
@@ -400,6 +402,7 @@ class RunTmp:
     def start(self) -> str:
         confined = self.state.confined
         self.sweep()
+        sweep_early_uv(tempfile.gettempdir())  # a killed run's early uv, whatever this run does
         top = confined.sub(RUN_TMP, make=True, mode=0o700)
         try:
             for _ in range(100):

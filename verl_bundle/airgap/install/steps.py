@@ -265,6 +265,8 @@ class Installer(Steps):
             tools = envs.find_tools(
                 self.m, self.opts.bundle, self.target_py, self.state, False, self.early_uv
             )
+            if self.early_uv is not None:  # taken (or not): its directory goes now
+                self.early_uv.close()
             if self.kind != "env" and not os.access(self.target_py, os.X_OK):
                 self.make_venv(python, tools)
             boot = ph.pip_bootstrap(tools, self.state) if self.kind != "env" else None
