@@ -319,13 +319,14 @@ class Fetch:
         if _sha256_of(final, size)[0] == sha256:
             self._count(0)
             return
-        os.makedirs(os.path.dirname(final), exist_ok=True)
-        if not _within(os.path.dirname(final), self.work):
+        if not _within(os.path.dirname(final), self.work):  # a link in the work directory
             raise TransferError(
-                EXIT_DAMAGED,
-                f"the served bundle is damaged: {rel} would be written outside {self.work} "
-                f"(through {os.path.realpath(os.path.dirname(final))}); nothing was written there",
+                EXIT_USAGE,
+                f"--work {self.work}: {rel} would be written outside it, through "
+                f"{os.path.realpath(os.path.dirname(final))}; nothing was written there. Give "
+                "a new --work directory",
             )
+        os.makedirs(os.path.dirname(final), exist_ok=True)
         part = os.path.join(self.parts, sha256)
         why = ""
         for attempt in range(ATTEMPTS):
