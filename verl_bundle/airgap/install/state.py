@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 from typing import IO
 
 from verl_bundle.airgap.confined import Confined
@@ -82,11 +83,21 @@ class State:
         return self.confined.remove(name)
 
     def _read(self, name: str) -> str | None:
+        """A marker's text; None when it is missing or not a regular file (a link or FIFO
+        planted there is not read: not followed, never waited on)."""
         try:
-            with open(self.path(name), encoding="utf-8") as fh:
-                return fh.read().strip()
+            fd = os.open(self.path(name), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except OSError:
             return None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            with os.fdopen(os.dup(fd), encoding="utf-8", errors="replace") as fh:
+                return fh.read(1 << 20).strip()
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
 
     def _write(self, name: str, text: str) -> None:
         self.write(name, text + "\n")  # a marker is whole or absent, even after kill -9

@@ -259,7 +259,9 @@ class Installer(Steps):
             if self.opts.log is None:
                 where = self.state.path("install.log")
                 if not self.out.open_log(where, lambda: self.state.log("install.log")):
-                    self.out.err(f"cannot write the log {where} ({self.out.why}); going on without it")
+                    self.out.err(
+                        f"cannot write the log {where} ({self.out.why}); going on without it"
+                    )
             self.tmp.start()
             self.require(f.path for f in self.m.bootstrap)
             tools = envs.find_tools(
@@ -283,6 +285,7 @@ class Installer(Steps):
     def make_venv(self, python: str, tools: envs.Tools) -> None:
         """The venv, by the bundled uv where it runs (python -m venv where uv cannot make it)."""
         if tools.uv is not None:
+            self.guard_uv_cache()
             made = ph.Command(
                 tuple(envs.venv_command(python, self.target, tools.uv)),
                 tuple(tools.uv_env(self.state).items()),
@@ -429,6 +432,7 @@ class Installer(Steps):
         """Run `cmd` with its output shown and kept in the state directory's `logname`
         (emptied first); a failure says why (explain) and how to continue."""
         logfile = self.state.path(logname)
+        self.guard_uv_cache()
         with self.state.log(logname, fresh=True) as log:
             code = ph.run_logged(cmd, log, self.out.say)
         self.sweep_uv_cache(later=code == 0)
@@ -452,6 +456,13 @@ class Installer(Steps):
         raise StepError(
             f"fix the cause and run ./install.sh again: it continues from phase '{what}'."
         )
+
+    def guard_uv_cache(self) -> None:
+        """uv writes its cache by path (UV_CACHE_DIR, in the state directory): anything there
+        but a directory of ours (a link planted there) goes first, the link itself."""
+        st = self.state.confined.lstat("uv-cache")
+        if st is not None and not stat.S_ISDIR(st.st_mode):
+            self.state.remove("uv-cache")
 
     def sweep_uv_cache(self, later: bool) -> None:
         """Remove the command's uv cache (the installed files are hard links or copies, not
