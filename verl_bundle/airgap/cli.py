@@ -274,7 +274,10 @@ def _serve(args: argparse.Namespace) -> int:
     port = server.server_address[1]
     everywhere = args.bind in ("", "0.0.0.0", "::")  # noqa: S104 - the nodes' addresses
     url = f"http://{os.uname().nodename if everywhere else args.bind}:{port}/"
-    say(f"serving {root} at {url} (threaded, backlog {serve.BACKLOG}, HTTP Range); Ctrl-C stops")
+    say(
+        f"serving {root} at {url} (threaded, backlog {serve.BACKLOG}, at most {serve.HANDLERS} "
+        f"at once, {serve.TIMEOUT:.0f} s idle timeout, HTTP Range); Ctrl-C stops"
+    )
     for b in serve.bundles(root):
         say(f"  install.sh --from {url}{b.path} --bundle-sha256 {b.pin}")
     try:

@@ -374,15 +374,22 @@ class Confined:
             if not self.inside(start):
                 out.append((rel, os.path.realpath(start)))
             return out
-        base_depth = start.rstrip(os.sep).count(os.sep)
-        for dirpath, dirnames, filenames in os.walk(start):
-            if depth is not None and dirpath.count(os.sep) - base_depth >= depth:
-                dirnames[:] = []
-            for name in sorted(dirnames + filenames):
-                full = os.path.join(dirpath, name)
-                if os.path.islink(full) and not self.inside(full):
-                    found = os.path.relpath(full, self.root).replace(os.sep, "/")
-                    out.append((found, os.path.realpath(full)))
+        # os.scandir's entries know whether they are links from the directory itself (d_type):
+        # no stat per file, which matters for 90,000 files.
+        todo = [(start, 0)]
+        while todo:
+            folder, level = todo.pop()
+            try:
+                entries = list(os.scandir(folder))
+            except OSError:
+                continue
+            for entry in entries:
+                if entry.is_symlink():
+                    if not self.inside(entry.path):
+                        found = os.path.relpath(entry.path, self.root).replace(os.sep, "/")
+                        out.append((found, os.path.realpath(entry.path)))
+                elif entry.is_dir(follow_symlinks=False) and (depth is None or level + 1 < depth):
+                    todo.append((entry.path, level + 1))
         return sorted(out)
 
 

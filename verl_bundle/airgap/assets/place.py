@@ -303,7 +303,7 @@ def install_assets(
         os.makedirs(dest, exist_ok=True)
         placed = tuple(_place(root, a, dest) for a in m.assets)
         env_file = os.path.join(prefix, ENV_FILE)
-        with Confined(prefix) as into:  # the environment's files: no link there followed
+        with Confined(prefix, make=True) as into:  # the environment's files: no link followed
             into.makedirs("hf-home")
             into.write_atomic(ENV_FILE, env_text(prefix))
             index = [

@@ -8,7 +8,7 @@ leaves the prefix (a package directory replaced by a link to elsewhere) makes th
 write outside it. The install records what is unlisted when it makes the venv (the baseline,
 `<prefix>/.verl-bundle/unlisted.json`: uv's `_virtualenv.pth` and `_virtualenv.py`, or what an
 existing environment held before its first install), so only what came later is named: by
-readiness (a startup hook or a link leaving the prefix fails it), by the doctor, and by
+readiness (a startup hook fails it, the rest is a warning), by the doctor, and by
 `install.sh --repair`, which says so and removes it.
 
 Fast (the default): the entries at the top of each site directory (a stray package shows as its
@@ -185,21 +185,21 @@ def shown(found: list[Stray]) -> str:
 
 
 def check(prefix: str | None, deep: bool = False) -> Check:
-    """Readiness's `unlisted` check: a startup hook no RECORD lists, or a link leaving the
-    prefix, fails it (the trainer would run code nobody installed, or reach outside); other
-    unlisted files are a warning."""
+    """Readiness's `unlisted` check: a startup hook no RECORD lists fails it (the trainer would
+    run code nobody installed); other unlisted files and links leaving the prefix are a
+    warning (a link a user made on purpose runs the same code; --repair removes it)."""
     if not prefix or not site_dirs(prefix):
         return Check("unlisted", "skip", "no environment to examine")
     found = since_install(prefix, deep)
     if not found:
         return Check("unlisted", "ok", "every entry of the site directories is listed in a RECORD")
-    bad = [s for s in found if s.startup or s.leads]
+    bad = [s for s in found if s.startup]
     status = "fail" if bad else "warn"
     detail = (
-        "code no installed distribution brought runs whenever this environment's python starts, "
-        "or a path of the environment leads outside it"
+        "code no installed distribution brought runs whenever this environment's python starts"
         if bad
-        else "files no installed distribution brought sit in the environment"
+        else "files no installed distribution brought sit in the environment, or a path of "
+        "it leads outside it (a reinstall would write there)"
     )
     return Check(
         "unlisted",
