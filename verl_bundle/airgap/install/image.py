@@ -23,7 +23,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 
-from verl_bundle.airgap.confined import Beside, UnsafePathError, check_output
+from verl_bundle.airgap.confined import Beside, UnsafePathError, check_output, open_dir
 from verl_bundle.airgap.errors import ServerNotReadyError, StepError, UsageError
 
 MKSQUASHFS = "mksquashfs"
@@ -57,6 +57,10 @@ def check_target(image: str, prefix: str) -> str:
         )
     if not os.path.isdir(os.path.dirname(path)):
         raise UsageError(f"--image {image}: no directory {os.path.dirname(path)}")
+    try:
+        os.close(open_dir(os.path.dirname(path)))  # what Beside opens at the end, checked now
+    except UnsafePathError as exc:
+        raise UsageError(f"--image {image}: {exc.message}") from None
     for target in (path, path + ".sha256"):
         try:
             check_output(target, "--image")
