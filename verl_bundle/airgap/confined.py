@@ -7,7 +7,8 @@ component by component with O_NOFOLLOW, so no symbolic link planted before or du
 ever followed:
 - `create` opens with O_EXCL (never an existing file or link), `write_atomic` writes a fresh
   hidden name and renames it over the final one (a link there is replaced, never its target),
-  `append` appends to or truncates only a regular file with one link;
+  `append` appends only to a regular file with one link (`fresh`: a new file in place of
+  whatever had the name, a link itself removed first);
 - `remove` unlinks a link itself, never its target, and removes a tree descriptor by
   descriptor; `links_leaving` names the links under a directory whose target leaves the root
   (what the install removes, or refuses, before pip or uv write there by path).

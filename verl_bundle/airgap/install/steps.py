@@ -598,9 +598,9 @@ class Installer(Steps):
         sbatch runs `preflight --launcher ray` from it on every node before `ray start`)."""
         lib, keep = os.path.join(self.opts.bundle, "lib"), self.state.path(SERVER_PROGRAM)
         state = self.state.confined
-        partial = f"{SERVER_PROGRAM}.partial-{os.getpid()}"
+        partial = f"{SERVER_PROGRAM}.partial"  # the install holds the prefix's lock: one run
         try:
-            state.remove(partial)
+            state.remove(partial)  # what a killed run left
             state.copytree_in(lib, partial)
             state.remove(SERVER_PROGRAM)
             state.replace(partial, SERVER_PROGRAM)
