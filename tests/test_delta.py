@@ -179,3 +179,63 @@ def test_a_file_in_neither_place_is_named_and_a_flat_wheel_directory_serves(
     again = install_into(root, home, tmp_path / "venv", "--base", str(flat))
     assert again.returncode == 0 and "took 0 file(s)" in again.stdout
     assert json.loads((root / mf.MANIFEST).read_text())["delta"]["base"] == NAME
+
+
+def kept_wheels(old: Path, flat: Path) -> Path:
+    """The old bundle as a flat directory of its wheels (documented: OLD_DIR may be that)."""
+    flat.mkdir()
+    for folder in (mf.WHEELS, mf.SOURCES, mf.BOOTSTRAP):
+        for f in (old / folder).glob("*"):
+            shutil.copy(f, flat)
+    return flat
+
+
+@pytest.mark.parametrize("planted", ["fifo", "dev-zero"])
+def test_a_fifo_or_a_link_to_dev_zero_under_a_needed_name_is_refused_at_once(
+    pinned_pair: Pair, delta: tuple[Path, dict[str, object]], tmp_path: Path, planted: str
+) -> None:
+    """Opened without following a link and without blocking, its type and size checked before
+    a byte is read: neither hangs the install (a subprocess timeout fails the test) nor the
+    dry run, which checks the base as the real run does."""
+    import os
+
+    flat = kept_wheels(extract(pinned_pair.old, tmp_path / "old"), tmp_path / "kept")
+    victim = next(flat.glob("torch-*.whl"))
+    victim.unlink()
+    if planted == "fifo":
+        os.mkfifo(victim)
+        why = "not a regular file (a regular file of"
+    else:
+        victim.symlink_to("/dev/zero")
+        why = "a symbolic link, not the file itself"
+    root = extract(delta[0], tmp_path / "new")
+    home = tmp_path / "home"
+    home.mkdir()
+    for dry in ((), ("--dry-run",)):
+        done = install_into(root, home, tmp_path / "venv", "--base", str(flat), *dry, timeout=120)
+        assert done.returncode == 3, done.stdout[-2000:] + done.stderr
+        assert f"wheels/{victim.name} (damaged in the base: {victim}: {why}" in done.stderr
+        assert len([ln for ln in done.stderr.splitlines() if "install.sh:" in ln]) == 1
+        assert not (tmp_path / "venv").exists()
+
+
+def test_the_dry_run_checks_base_as_the_real_run_does(
+    pinned_pair: Pair, delta: tuple[Path, dict[str, object]], tmp_path: Path, home: Path
+) -> None:
+    old = extract(pinned_pair.old, tmp_path / "old")
+    root = extract(delta[0], tmp_path / "new")
+    venv = tmp_path / "venv"
+    nowhere = install_into(root, home, venv, "--base", "/nonexistent", "--dry-run")
+    assert nowhere.returncode == 3, nowhere.stdout + nowhere.stderr
+    assert "--base /nonexistent: no such directory" in nowhere.stderr
+    wrong = install_into(root, home, venv, "--base", str(home), "--dry-run")
+    assert wrong.returncode == 3 and "in neither the delta nor" in wrong.stderr
+    full = extract(pinned_pair.new, tmp_path / "full")
+    not_delta = install_into(full, home, venv, "--base", str(old), "--dry-run")
+    assert not_delta.returncode == 2 and "this bundle is a full one" in not_delta.stderr
+    good = install_into(root, home, venv, "--base", str(old), "--dry-run")
+    assert good.returncode == 0, good.stdout + good.stderr
+    omitted = len(mf.load(str(root)).omitted_files())
+    assert f"  base:    {omitted} file(s) from {old}, each checked by its sha256" in good.stdout
+    assert not venv.exists()
+    assert not any(p.name.startswith(".") and "partial" in p.name for p in root.rglob("*"))

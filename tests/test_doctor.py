@@ -64,6 +64,7 @@ IDS = [
     "placement",
     "disk",
     "memory",
+    "unlisted",
 ]
 
 # What the doctor reads of a real manifest (verl-bundle-cu118-cp310-manylinux_2_17_x86_64).
@@ -876,6 +877,7 @@ def test_json_shape(machine: FakeMachine, monkeypatch: pytest.MonkeyPatch) -> No
         "distributions",
         "installed_fingerprint",
         "changed_since_install",
+        "unlisted_since_install",
         "env",
         "image",
     }

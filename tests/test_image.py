@@ -108,3 +108,63 @@ def test_one_read_only_image_serves_the_installed_stack(
     assert host["image"] == "squashfs image (fuse.squashfuse, read-only)"
     assert host["fingerprint"] == host["installed_fingerprint"] is not None
     assert host["changed_since_install"] == []
+
+
+@pytest.mark.timeout(900)
+def test_links_planted_beside_the_image_are_never_followed(
+    bundle: Path, home: Path, tmp_path: Path
+) -> None:
+    """The image and its sum are written in a private directory beside FILE and renamed into
+    place: links planted at the old fixed partial names (FILE.partial, FILE.sha256.partial)
+    are never written through, and a link or directory already at FILE is refused at once."""
+    fuse_mounts(tmp_path)
+    out, outside = tmp_path / "out", tmp_path / "outside"
+    out.mkdir()
+    outside.mkdir()
+    for name in ("a", "b", "c"):
+        (outside / name).write_text(f"precious {name}\n")
+    (out / "env.sqfs.partial").symlink_to(outside / "a")
+    (out / "env.sqfs.sha256.partial").symlink_to(outside / "b")
+    (out / "linked.sqfs").symlink_to(outside / "c")
+    image = out / "env.sqfs"
+
+    refused = install_into(
+        bundle, home, tmp_path / "never", "--yes", "--image", str(out / "linked.sqfs")
+    )
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert f"{out / 'linked.sqfs'} is a symbolic link; the image is renamed" in refused.stderr
+    assert not (tmp_path / "never").exists()
+
+    proc = install_into(bundle, home, tmp_path / "venv", "--yes", "--image", str(image))
+    assert proc.returncode == READY, proc.stdout[-3000:] + proc.stderr
+    for name in ("a", "b", "c"):
+        assert (outside / name).read_text() == f"precious {name}\n"
+    assert image.is_file() and not image.is_symlink()
+    assert image.read_bytes()[:4] == b"hsqs"
+    digest = hashlib.sha256(image.read_bytes()).hexdigest()
+    sums = out / "env.sqfs.sha256"
+    assert not sums.is_symlink() and sums.read_text() == f"{digest}  env.sqfs\n"
+    assert sorted(p.name for p in out.iterdir()) == [
+        "env.sqfs",
+        "env.sqfs.partial",
+        "env.sqfs.sha256",
+        "env.sqfs.sha256.partial",
+        "linked.sqfs",
+    ]  # nothing left of the private directory
+
+
+def test_an_existing_directory_as_image_is_refused_before_anything_is_installed(
+    bundle: Path, home: Path, tmp_path: Path
+) -> None:
+    adir = tmp_path / "adir"
+    adir.mkdir()
+    for dry in ((), ("--dry-run",)):
+        proc = install_into(bundle, home, tmp_path / "venv", "--yes", "--image", str(adir), *dry)
+        assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr
+        lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("install.sh:")]
+        assert lines == [
+            f"install.sh: --image {adir}: a directory; give the image's file name "
+            f"(e.g. {adir / 'verl.sqfs'})"
+        ]
+        assert "Traceback" not in proc.stderr
+        assert not (tmp_path / "venv").exists() and list(adir.iterdir()) == []

@@ -338,6 +338,86 @@ def test_source_build_phase_builds_after_torch_with_no_network(
     assert check.stdout.strip() == "2.5.8"
 
 
+# The sdist's build backend, on import: a file in the temporary directory its build runs with
+# (as nvcc leaves tmpxft_* there), then, while VB_TEST_HOLD names a FIFO, it waits for a
+# writer: the test knows the build is running when its own open of the FIFO returns.
+HOLDING_BUILD = """
+import os as _os, tempfile as _tempfile
+open(_os.path.join(_tempfile.gettempdir(), "tmpxft_00004242_marker"), "w").close()
+_hold = _os.environ.get("VB_TEST_HOLD")
+if _hold and _os.path.exists(_hold):
+    with open(_hold) as _fh:
+        _fh.read()
+import torch  # flash-attn's setup.py needs torch to build
+"""
+
+
+def holding_sdist(root: Path, work: Path) -> None:
+    """The extracted source-build bundle with its flash-attn sdist rebuilt around HOLDING_BUILD;
+    the manifest, the requirements' pin and SHA256SUMS made to agree again."""
+    import hashlib
+    import json
+
+    from support.pkgindex import build_sdist
+
+    old = root / "sources" / "flash_attn-2.5.8.tar.gz"
+    before = hashlib.sha256(old.read_bytes()).hexdigest()
+    made = build_sdist(
+        work,
+        "flash-attn",
+        "2.5.8",
+        requires=["torch", "einops", "packaging", "ninja"],
+        modules={"flash_attn": "__version__ = '2.5.8'\n"},
+        extra_import=HOLDING_BUILD,
+        wheel_tag="cp310-cp310-linux_x86_64",
+    )
+    shutil.copyfile(made, old)
+    after = hashlib.sha256(old.read_bytes()).hexdigest()
+    for req in (root / "requirements").glob("*.txt"):
+        req.write_text(req.read_text().replace(before, after))
+    manifest = json.loads((root / "manifest.json").read_text())
+    (root / "manifest.json").write_text(json.dumps(manifest, indent=2).replace(before, after))
+    resign(root)
+
+
+@pytest.mark.timeout(900)
+def test_a_killed_build_leaves_nothing_in_the_machines_temporary_directory(
+    source_build_bundle: Path, home: Path, tmp_path: Path
+) -> None:
+    """Each run has its own TMPDIR under <prefix>/.verl-bundle/tmp/ (held by a lock): a build
+    killed with SIGKILL leaves its files there, not in $TMPDIR, and the next run sweeps them
+    and removes its own at the end."""
+    bundle = extract(source_build_bundle, tmp_path / "b")
+    holding_sdist(bundle, tmp_path / "sdist")
+    machine = tmp_path / "machine-tmp"
+    machine.mkdir()
+    hold = tmp_path / "hold"
+    os.mkfifo(hold)
+    prefix = tmp_path / "venv"
+    env = {"TMPDIR": str(machine), "VB_TEST_HOLD": str(hold)}
+    proc = start_install(bundle, home, prefix, "--yes", "--skip-doctor", env=env)
+    try:
+        with open(hold, "w"):  # returns once the build has opened it: it is running now
+            own = list((prefix / ".verl-bundle" / "tmp").glob("run-*"))
+            assert len(own) == 1 and (own[0] / "tmpxft_00004242_marker").is_file()
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    hold.unlink()
+    assert list(machine.iterdir()) == []  # nothing of the killed run in $TMPDIR
+    assert any(own[0].glob("pip-*"))  # pip's build directories went to the run's own
+
+    again = install_into(
+        bundle, home, prefix, "--yes", "--skip-doctor", env={"TMPDIR": str(machine)}
+    )
+    assert again.returncode == READY, output(again)
+    assert list(machine.iterdir()) == []
+    assert not (prefix / ".verl-bundle" / "tmp").exists()  # swept, and this run's removed
+
+
 def cuda124_only(tmp_path: Path) -> dict[str, str]:
     """A server whose only nvcc is CUDA 12.4's: it cannot build the cu118 bundle's flash-attn."""
     fake = tmp_path / "fakebin"

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -95,3 +96,66 @@ def test_into_env_says_what_it_would_change_and_asks(
     assert "pass --yes to accept" in proc.stderr
     site = env_dir / "lib" / "python3.10" / "site-packages"
     assert not list(site.glob("torch*")) and any(site.glob("aioprometheus-9.0.0.dist-info"))
+
+
+@pytest.mark.timeout(900)
+def test_links_planted_where_the_install_writes_are_never_followed(
+    bundle: Path, home: Path, tmp_path: Path
+) -> None:
+    """Links planted in the state directory under the names a rerun writes (phase logs,
+    markers, the post-install result, the fingerprint, uv's cache, the kept server program)
+    and given as --log or --events: each is replaced by a real file, or refused, and the files
+    and directories they lead to keep what they held."""
+    import json
+
+    prefix = tmp_path / "venv"
+    first = install_into(bundle, home, prefix, "--yes")
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr
+    state = prefix / ".verl-bundle"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    files = (
+        "phase-wheels.log",
+        "checks.json",
+        "checks.log",
+        "fingerprint",
+        "fingerprint.json",
+        "installed.json",
+        "install.log",
+    )
+    for name in files:
+        (outside / name).write_text(f"precious {name}\n")
+        (state / name).unlink(missing_ok=True)
+        (state / name).symlink_to(outside / name)
+    for name in ("uv-cache", "lib"):
+        (outside / name).mkdir()
+        if (state / name).is_dir():
+            import shutil
+
+            shutil.rmtree(state / name)
+        (state / name).symlink_to(outside / name)
+    site = next(prefix.glob("lib/python3*/site-packages"))
+    (site / "einops" / "__init__.py").unlink()  # --repair reinstalls the phase holding it
+
+    events = tmp_path / "events.jsonl"
+    events.symlink_to(outside / "installed.json")
+    refused = install_into(bundle, home, prefix, "--yes", "--events", str(events))
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert f"--events {events}: a symbolic link or not a regular file" in refused.stderr
+
+    log = tmp_path / "my.log"
+    log.symlink_to(outside / "checks.log")
+    repaired = install_into(bundle, home, prefix, "--yes", "--repair", "--log", str(log))
+    assert repaired.returncode == 0, repaired.stdout[-3000:] + repaired.stderr
+    assert f"cannot write the log {log}" in repaired.stderr and "symbolic link" in repaired.stderr
+    assert "reinstalling what differs from the bundle (--repair)" in repaired.stdout
+
+    for name in files:
+        assert (outside / name).read_text() == f"precious {name}\n", name
+    assert list((outside / "uv-cache").iterdir()) == [] and list((outside / "lib").iterdir()) == []
+    for name in ("phase-wheels.log", "checks.json", "fingerprint", "installed.json"):
+        assert (state / name).is_file() and not (state / name).is_symlink(), name
+    assert json.loads((state / "checks.json").read_text())["command"] == "postinstall"
+    assert (state / "lib").is_dir() and not (state / "lib").is_symlink()
+    assert not os.path.lexists(state / "uv-cache")  # the link removed, uv's cache gone
+    assert (site / "einops" / "__init__.py").is_file()

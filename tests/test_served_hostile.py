@@ -16,6 +16,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import ROOT, clean_environ
@@ -310,3 +311,116 @@ def test_serve_gives_each_bundle_its_pin_ranges_and_nothing_outside_it(
         taken = subprocess.run([*argv, "--port", port], capture_output=True, text=True, env=env)
     assert taken.returncode == 2 and len(taken.stderr.splitlines()) == 1
     assert "cannot listen on 127.0.0.1:" in taken.stderr
+
+
+# (name, whether contract/names.py's bundle_path takes it as a path inside the bundle)
+NAMES = [
+    ("wheels/torch-2.6.0-cp310-cp310-linux_x86_64.whl", True),
+    ("lib/verl_bundle/airgap/cli.py", True),
+    ("SHA256SUMS", True),
+    ("lib/../../S5-ESCAPED", False),
+    ("..", False),
+    ("/etc/passwd", False),
+    ("wheels//x.whl", False),
+    ("wheels/./x.whl", False),
+    ("wheels/-x.whl", False),
+    ("wheels/x\x1b[2J.whl", False),
+    ("wheels/x\\y.whl", False),
+    ("wheels/ x.whl", False),
+    ("wheels/x:y.whl", False),
+    ("", False),
+]
+
+
+@pytest.mark.parametrize(("name", "good"), NAMES)
+def test_the_fetchers_name_rules_agree_with_the_bundles(name: str, good: bool) -> None:
+    """served.py keeps its own copy of contract/names.py's rules (it runs before anything of
+    the served copy is trusted): both take and refuse the same names."""
+    from verl_bundle.airgap.contract.names import UnsafeNameError, bundle_path
+    from verl_bundle.airgap.verify import served
+
+    try:
+        bundle_path(name, "SHA256SUMS")
+        theirs = True
+    except UnsafeNameError:
+        theirs = False
+    try:
+        served.bundle_path(name, "SHA256SUMS")
+        ours = True
+    except served.TransferError as exc:
+        ours = False
+        assert exc.code == 3 and exc.message.startswith("the served bundle is damaged: SHA256SUMS:")
+    assert ours == theirs == good
+
+
+def test_a_hostile_name_is_refused_by_the_fetcher_not_by_the_served_copy(
+    bundle: Path, tmp_path: Path
+) -> None:
+    """A served copy whose names.py accepts any path and whose SHA256SUMS lists one that
+    leaves --work: the approved install.sh, alone and unpinned, refuses it with its own rules
+    before anything is fetched, and nothing is written outside --work."""
+    import hashlib as h
+
+    root = tmp_path / "served"
+    shutil.copytree(bundle, root)
+    names = root / "lib/verl_bundle/airgap/contract/names.py"
+    marker = 'def bundle_path(path: str, where: str = "a bundle path") -> str:\n'
+    names.write_text(names.read_text().replace(marker, marker + "    return path\n", 1))
+    payload = b"written outside the work directory\n"
+    kept = [
+        line
+        for line in (root / "SHA256SUMS").read_text().splitlines()
+        if not line.endswith("  lib/verl_bundle/airgap/contract/names.py")
+    ]
+    kept.append(
+        f"{h.sha256(names.read_bytes()).hexdigest()}  lib/verl_bundle/airgap/contract/names.py"
+    )
+    kept.append(f"{h.sha256(payload).hexdigest()}  lib/../../S5-ESCAPED")
+    (root / "SHA256SUMS").write_text("\n".join(kept) + "\n")
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    shutil.copy(bundle / "install.sh", alone / "install.sh")  # "this file may come alone"
+    work = tmp_path / "a" / "b" / "w"
+    work.parent.mkdir(parents=True)
+    for server in hostile(root):
+
+        def give(handler: Any, _rest: str) -> None:
+            handler.send_response(200)
+            handler.send_header("Content-Length", str(len(payload)))
+            handler.end_headers()
+            handler.wfile.write(payload)
+
+        server.behaviours["S5"] = give
+        server.behaviours["lib/../../S5"] = give
+        env = {**clean_environ(tmp_path), "HOME": str(tmp_path)}
+        cmd = ["sh", str(alone / "install.sh"), "--from", server.url, "--work", str(work)]
+        proc = subprocess.run(
+            [*cmd, *dry(tmp_path)],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+            timeout=300,
+        )
+        assert proc.returncode == 3, proc.stderr
+        assert last_line(proc) == (
+            "install.sh: the served bundle is damaged: SHA256SUMS: '..' is not a plain file name"
+        )
+        assert not [rel for rel, _ in server.seen if "S5" in rel]
+    assert not (tmp_path / "a" / "b" / "S5-ESCAPED").exists()
+    assert not (tmp_path / "a" / "S5-ESCAPED").exists()
+
+
+def test_a_link_in_the_work_directory_is_never_written_through(
+    bundle: Path, head: Hostile, tmp_path: Path
+) -> None:
+    work, outside = tmp_path / "w", tmp_path / "outside"
+    first = node(head.url, tmp_path, "--work", str(work), *dry(tmp_path))
+    assert first.returncode == 0, first.stderr
+    outside.mkdir()
+    shutil.rmtree(work / "wheels")
+    (work / "wheels").symlink_to(outside)
+    again = node(head.url, tmp_path, "--work", str(work), *dry(tmp_path))
+    assert again.returncode == 2, again.stderr
+    assert "would be written outside it, through" in last_line(again)
+    assert list(outside.iterdir()) == []

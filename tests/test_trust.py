@@ -21,6 +21,7 @@ from support.airgap import extract, find_python, install_into
 from support.bundlefix import replace_wheel
 from support.crossing import NAME, Pair, allowed_signers, python_lib, result, ssh_key, verl_bundle
 
+from verl_bundle.airgap.confined import Confined
 from verl_bundle.airgap.contract import manifest as mf
 from verl_bundle.airgap.trust import release
 
@@ -307,7 +308,8 @@ def test_the_verifier_compares_with_the_release_installed_in_a_prefix(
     (prefix / ".verl-bundle").mkdir(parents=True)
     manifest = manifest_of(signed.new)
     rec = release.Release(NAME, NEW, str(manifest["profile"]["name"]), "0" * 64)  # type: ignore[index]
-    release.record(str(prefix / ".verl-bundle"), rec)
+    with Confined(str(prefix / ".verl-bundle")) as state:
+        release.record(state, rec)
     assert verify(root, str(signed.old)).returncode == 0  # A is what it accepted: no older
     proc = verify(root, str(signed.old), "--prefix", str(prefix))
     assert proc.returncode == 3

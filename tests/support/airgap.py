@@ -76,12 +76,19 @@ def install_into(
 
 
 def start_install(
-    bundle: Path, home: Path, prefix: Path, *args: str, offline: bool = True, quiet: bool = True
+    bundle: Path,
+    home: Path,
+    prefix: Path,
+    *args: str,
+    offline: bool = True,
+    quiet: bool = True,
+    env: dict[str, str] | None = None,
 ) -> subprocess.Popen[str]:
     """install.sh into `prefix` (Python 3.10) in the background, in a session of its own so that
     a test can signal it like a terminal would; output discarded when `quiet`, else piped."""
     environ = clean_environ(home)
     environ["HOME"] = str(home)
+    environ.update(env or {})
     cmd = [*(netns_prefix() if offline else []), str(bundle / "install.sh")]
     out = subprocess.DEVNULL if quiet else subprocess.PIPE
     return subprocess.Popen(

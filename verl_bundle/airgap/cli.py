@@ -149,10 +149,12 @@ def _postinstall(args: argparse.Namespace) -> int:
 
 
 def _write_result(path: str, doc: dict[str, Any]) -> None:
-    """Write the envelope whole or not at all."""
-    with open(path + ".part", "w", encoding="utf-8") as fh:
-        fh.write(render.dumps(doc))
-    os.replace(path + ".part", path)
+    """Write the envelope whole or not at all, in the directory given (the install's state
+    directory): a fresh hidden name, renamed over the final one (airgap/confined.py)."""
+    from verl_bundle.airgap.confined import Confined
+
+    with Confined(os.path.dirname(os.path.abspath(path))) as where:
+        where.write_atomic(os.path.basename(path), render.dumps(doc))
 
 
 def _readiness(args: argparse.Namespace) -> int:
@@ -272,7 +274,10 @@ def _serve(args: argparse.Namespace) -> int:
     port = server.server_address[1]
     everywhere = args.bind in ("", "0.0.0.0", "::")  # noqa: S104 - the nodes' addresses
     url = f"http://{os.uname().nodename if everywhere else args.bind}:{port}/"
-    say(f"serving {root} at {url} (threaded, backlog {serve.BACKLOG}, HTTP Range); Ctrl-C stops")
+    say(
+        f"serving {root} at {url} (threaded, backlog {serve.BACKLOG}, at most {serve.HANDLERS} "
+        f"at once, {serve.TIMEOUT:.0f} s idle timeout, HTTP Range); Ctrl-C stops"
+    )
     for b in serve.bundles(root):
         say(f"  install.sh --from {url}{b.path} --bundle-sha256 {b.pin}")
     try:

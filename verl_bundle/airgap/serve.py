@@ -4,7 +4,10 @@ pending connections, where `python3 -m http.server` keeps 5), one thread per con
 keep-alive, and HTTP Range (`bytes=N-`), so a node resumes a broken transfer instead of
 starting the file again. It serves DIR read-only and nothing outside it (no path through a
 symbolic link that leaves DIR). For hundreds of nodes, nginx or a parallel filesystem serve
-better (docs/server.md). Standard library only, Python 3.8+."""
+better (docs/server.md). A connection that sends nothing (or stops reading) for TIMEOUT seconds
+is closed, and at most HANDLERS connections are served at once: past that a node is answered
+503 with Retry-After (its fetch retries), so idle or half-sent requests cannot hold a thread
+each without bound. Standard library only, Python 3.8+."""
 
 from __future__ import annotations
 
@@ -12,6 +15,9 @@ import hashlib
 import http.server
 import os
 import re
+import socket
+import sys
+import threading
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
@@ -19,6 +25,15 @@ from verl_bundle.airgap.errors import UsageError
 
 BACKLOG = 1024
 SUMS = "SHA256SUMS"
+TIMEOUT = 60.0  # seconds a connection may stay silent (a stalled request line, header or read)
+HANDLERS = 256  # connections served at once; more are answered 503 + Retry-After
+RETRY_AFTER = 5  # seconds, in that answer
+_BUSY = (
+    "HTTP/1.1 503 Service Unavailable\r\n"
+    f"Retry-After: {RETRY_AFTER}\r\n"
+    "Content-Length: 0\r\n"
+    "Connection: close\r\n\r\n"
+).encode("ascii")
 
 
 class _Handler(http.server.SimpleHTTPRequestHandler):
@@ -70,6 +85,40 @@ class BundleServer(http.server.ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
+    def __init__(self, *args: Any, handlers: int = HANDLERS, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.slots = threading.BoundedSemaphore(handlers)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """A thread for the connection while a slot is free; else 503 and close, here."""
+        if not self.slots.acquire(blocking=False):
+            self._busy(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+    def _busy(self, request: socket.socket) -> None:
+        try:
+            request.settimeout(1.0)  # a small answer into an empty buffer: never blocks long
+            request.sendall(_BUSY)
+        except OSError:
+            pass
+        self.shutdown_request(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A node that went away or stalled past TIMEOUT is not an error worth a traceback."""
+        if not isinstance(sys.exc_info()[1], OSError):
+            super().handle_error(request, client_address)
+
 
 @dataclass(frozen=True)
 class Served:
@@ -98,11 +147,13 @@ def make_server(root: str, bind: str, port: int) -> BundleServer:
         raise UsageError(f"serve: {root}: no such directory; give the directory above the bundle")
 
     class Handler(_Handler):
+        timeout = TIMEOUT  # read now: a test may lower the module's value first
+
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, directory=root, **kwargs)
 
     try:
-        return BundleServer((bind, port), Handler)
+        return BundleServer((bind, port), Handler, handlers=HANDLERS)
     except OSError as exc:
         raise UsageError(
             f"serve: cannot listen on {bind}:{port}: {exc.strerror or exc}; give another --port"

@@ -32,6 +32,7 @@ from typing import Sequence
 from verl_bundle.airgap.assets.partial import claim_partial, host_name, sweep_partials
 from verl_bundle.airgap.assets.ready import check_placed, readiness
 from verl_bundle.airgap.checks import Check, Verdict, failures, verdict
+from verl_bundle.airgap.confined import Confined
 from verl_bundle.airgap.contract import assets as am
 from verl_bundle.airgap.contract.hashing import CHUNK, sha256_file
 from verl_bundle.airgap.contract.manifest import MANIFEST, SUMS, ManifestError
@@ -223,13 +224,15 @@ def load_record(directory: str) -> am.Asset:
 
 
 def _write_atomic(path: str, text: str) -> None:
+    """`path` whole or not at all: a fresh name (O_EXCL, no link followed), renamed over it."""
     tmp = f"{path}.partial-{host_name()}-{secrets.token_hex(8)}"
     try:
-        with open(tmp, "w", encoding="utf-8") as fh:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
         os.replace(tmp, path)
     except BaseException:
-        if os.path.exists(tmp):
+        if os.path.lexists(tmp):
             os.unlink(tmp)
         raise
 
@@ -246,16 +249,17 @@ def env_text(prefix: str) -> str:
     )
 
 
-def _hook_activate(prefix: str, env_file: str) -> bool:
-    """Append one guarded line to the venv's bin/activate (once); False when there is none."""
-    activate = os.path.join(prefix, "bin", "activate")
-    if not os.path.isfile(activate):
+def _hook_activate(prefix: Confined, env_file: str) -> bool:
+    """Append one guarded line to the venv's bin/activate (once); False when there is none.
+    Through the prefix's descriptor: a bin/activate that is a link is refused, not followed."""
+    st = prefix.lstat("bin/activate")
+    if st is None or not stat.S_ISREG(st.st_mode):
         return False
-    with open(activate, encoding="utf-8") as fh:
+    with open(prefix.path("bin/activate"), encoding="utf-8") as fh:
         if HOOK_MARK in fh.read():
             return True
     quoted = shlex.quote(env_file)
-    with open(activate, "a", encoding="utf-8") as fh:
+    with prefix.append("bin/activate") as fh:
         fh.write(f"\n{HOOK_MARK}\nif [ -f {quoted} ]; then . {quoted}; fi\n")
     return True
 
@@ -299,14 +303,15 @@ def install_assets(
         os.makedirs(dest, exist_ok=True)
         placed = tuple(_place(root, a, dest) for a in m.assets)
         env_file = os.path.join(prefix, ENV_FILE)
-        os.makedirs(os.path.join(prefix, "hf-home"), exist_ok=True)
-        _write_atomic(env_file, env_text(prefix))
-        index = [
-            {"kind": p.kind, "repo_id": p.repo_id, "commit": p.commit, "path": p.path}
-            for p in placed
-        ]
-        _write_atomic(os.path.join(prefix, INDEX), json.dumps(index, indent=2) + "\n")
-        hooked = _hook_activate(prefix, env_file)
+        with Confined(prefix, make=True) as into:  # the environment's files: no link followed
+            into.makedirs("hf-home")
+            into.write_atomic(ENV_FILE, env_text(prefix))
+            index = [
+                {"kind": p.kind, "repo_id": p.repo_id, "commit": p.commit, "path": p.path}
+                for p in placed
+            ]
+            into.write_atomic(INDEX, json.dumps(index, indent=2) + "\n")
+            hooked = _hook_activate(into, env_file)
     except OSError as exc:
         if exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
             raise AssetsError(

@@ -32,7 +32,11 @@ class EventLog:
         self._fh: IO[str] | None = None
         self.path = path
         if path:
-            self._fh = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+            # Appended to only as a regular file: a link or FIFO planted there is refused
+            # (UnsafePathError, an OSError with one line), never followed.
+            from verl_bundle.airgap.confined import append_outside
+
+            self._fh = append_outside(path, "--events")
 
     def emit(self, event: str, **fields: Any) -> Event:
         doc: Event = {"event": event, "schema": EVENTS_SCHEMA, "time": round(time.time(), 3)}

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterable, List
 
+from verl_bundle.airgap.confined import Confined
 from verl_bundle.airgap.contract import records
 from verl_bundle.airgap.contract.manifest import canonical
 
@@ -181,26 +182,28 @@ def examine(prefix: str, deep: bool = False) -> Environment:
 # -- what the install left ----------------------------------------------------------------------
 
 
-def write(prefix: str, env: Environment | None = None) -> str:
+def write(prefix: str, env: Environment | None = None, into: Confined | None = None) -> str:
     """Record the environment at `prefix` as the install leaves it (`env`: examined already,
-    while post-install ran); return its fingerprint."""
+    while post-install ran); return its fingerprint. Written through `into` (the install's
+    descriptor of the prefix, airgap/confined.py), or one opened here."""
     env = examine(prefix) if env is None else env
-    state = Path(prefix) / FINGERPRINT
-    state.parent.mkdir(parents=True, exist_ok=True)
-    for path, text in (
-        (Path(prefix) / RECORDED, json.dumps(env.entries(), indent=1, sort_keys=True)),
-        (state, env.fingerprint),
-    ):
-        tmp = path.with_name(path.name + ".partial")
-        tmp.write_text(text + "\n", encoding="utf-8")
-        tmp.replace(path)  # the hash last: a marker is never ahead of its entries
+    confined = into or Confined(prefix)
+    try:
+        for path, text in (
+            (RECORDED, json.dumps(env.entries(), indent=1, sort_keys=True)),
+            (FINGERPRINT, env.fingerprint),
+        ):  # the hash last: a marker is never ahead of its entries
+            confined.write_atomic(path.as_posix(), text + "\n")
+    finally:
+        if into is None:
+            confined.close()
     return env.fingerprint
 
 
-def record(prefix: str, env: Environment | None = None) -> str | None:
+def record(prefix: str, env: Environment | None = None, into: Confined | None = None) -> str | None:
     """`write`, for the installer's last step: None when the prefix is not writable."""
     try:
-        return write(prefix, env)
+        return write(prefix, env, into)
     except OSError:
         return None
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Mapping
 
-from verl_bundle.airgap.doctor import fingerprint
+from verl_bundle.airgap.doctor import fingerprint, unlisted
 
 IFNAME_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
 # The variables that change a run: a node where one differs loads other files or code, uses
@@ -37,6 +37,9 @@ class Node:
     changed: tuple[str, ...] = ()  # what differs from what the install ended with
     env: dict[str, str] = field(default_factory=dict)  # the variables that change a run
     image: str | None = None  # how the prefix is provided: "directory", or the image's mount
+    # what no RECORD lists and came after the install, and links leaving the prefix (one line
+    # each, doctor/unlisted.py); None: no environment at the prefix
+    unlisted: tuple[str, ...] | None = None
 
     def missing_interfaces(self) -> dict[str, str]:
         """{variable: value} for each *_SOCKET_IFNAME that names no interface of this node."""
@@ -135,6 +138,7 @@ def _environment(node: Node, prefix: str | None, deep: bool) -> Node:
         installed_fingerprint=fingerprint.read(prefix),
         changed=tuple(fingerprint.changes(before, entries)) if before is not None else (),
         image=provided(prefix),
+        unlisted=tuple(s.line() for s in unlisted.since_install(prefix, deep)),
     )
 
 

@@ -71,6 +71,7 @@ def _node(facts: Facts) -> dict[str, Any]:
         "distributions": node.distributions,
         "installed_fingerprint": node.installed_fingerprint,
         "changed_since_install": list(node.changed),
+        "unlisted_since_install": list(node.unlisted) if node.unlisted is not None else None,
         "env": dict(node.env),
         "image": node.image,
     }

@@ -185,6 +185,7 @@ def probe(spec: dict[str, Any], save: Any = None) -> dict[str, Any]:
         warnings.filterwarnings("ignore", message=DISTUTILS_NOISE)
         result: dict[str, Any] = {
             "python": sys.version.split()[0],
+            "prefix": sys.prefix,  # the environment readiness examines for unlisted files
             "versions": {d: _version(d) for d in ("verl", "vllm", "torch", "flash-attn")},
             "imports": [_import(m) for m in spec.get("modules", [])],
             "checks": [_check_import(m) for m in spec.get("checks", [])],

@@ -14,13 +14,15 @@ Standard library only, Python 3.8+.
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
-import shutil
+import stat
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from verl_bundle.airgap.confined import Confined
 from verl_bundle.airgap.contract import manifest as mf
-from verl_bundle.airgap.contract.hashing import sha256_file
+from verl_bundle.airgap.contract.hashing import CHUNK
 from verl_bundle.airgap.errors import DamagedError
 
 DEPTH = 3  # how deep OLD_DIR is searched for a file by its name
@@ -68,17 +70,56 @@ def _candidates(f: mf.File, root: str, names: dict[str, list[str]]) -> list[str]
     return out + [p for p in names.get(f.filename, []) if p != same]
 
 
+def _open_exact(path: str, size: int) -> int:
+    """A read descriptor of `path` when it is a regular file (not a link, a FIFO or a device)
+    of exactly `size` bytes; OSError otherwise, before a byte is read (a FIFO or /dev/zero
+    under a wheel's name never blocks or streams endlessly)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file")
+    if st.st_size != size:
+        os.close(fd)
+        raise OSError(errno.EINVAL, f"{st.st_size} bytes, not {size}")
+    os.set_blocking(fd, True)
+    return fd
+
+
+def _hash_fd(fd: int, size: int) -> str:
+    """sha256 of at most `size` bytes read from `fd` (closed)."""
+    digest = hashlib.sha256()
+    with os.fdopen(fd, "rb") as fh:
+        left = size
+        while left > 0:
+            block = fh.read(min(CHUNK, left))
+            if not block:
+                break
+            digest.update(block)
+            left -= len(block)
+    return digest.hexdigest()
+
+
 def _match(f: mf.File, paths: list[str]) -> tuple[str | None, str | None]:
     """(the first path whose bytes are f's, or None; a line on a damaged one)."""
     damaged = None
     for path in paths:
         try:
-            size = os.path.getsize(path)
-            got = sha256_file(path)
+            fd = _open_exact(path, f.size)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                damaged = f"{path}: a symbolic link, not the file itself"
+            elif exc.errno == errno.EINVAL:
+                damaged = f"{path}: {exc.strerror} (a regular file of {f.size} bytes is needed)"
+            else:
+                damaged = f"{path}: cannot read it ({exc.strerror or exc})"
+            continue
+        try:
+            got = _hash_fd(fd, f.size)
         except OSError as exc:
             damaged = f"{path}: cannot read it ({exc.strerror or exc})"
             continue
-        if size == f.size and got == f.sha256:
+        if got == f.sha256:
             return path, None
         damaged = f"{path} has sha256 {got}, not {f.sha256}"
     return None, damaged
@@ -122,39 +163,28 @@ def _present(root: str, f: mf.File) -> bool:
     return os.path.isfile(path) and os.path.getsize(path) == f.size
 
 
-def _place(source: str, dest: str) -> bool:
-    """Link `source` to `dest` (True), or copy it where a link cannot be made (False)."""
-    os.makedirs(os.path.dirname(dest), exist_ok=True)
-    hidden = os.path.join(os.path.dirname(dest), f".{os.path.basename(dest)}.partial-{os.getpid()}")
-    try:
-        if os.path.lexists(hidden):
-            os.unlink(hidden)
-        try:
-            os.link(source, hidden)
-            linked = True
-        except OSError as exc:
-            if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
-                raise
-            shutil.copyfile(source, hidden)
-            linked = False
-        os.replace(hidden, dest)
-    finally:
-        if os.path.lexists(hidden):
-            os.unlink(hidden)
-    return linked
-
-
 def complete(m: mf.Manifest, bundle_dir: str, base_dir: str) -> Completed:
     """Take every file the delta omits from OLD_DIR into its directory (see the module's
     docstring); BaseError before anything is placed when one cannot be found."""
     taken, already = plan(m, bundle_dir, base_dir)
+    return place(bundle_dir, taken, already)
+
+
+def place(bundle_dir: str, taken: list[Taken], already: int) -> Completed:
+    """Link (or copy, across file systems) each planned file into the delta's directory under
+    a hidden name, renamed when complete (confined.Confined.link_in: no link there followed)."""
     root = mf.find_root(bundle_dir)
     linked = 0
-    for t in taken:
-        try:
-            linked += _place(t.source, os.path.join(root, *t.path.split("/")))
-        except OSError as exc:
-            raise BaseError(
-                f"cannot place {t.path} from {t.source} into {root}: {exc.strerror}"
-            ) from None
+    try:
+        bundle = Confined(root)
+    except OSError as exc:
+        raise BaseError(f"cannot write into {root}: {exc.strerror or exc}") from None
+    with bundle:
+        for t in taken:
+            try:
+                linked += bundle.link_in(t.source, t.path)
+            except OSError as exc:
+                raise BaseError(
+                    f"cannot place {t.path} from {t.source} into {root}: {exc.strerror or exc}"
+                ) from None
     return Completed(tuple(taken), linked, already)

@@ -9,13 +9,15 @@ here by its files: those its RECORD lists, and those its wheel in the bundle wou
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-import shutil
+import stat
 import zipfile
 from dataclasses import dataclass
 from typing import Iterable
 
+from verl_bundle.airgap.confined import Confined
 from verl_bundle.airgap.contract import records
 from verl_bundle.airgap.contract.manifest import canonical
 
@@ -151,46 +153,45 @@ def _inside(path: str, root: str) -> bool:
 
 def remove(dist: Dist, paths: SitePaths, wheel: str | None = None) -> int:
     """Delete the distribution's files (RECORD's and, when given, those its wheel would write)
-    and its .dist-info directory; only paths inside the environment are touched. Returns the
-    number of files removed."""
+    and its .dist-info directory; only paths inside the environment are touched, each through
+    one descriptor of the prefix (airgap/confined.py: a link on the way is never followed, a
+    link itself is removed, not its target). Returns the number of files removed."""
     files = [os.path.normpath(os.path.join(dist.site, row[0])) for row in _record_rows(dist)]
     if wheel is not None:
         files += wheel_targets(wheel, dist.site, paths)
     removed = 0
     dirs = set()
-    for path in dict.fromkeys(files):
-        if not _inside(path, paths.prefix) or _inside(path, dist.path):
-            continue
-        try:
-            if os.path.isfile(path) or os.path.islink(path):
-                os.remove(path)
+    with Confined(paths.prefix) as prefix:
+        for path in dict.fromkeys(files):
+            rel = prefix.rel(path)
+            if rel is None or _inside(path, dist.path):
+                continue
+            st = prefix.lstat(rel)
+            if st is None or stat.S_ISDIR(st.st_mode):
+                continue
+            with contextlib.suppress(OSError):
+                prefix.remove(rel)
                 removed += 1
-                dirs.add(os.path.dirname(path))
-        except OSError:
-            pass
-    shutil.rmtree(dist.path, ignore_errors=True)
-    _prune(dirs, paths)
+                dirs.add(os.path.dirname(rel))
+        info = prefix.rel(dist.path)
+        if info is not None:
+            with contextlib.suppress(OSError):
+                prefix.remove(info)
+        _prune(prefix, dirs, paths)
     return removed
 
 
-def _prune(dirs: Iterable[str], paths: SitePaths) -> None:
+def _prune(prefix: Confined, dirs: Iterable[str], paths: SitePaths) -> None:
     """Remove directories left empty (and their __pycache__), up to the site directories."""
-    stop = {os.path.realpath(p) for p in (*paths.sites, paths.scripts, paths.data, paths.prefix)}
+    stop = {prefix.rel(p) for p in (*paths.sites, paths.scripts, paths.data)} | {""}
     for start in sorted(dirs, key=len, reverse=True):
         d = start
-        while _inside(d, paths.prefix) and os.path.realpath(d) not in stop:
-            cache = os.path.join(d, "__pycache__")
-            try:
-                entries = os.listdir(d)
-            except OSError:
-                break
+        while d and d not in stop:
+            entries = prefix.listdir(d)
             if entries == ["__pycache__"]:
-                shutil.rmtree(cache, ignore_errors=True)
+                with contextlib.suppress(OSError):
+                    prefix.remove(f"{d}/__pycache__")
                 entries = []
-            if entries:
-                break
-            try:
-                os.rmdir(d)
-            except OSError:
+            if entries or not prefix.rmdir(d):
                 break
             d = os.path.dirname(d)

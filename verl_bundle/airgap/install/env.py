@@ -4,6 +4,7 @@ pip and uv the bundle brings. Nothing here reads this machine's pip or uv config
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -16,6 +17,7 @@ import threading
 import zipfile
 from dataclasses import dataclass
 
+from verl_bundle.airgap.confined import Confined, UnsafePathError
 from verl_bundle.airgap.contract.manifest import Manifest
 from verl_bundle.airgap.errors import ServerNotReadyError, StepError, UsageError
 from verl_bundle.airgap.install import bundled
@@ -119,34 +121,39 @@ def check_python(python: str, m: Manifest, got: str | None = None) -> str:
     return got
 
 
-def lock_prefix(target: str) -> int:
-    """An flock on the target directory (made when new) for the whole install: a second
-    install.sh on the same prefix is refused in one line, not raced."""
+def lock_prefix(target: str) -> Confined:
+    """The target directory (made when new), opened by its real path with no link followed
+    (airgap/confined.py) and flocked for the whole install: a second install.sh on the same
+    prefix is refused in one line, not raced. Every write of the install into the prefix goes
+    through the descriptor this returns."""
     try:
-        os.makedirs(target, exist_ok=True)
-        fd = os.open(target, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        prefix = Confined(target, make=True)
+    except UnsafePathError as exc:
+        raise UsageError(
+            f"--prefix {target}: {exc.message}; give a directory only you can write"
+        ) from None
     except OSError as exc:
         raise UsageError(
             f"--prefix {target}: cannot make or open it ({exc.strerror or exc}); give a "
             "directory you can write"
         ) from None
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(prefix.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
-        os.close(fd)
+        prefix.close()
         raise StepError(
             f"another install.sh is installing into {target}; wait for it to end, then run "
             "this one again"
         ) from None
-    return fd
+    return prefix
 
 
-def unlock_prefix(fd: int, target: str, made: bool) -> None:
+def unlock_prefix(prefix: Confined, made: bool) -> None:
     """Release the lock; a prefix this run made and left empty goes again."""
-    os.close(fd)
+    prefix.close()
     if made:
         with contextlib.suppress(OSError):
-            os.rmdir(target)  # only when empty
+            os.rmdir(prefix.root)  # only when empty
 
 
 def check_prefix(opts: Options, target: str) -> str:
@@ -256,16 +263,14 @@ def _uv_member(wheel: str) -> str | None:
         return next((n for n in zf.namelist() if n.endswith(".data/scripts/uv")), None)
 
 
-def _extract_uv(wheel: str, dest: str) -> bool:
+def _extract_uv(wheel: str, into: Confined, rel: str) -> bool:
+    """The uv binary of the bundled uv wheel as `rel` below `into` (whole or not at all)."""
     try:
         member = _uv_member(wheel)
         if member is None:
             return False
-        os.makedirs(os.path.dirname(dest), exist_ok=True)
-        with zipfile.ZipFile(wheel) as zf, zf.open(member) as src, open(dest + ".tmp", "wb") as out:
-            shutil.copyfileobj(src, out, 1 << 20)
-        os.chmod(dest + ".tmp", stat.S_IRWXU)
-        os.replace(dest + ".tmp", dest)
+        with zipfile.ZipFile(wheel) as zf, zf.open(member) as src:
+            into.write_stream(rel, src, stat.S_IRWXU)
         return True
     except (OSError, zipfile.BadZipFile):
         return False
@@ -281,6 +286,7 @@ def _runs(uv: str) -> bool:
     return proc.returncode == 0
 
 
+UV = "uv/uv"  # the bundled uv, in the state directory
 EARLY_UV = "verl-bundle-uv-"
 EARLY_LOCK = ".lock"
 
@@ -318,7 +324,7 @@ class EarlyUv:
 
     def __init__(self, m: Manifest, bundle: str) -> None:
         uv_file = m.bootstrap_file("uv")
-        self.tmp: str | None = None
+        self.tmp: Confined | None = None
         self.lock = -1
         self.ok = False
         self.thread: threading.Thread | None = None
@@ -326,8 +332,8 @@ class EarlyUv:
             return
         sweep_early_uv(tempfile.gettempdir())
         try:
-            self.tmp = tempfile.mkdtemp(prefix=EARLY_UV)
-            self.lock = os.open(os.path.join(self.tmp, EARLY_LOCK), os.O_RDWR | os.O_CREAT, 0o600)
+            self.tmp = Confined(tempfile.mkdtemp(prefix=EARLY_UV))
+            self.lock = self.tmp.create(EARLY_LOCK, 0o600)
             fcntl.flock(self.lock, fcntl.LOCK_EX)
         except OSError:
             return  # no temporary directory: find_tools unpacks it as before
@@ -336,19 +342,29 @@ class EarlyUv:
         self.thread.start()
 
     def _unpack(self, wheel: str) -> None:
-        self.ok = self.tmp is not None and _extract_uv(wheel, os.path.join(self.tmp, "uv"))
+        self.ok = self.tmp is not None and _extract_uv(wheel, self.tmp, "uv")
 
-    def take(self, dest: str) -> bool:
-        """Move the unpacked uv to `dest`; False when there is none (then unpack it there)."""
+    def take(self, into: Confined, rel: str) -> bool:
+        """Move the unpacked uv to `rel` below `into`; False when there is none (then unpack
+        it there)."""
         if self.thread is None or self.tmp is None or self.lock < 0:
             return False
         self.thread.join()
         if not self.ok:
             return False
+        parent, _, name = rel.rpartition("/")
         try:
-            os.makedirs(os.path.dirname(dest), exist_ok=True)
-            shutil.move(os.path.join(self.tmp, "uv"), dest + ".tmp")
-            os.replace(dest + ".tmp", dest)
+            target = into.sub(parent, make=True) if parent else None
+            try:
+                os.replace("uv", name, src_dir_fd=self.tmp.fd, dst_dir_fd=(target or into).fd)
+                return True
+            except OSError as exc:
+                if exc.errno != errno.EXDEV:
+                    raise
+            finally:
+                if target is not None:
+                    target.close()
+            into.copy_in(self.tmp.path("uv"), rel, stat.S_IRWXU)  # across file systems
         except OSError:
             return False
         return True
@@ -356,8 +372,95 @@ class EarlyUv:
     def close(self) -> None:
         if self.thread is not None:
             self.thread.join()
+            self.thread = None
         if self.tmp is not None:
-            shutil.rmtree(self.tmp, ignore_errors=True)
+            shutil.rmtree(self.tmp.real, ignore_errors=True)
+            self.tmp.close()
+            self.tmp = None
+        if self.lock >= 0:
+            os.close(self.lock)
+            self.lock = -1
+
+
+RUN_TMP = "tmp"  # in the state directory: each run's own TMPDIR, and its lock
+TMP_VARS = ("TMPDIR", "TMP", "TEMP")
+
+
+class RunTmp:
+    """This run's own TMPDIR, `<prefix>/.verl-bundle/tmp/run-<random>/` (mode 0700), given to
+    every command the install runs from the venv step on (pip's build and wheel-cache
+    directories, nvcc's tmpxft_* files, the checks'), so a killed install leaves nothing in the
+    machine's temporary directory. Held by an flock on its .lock; removed at the end, and a
+    killed run's (no live lock) by the next run before it makes its own."""
+
+    def __init__(self, state: State) -> None:
+        self.state = state
+        self.name = ""
+        self.lock = -1
+        self.saved: dict[str, str | None] = {}
+
+    def start(self) -> str:
+        confined = self.state.confined
+        self.sweep()
+        sweep_early_uv(tempfile.gettempdir())  # a killed run's early uv, whatever this run does
+        top = confined.sub(RUN_TMP, make=True, mode=0o700)
+        try:
+            for _ in range(100):
+                name = f"run-{os.urandom(6).hex()}"
+                try:
+                    os.mkdir(name, 0o700, dir_fd=top.fd)
+                    break
+                except FileExistsError:
+                    continue
+        finally:
+            top.close()
+        self.name = f"{RUN_TMP}/{name}"
+        self.lock = confined.create(f"{self.name}/{EARLY_LOCK}", 0o600)
+        fcntl.flock(self.lock, fcntl.LOCK_EX)
+        path = self.state.path(self.name)
+        for var in TMP_VARS:
+            self.saved[var] = os.environ.get(var)
+            os.environ[var] = path
+        return path
+
+    def sweep(self) -> None:
+        """Remove what killed runs left: each run directory whose lock no live run holds."""
+        confined = self.state.confined
+        for name in confined.listdir(RUN_TMP):
+            rel = f"{RUN_TMP}/{name}"
+            if rel == self.name:
+                continue
+            try:
+                with confined.sub(rel) as run:
+                    fd = os.open(
+                        EARLY_LOCK, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=run.fd
+                    )
+            except FileNotFoundError:
+                confined.remove(rel)  # killed before its lock was made
+                continue
+            except OSError:
+                confined.remove(rel)  # not a directory of ours: a link or a file
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # a live run's
+            finally:
+                os.close(fd)
+            confined.remove(rel)
+
+    def close(self) -> None:
+        """The environment as it was, this run's directory removed (and tmp/ when empty)."""
+        for var, value in self.saved.items():
+            if value is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = value
+        self.saved = {}
+        if self.name:
+            self.state.confined.remove(self.name)
+            self.state.confined.rmdir(RUN_TMP)
+            self.name = ""
         if self.lock >= 0:
             os.close(self.lock)
             self.lock = -1
@@ -379,14 +482,19 @@ def find_tools(
     pip = (python, os.path.join(pip_wheel, "pip")) if pip_wheel else (python, "-m", "pip")
     uv = None
     if uv_file is not None:
-        dest = state.path(os.path.join("uv", "uv"))
+        rel = UV
+        dest = state.path(rel)
         wheel = os.path.join(bundle, uv_file.path)
-        if os.path.exists(dest) and _runs(dest):
+        if os.path.exists(dest) and not os.path.islink(dest) and _runs(dest):
             uv = dest
         elif dry_run:
-            with tempfile.TemporaryDirectory(prefix="verl-bundle-uv-") as tmp:
-                trial = os.path.join(tmp, "uv")
-                uv = dest if _extract_uv(wheel, trial) and _runs(trial) else None
-        elif ((early is not None and early.take(dest)) or _extract_uv(wheel, dest)) and _runs(dest):
+            with tempfile.TemporaryDirectory(prefix="verl-bundle-uv-") as tmp, Confined(
+                tmp
+            ) as into:
+                uv = dest if _extract_uv(wheel, into, "uv") and _runs(into.path("uv")) else None
+        elif (
+            (early is not None and early.take(state.confined, rel))
+            or _extract_uv(wheel, state.confined, rel)
+        ) and _runs(dest):
             uv = dest
     return Tools(python, tuple(pip), uv, pip_wheel)

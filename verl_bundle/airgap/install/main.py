@@ -15,7 +15,7 @@ from verl_bundle.airgap import render
 from verl_bundle.airgap.checks import Verdict, of_error
 from verl_bundle.airgap.contract import manifest as mf
 from verl_bundle.airgap.contract.events import EventLog
-from verl_bundle.airgap.errors import EXIT_OK, InterruptError, ServerError
+from verl_bundle.airgap.errors import EXIT_OK, InterruptError, ServerError, UsageError
 from verl_bundle.airgap.install.options import Options, options, usage
 from verl_bundle.airgap.install.output import Output
 from verl_bundle.airgap.install.steps import Installer
@@ -41,9 +41,13 @@ def install(args: argparse.Namespace) -> int:
         return EXIT_OK
     opts = options(args, m)  # UsageError: one line, exit 2, before anything is written
     out = Output(to_stderr=opts.json)
-    events = EventLog(opts.events)
+    try:
+        events = EventLog(opts.events)
+    except OSError as exc:
+        why = getattr(exc, "message", None) or f"--events {opts.events}: {exc.strerror or exc}"
+        raise UsageError(f"{why}; give a file you can write") from None
     if opts.log and not out.open_log(os.path.abspath(opts.log)):
-        out.err(f"cannot write the log {opts.log}; continuing without it")
+        out.err(f"cannot write the log {opts.log} ({out.why}); continuing without it")
     installer: Installer | None = None
     message = ""
     try:

@@ -142,7 +142,10 @@ Options:
                     RECORD and reinstall, offline, exactly those whose files or versions
                     differ from the bundle (or that are missing); the rest is left as it is.
                     A plain rerun trusts the phases it finished: after a package was removed
-                    or a file deleted from the venv, --repair is what brings it back
+                    or a file deleted from the venv, --repair is what brings it back. It also
+                    names and removes what no RECORD lists that came after the install (a
+                    planted .pth or sitecustomize.py) and links leading outside the prefix
+                    (the link, never its target)
   --quick           leave out the trainer dry run (minutes on a small server): post-install
                     then proves imports and the config only, and the verdict says the
                     trainer's start is not proven here. Prove it later with the venv's python:
@@ -152,10 +155,14 @@ Options:
                     pack the prefix into one read-only squashfs image FILE (mksquashfs, from
                     squashfs-tools), with FILE.sha256 beside it, for a shared filesystem:
                     each node mounts it at the same path as --prefix, read-only
-                    (squashfuse FILE PREFIX, or mount -t squashfs -o ro,loop FILE PREFIX)
+                    (squashfuse FILE PREFIX, or mount -t squashfs -o ro,loop FILE PREFIX).
+                    Written beside FILE in a private directory and renamed into place; a
+                    link or a directory at FILE is refused before anything is installed
   --yes, -y         do not ask before installing
-  --log FILE        also write everything to FILE (default: <prefix>/.verl-bundle/install.log)
-  --events FILE     append each step's events to FILE as JSON lines (for scripts)
+  --log FILE        also write everything to FILE (default: <prefix>/.verl-bundle/install.log);
+                    a link or FIFO there is not followed: the install goes on without it
+  --events FILE     append each step's events to FILE as JSON lines (for scripts); a link
+                    or FIFO there is refused (exit 2)
   --json            print the result as JSON on stdout (progress goes to stderr)
   --allowed-signers FILE
                     before anything else, refuse a bundle that is not signed by a key in FILE

@@ -7,10 +7,10 @@ Until the prefix exists nothing may be written outside it, so the lines of the f
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
-from typing import IO
+from typing import IO, Callable
 
+from verl_bundle.airgap.confined import append_outside
 from verl_bundle.airgap.render import encodable, printable
 
 
@@ -20,6 +20,7 @@ class Output:
         self._pending: list[str] = []
         self._log: IO[str] | None = None
         self.log_path: str | None = None
+        self.why = ""  # why the log could not be opened
 
     def say(self, text: str = "") -> None:
         self._emit(self.stream, text)
@@ -54,15 +55,17 @@ class Output:
         self.err(f"the log {self.log_path} can no longer be written ({why}); going on without it")
         self.log_path = None
 
-    def open_log(self, path: str) -> bool:
-        """Start writing the log at `path` (with everything said so far). False when it cannot
-        be written (the install goes on without it)."""
+    def open_log(self, path: str, opener: Callable[[], IO[str]] | None = None) -> bool:
+        """Start writing the log at `path` (with everything said so far), opened by `opener`
+        (the state directory's, for its install.log) or as a file the operator named
+        (--log FILE: confined.append_outside, a link or FIFO there refused). False when it
+        cannot be written (the install goes on without it, saying why)."""
         if self._log is not None:
             return True
         try:
-            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-            self._log = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
-        except OSError:
+            self._log = opener() if opener is not None else append_outside(path, "--log")
+        except OSError as exc:
+            self.why = getattr(exc, "message", None) or exc.strerror or str(exc)
             return False
         self.log_path = path
         pending, self._pending = self._pending, []

@@ -189,8 +189,7 @@ def with_pip(command: Command, m: Manifest, bundle: str, state: State) -> Comman
 def write_pip_requirement(m: Manifest, state: State) -> None:
     pip_file = m.bootstrap_file("pip")
     if pip_file is not None:
-        with open(state.path(PIP_REQUIREMENT), "w", encoding="utf-8") as fh:
-            fh.write(f"pip=={pip_file.version} --hash=sha256:{pip_file.sha256}\n")
+        state.write(PIP_REQUIREMENT, f"pip=={pip_file.version} --hash=sha256:{pip_file.sha256}\n")
 
 
 # -- making a rerun always resume ---------------------------------------------------------------
@@ -266,30 +265,30 @@ def remove_departed(m: Manifest, state: State, paths: dists.SitePaths) -> list[s
 # -- running a command with its output shown and kept --------------------------------------------
 
 
-def run_logged(cmd: Command, logfile: str, say: Callable[[str], None]) -> int:
-    """Run `cmd`; each output line goes to `say` (console and install log) and to `logfile`."""
-    with open(logfile, "a", encoding="utf-8") as log:
-        log.write("$ " + cmd.show() + "\n")
-        log.flush()
-        proc = subprocess.Popen(
-            list(cmd.argv),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=cmd.environ(),
-        )
+def run_logged(cmd: Command, log: IO[str], say: Callable[[str], None]) -> int:
+    """Run `cmd`; each output line goes to `say` (console and install log) and to `log` (a
+    log of the state directory, opened through it: state.State.log)."""
+    log.write("$ " + cmd.show() + "\n")
+    log.flush()
+    proc = subprocess.Popen(
+        list(cmd.argv),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env=cmd.environ(),
+    )
+    try:
+        _pump(proc.stdout, log, say)
+        return proc.wait()
+    except BaseException:
+        # Ctrl-C reached the command too (same process group); let it end on its own
+        # terms, then go.
         try:
-            _pump(proc.stdout, log, say)
-            return proc.wait()
-        except BaseException:
-            # Ctrl-C reached the command too (same process group); let it end on its own
-            # terms, then go.
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            raise
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        raise
 
 
 def _pump(stream: IO[bytes] | None, log: IO[str], say: Callable[[str], None]) -> None:

@@ -23,8 +23,19 @@ if TYPE_CHECKING:
 def dry_run(inst: Installer) -> None:
     opts, m, say = inst.opts, inst.m, inst.out.say
     kind = envs.check_prefix(opts, inst.target)
+    if opts.image:
+        from verl_bundle.airgap.install.image import check_target
+
+        check_target(opts.image, inst.target)  # refused as the real run would, at once
+    planned = inst.base_plan()  # --base checked as the real run checks it (nothing placed)
     say(f"Plan for {m.name} (dry run: nothing is changed)")
     say(f"  bundle:  {opts.bundle}")
+    if planned is not None:
+        taken, already = planned
+        say(
+            f"  base:    {len(taken)} file(s) from {opts.base}, each checked by its sha256"
+            + (f"; {already} already here" if already else "")
+        )
     try:
         python = envs.choose_python(opts, m, inst.target)
         got = envs.python_version(python) or "unknown"
@@ -61,7 +72,14 @@ def dry_run(inst: Installer) -> None:
     pip = boot is not None and not inst.state.done("pip", ph.pip_key(m))
     repairs: dict[str, list[str]] = {}
     if opts.repair and os.access(inst.target_py, os.X_OK):
-        repairs = ph.differing(m, opts.skip_phases, envs.site_paths(inst.target_py, inst.target))
+        from verl_bundle.airgap.confined import Confined
+        from verl_bundle.airgap.install import strays
+
+        paths = envs.site_paths(inst.target_py, inst.target)
+        with Confined(inst.target) as prefix:  # read only: what a real run would remove
+            strays.clear_links(prefix, paths, say, True, dry=True)
+            strays.remove_unlisted(prefix, say, dry=True)
+        repairs = ph.differing(m, opts.skip_phases, paths)
         for phase_name, lines in repairs.items():
             say(f"  --repair: {phase_name}: {'; '.join(lines)}")
     plans = ph.plan_phases(m, opts, inst.target, tools, inst.state, repairs, pip)

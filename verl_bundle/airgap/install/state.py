@@ -6,14 +6,19 @@
 - `started-<phase>`: the phase began and did not finish (killed, Ctrl-C, failure);
 - `installed.json`: the distributions the bundle put there, so an upgrade removes what left;
 - the logs (install.log, phase-<name>.log, checks.log).
+Every write goes through one `Confined` of the state directory (airgap/confined.py): a link
+planted under a marker's or a log's name is replaced or refused, never followed.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
+import stat
+from typing import IO
+
+from verl_bundle.airgap.confined import Confined
 
 STATE = ".verl-bundle"
 VENV_MARK = "venv"
@@ -30,29 +35,72 @@ class State:
     """The state directory of one target environment. Reading never creates it."""
 
     def __init__(self, target: str) -> None:
+        self.target = target
         self.dir = os.path.join(target, STATE)
+        self._prefix: Confined | None = None  # the install's own, held open (attach)
+        self._dir: Confined | None = None
 
     def path(self, name: str) -> str:
         return os.path.join(self.dir, name)
 
     def exists(self) -> bool:
-        return os.path.isdir(self.dir)
+        return os.path.isdir(self.dir) and not os.path.islink(self.dir)
+
+    def attach(self, prefix: Confined) -> None:
+        """Write through the install's descriptor of the prefix (the one its lock holds)."""
+        self._prefix = prefix
+
+    @property
+    def confined(self) -> Confined:
+        """The state directory, made when missing; every write below goes through it."""
+        if self._dir is None:
+            prefix = self._prefix or Confined(self.target)
+            self._dir = prefix.sub(STATE, make=True)
+            if prefix is not self._prefix:
+                prefix.close()
+        return self._dir
 
     def create(self) -> None:
-        os.makedirs(self.dir, exist_ok=True)
+        self.confined  # noqa: B018 - made and opened
+
+    def close(self) -> None:
+        if self._dir is not None:
+            self._dir.close()
+            self._dir = None
+
+    def write(self, name: str, text: str) -> None:
+        """A file of the state directory, whole or not at all."""
+        self.confined.write_atomic(name, text)
+
+    def log(self, name: str, fresh: bool = False) -> IO[str]:
+        """A log of the state directory to append to (`fresh`: a new one in its place)."""
+        return self.confined.append(name, fresh)
+
+    def remove(self, name: str) -> bool:
+        """Remove a file, link or directory of the state directory (never a link's target)."""
+        if self._dir is None and not self.exists():
+            return False
+        return self.confined.remove(name)
 
     def _read(self, name: str) -> str | None:
+        """A marker's text; None when it is missing or not a regular file (a link or FIFO
+        planted there is not read: not followed, never waited on)."""
         try:
-            with open(self.path(name), encoding="utf-8") as fh:
-                return fh.read().strip()
+            fd = os.open(self.path(name), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except OSError:
             return None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            with os.fdopen(os.dup(fd), encoding="utf-8", errors="replace") as fh:
+                return fh.read(1 << 20).strip()
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
 
     def _write(self, name: str, text: str) -> None:
-        tmp = self.path(name + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text + "\n")
-        os.replace(tmp, self.path(name))  # a marker is whole or absent, even after kill -9
+        self.write(name, text + "\n")  # a marker is whole or absent, even after kill -9
 
     # -- phases --------------------------------------------------------------------------------
 
@@ -71,8 +119,7 @@ class State:
 
     def finish(self, phase: str, key: str) -> None:
         self._write(f"done-{phase}", key)
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(self.path(f"started-{phase}"))
+        self.remove(f"started-{phase}")
 
     # -- the venv mark and what was installed -------------------------------------------------
 

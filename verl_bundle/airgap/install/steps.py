@@ -11,7 +11,7 @@ import dataclasses
 import json
 import os
 import shlex
-import shutil
+import stat
 import sys
 import threading
 import time
@@ -20,6 +20,7 @@ from typing import Any, Iterable
 
 from verl_bundle.airgap import render
 from verl_bundle.airgap.checks import Verdict
+from verl_bundle.airgap.confined import Confined
 from verl_bundle.airgap.contract import manifest as mf
 from verl_bundle.airgap.contract.events import EventLog
 from verl_bundle.airgap.errors import (
@@ -73,6 +74,8 @@ class Installer(Steps):
         self.tools: envs.Tools | None = None  # pip and uv, once the venv step found them
         self.examined: Future[Any] | None = None  # the fingerprint's examination, on a thread
         self.sweeps: list[threading.Thread] = []  # uv caches being removed (sweep_uv_cache)
+        self.prefix: Confined | None = None  # the prefix, held open and locked for the run
+        self.tmp = envs.RunTmp(self.state)  # this run's own TMPDIR, from the venv step on
 
     # -- the steps ------------------------------------------------------------------------------
 
@@ -122,16 +125,18 @@ class Installer(Steps):
             raise DamagedError(why)
         self.out.say(f"    --allow-downgrade: release {self.m.release} replaces {old.release}")
 
-    def completed(self) -> None:
-        """A delta bundle takes the files it left out from --base OLD_DIR, each checked against
-        this manifest, before the whole is verified as a full bundle (install/base.py)."""
+    def base_plan(self) -> tuple[list[Any], int] | None:
+        """--base: the usage errors, then where each file a delta leaves to its base comes
+        from, each checked by its sha256 (install/base.py `plan`: BaseError, exit 3, for one
+        in neither place); nothing is placed. None for a full bundle. The dry run asks the
+        same, so it fails as the real run would."""
         if self.m.delta is None:
             if self.opts.base:
                 raise UsageError(
                     f"--base {self.opts.base}: this bundle is a full one, not a delta; "
                     "run ./install.sh without --base"
                 )
-            return
+            return None
         if not self.opts.base:
             raise UsageError(
                 f"this bundle is a delta: it left {len(self.m.delta.omitted)} file(s) to its base "
@@ -139,7 +144,17 @@ class Installer(Steps):
             )
         from verl_bundle.airgap.install import base
 
-        done = base.complete(self.m, self.opts.bundle, self.opts.base)
+        return base.plan(self.m, self.opts.bundle, self.opts.base)
+
+    def completed(self) -> None:
+        """A delta bundle takes the files it left out from --base OLD_DIR, each checked against
+        this manifest, before the whole is verified as a full bundle (install/base.py)."""
+        planned = self.base_plan()
+        if planned is None:
+            return
+        from verl_bundle.airgap.install import base
+
+        done = base.place(self.opts.bundle, *planned)
         copied = len(done.taken) - done.linked
         self.out.say(
             f"    took {len(done.taken)} file(s) from {self.opts.base} ({done.linked} linked, "
@@ -168,7 +183,10 @@ class Installer(Steps):
             if (self.out.log_path or "").startswith(self.target + os.sep):
                 self.out.close()
                 self.out.log_path = None
-            empty_new_prefix(self.target, keep=self.existed)
+            self.tmp.close()
+            self.state.close()
+            if self.prefix is not None:
+                empty_new_prefix(self.prefix, keep=self.existed)
         raise DamagedError(
             "the bundle is damaged; these files do not match SHA256SUMS or the manifest:\n"
             + "\n".join(f"    {p}" for p in _summary(problems))
@@ -254,16 +272,22 @@ class Installer(Steps):
         else:
             text = f"creating the venv {self.target}"
         with self.step("venv", text):
-            os.makedirs(self.target, exist_ok=True)
             self.state.create()
             if self.kind != "env" and not self.state.made_venv():
                 self.state.mark_venv(self.m.name)  # before the venv: a killed run resumes
             if self.opts.log is None:
-                self.out.open_log(self.state.path("install.log"))
+                where = self.state.path("install.log")
+                if not self.out.open_log(where, lambda: self.state.log("install.log")):
+                    self.out.err(
+                        f"cannot write the log {where} ({self.out.why}); going on without it"
+                    )
+            self.tmp.start()
             self.require(f.path for f in self.m.bootstrap)
             tools = envs.find_tools(
                 self.m, self.opts.bundle, self.target_py, self.state, False, self.early_uv
             )
+            if self.early_uv is not None:  # taken (or not): its directory goes now
+                self.early_uv.close()
             if self.kind != "env" and not os.access(self.target_py, os.X_OK):
                 self.make_venv(python, tools)
             boot = ph.pip_bootstrap(tools, self.state) if self.kind != "env" else None
@@ -272,23 +296,26 @@ class Installer(Steps):
                 plans = ph.plan_phases(self.m, self.opts, self.target, tools, self.state)
                 if ph.first_uv_phase(plans) is None:
                     self.state.start("pip")
-                    self.run_or_fail("pip", boot, self.state.path("pip.log"))
+                    self.run_or_fail("pip", boot, "pip.log")
                     self.state.finish("pip", ph.pip_key(self.m))
                     self.pip_due = False
         return tools
 
     def make_venv(self, python: str, tools: envs.Tools) -> None:
         """The venv, by the bundled uv where it runs (python -m venv where uv cannot make it)."""
-        log = self.state.path("venv.log")
         if tools.uv is not None:
+            self.guard_uv_cache()
             made = ph.Command(
                 tuple(envs.venv_command(python, self.target, tools.uv)),
                 tuple(tools.uv_env(self.state).items()),
             )
-            if ph.run_logged(made, log, self.out.say) == 0:
-                return
+            with self.state.log("venv.log") as log:
+                if ph.run_logged(made, log, self.out.say) == 0:
+                    return
         cmd = ph.Command(tuple(envs.venv_command(python, self.target)))
-        if ph.run_logged(cmd, log, self.out.say) != 0:
+        with self.state.log("venv.log") as log:
+            code = ph.run_logged(cmd, log, self.out.say)
+        if code != 0:
             raise ServerNotReadyError(
                 f"could not create a venv with {python}. On Debian/Ubuntu: apt install "
                 f"python{self.m.target.python}-venv (from the intranet mirror or install media)"
@@ -298,6 +325,7 @@ class Installer(Steps):
         """Install every phase not yet installed; returns the phases skipped on purpose."""
         with self.step("phases") as result:
             paths = envs.site_paths(self.target_py, self.target)
+            self.confine(paths, tools)
             if self.kind != "env":
                 for gone in ph.remove_departed(self.m, self.state, paths):
                     self.out.say(f"    removed {gone}: no longer in the bundle")
@@ -318,11 +346,32 @@ class Installer(Steps):
             result["detail"] = f"skipped: {', '.join(skipped)}" if skipped else ""
         return skipped
 
+    def confine(self, paths: Any, tools: envs.Tools) -> None:
+        """Before a phase writes into the environment: the links there that lead outside the
+        prefix removed, never their targets (refused into an environment this installer did
+        not make, unless --repair); the baseline of what no RECORD lists recorded once, when
+        the venv is new or an existing environment is first installed into
+        (install/strays.py)."""
+        from verl_bundle.airgap.install import strays
+
+        assert self.prefix is not None
+        plans = ph.plan_phases(self.m, self.opts, self.target, tools, self.state)
+        if self.opts.repair or any(p.action == "install" for p in plans):
+            ours = self.kind != "env" or self.opts.repair
+            strays.clear_links(self.prefix, paths, self.out.say, ours)
+        if self.kind == "new" or (self.kind == "env" and not self.state.installed()):
+            strays.record_baseline(self.prefix)
+
     def repairs(self, paths: Any) -> dict[str, list[str]]:
-        """--repair: what differs from the bundle, by phase, said before anything changes."""
+        """--repair: what differs from the bundle, by phase, said before anything changes;
+        what no RECORD lists and came after the install is said and removed first."""
         if not self.opts.repair:
             return {}
+        from verl_bundle.airgap.install import strays
+
+        assert self.prefix is not None
         self.require(self.checking.files if self.checking else ())  # reinstalled from these
+        strays.remove_unlisted(self.prefix, self.out.say)
         found = ph.differing(self.m, self.opts.skip_phases, paths)
         self.resumed = True  # post-install then checks every installed file too
         count = sum(len(v) for v in found.values())
@@ -383,7 +432,7 @@ class Installer(Steps):
             self.state.start("pip")
         self.state.start(plan.phase)
         try:
-            self.run_or_fail(plan.phase, plan.command, self.state.path(f"phase-{plan.phase}.log"))
+            self.run_or_fail(plan.phase, plan.command, f"phase-{plan.phase}.log")
         except (ServerError, KeyboardInterrupt) as exc:
             detail = (
                 "interrupted"
@@ -398,10 +447,13 @@ class Installer(Steps):
             self.pip_due = False
         self._end("phase", plan.phase, "ok", started, plan.why, tool=plan.tool, why=plan.why)
 
-    def run_or_fail(self, what: str, cmd: ph.Command, logfile: str) -> None:
-        with open(logfile, "w", encoding="utf-8"):
-            pass
-        code = ph.run_logged(cmd, logfile, self.out.say)
+    def run_or_fail(self, what: str, cmd: ph.Command, logname: str) -> None:
+        """Run `cmd` with its output shown and kept in the state directory's `logname`
+        (emptied first); a failure says why (explain) and how to continue."""
+        logfile = self.state.path(logname)
+        self.guard_uv_cache()
+        with self.state.log(logname, fresh=True) as log:
+            code = ph.run_logged(cmd, log, self.out.say)
         self.sweep_uv_cache(later=code == 0)
         if code == 0:
             return
@@ -424,23 +476,33 @@ class Installer(Steps):
             f"fix the cause and run ./install.sh again: it continues from phase '{what}'."
         )
 
+    def guard_uv_cache(self) -> None:
+        """uv writes its cache by path (UV_CACHE_DIR, in the state directory): anything there
+        but a directory of ours (a link planted there) goes first, the link itself."""
+        st = self.state.confined.lstat("uv-cache")
+        if st is not None and not stat.S_ISDIR(st.st_mode):
+            self.state.remove("uv-cache")
+
     def sweep_uv_cache(self, later: bool) -> None:
         """Remove the command's uv cache (the installed files are hard links or copies, not
         references into it). After a success, off the critical path: renamed aside and removed
         on a thread while the install goes on (tens of thousands of files on a real stack);
         every sweep is joined before the run ends, and a killed run's leftovers go next time."""
-        cache = self.state.path("uv-cache")
-        if not later or not os.path.isdir(cache):
-            shutil.rmtree(cache, ignore_errors=True)
+        state = self.state.confined
+        st = state.lstat("uv-cache")
+        if st is None:
             return
-        aside = f"{cache}.old-{len(self.sweeps)}"
+        if not later or not stat.S_ISDIR(st.st_mode):
+            state.remove("uv-cache")  # a link planted there: the link, never its target
+            return
+        aside = f"uv-cache.old-{len(self.sweeps)}"
         try:
-            shutil.rmtree(aside, ignore_errors=True)
-            os.replace(cache, aside)
+            state.remove(aside)
+            state.replace("uv-cache", aside)
         except OSError:
-            shutil.rmtree(cache, ignore_errors=True)
+            state.remove("uv-cache")
             return
-        sweep = threading.Thread(target=shutil.rmtree, args=(aside, True), daemon=True)
+        sweep = threading.Thread(target=_quietly_remove, args=(state, aside), daemon=True)
         sweep.start()
         self.sweeps.append(sweep)
 
@@ -448,10 +510,11 @@ class Installer(Steps):
         """Wait for the uv caches being removed (and remove a killed run's leftovers)."""
         for sweep in self.sweeps:
             sweep.join()
-        if os.path.isdir(self.state.dir):
-            for name in os.listdir(self.state.dir):
+        if self.state.exists():
+            state = self.state.confined
+            for name in state.listdir():
                 if name.startswith("uv-cache.old-"):
-                    shutil.rmtree(self.state.path(name), ignore_errors=True)
+                    _quietly_remove(state, name)
 
     def postinstall_command(self, skipped: list[str], result: str) -> ph.Command:
         argv = [self.target_py, *ISOLATED, "-c", BOOT, os.path.join(self.opts.bundle, "lib")]
@@ -474,12 +537,9 @@ class Installer(Steps):
             title += ", then verl's trainer started offline on a tiny model (the dry run)"
         with self.step("post-install", title) as result:
             where = self.state.path("checks.json")
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(where)
+            self.state.remove("checks.json")
             self.run_or_fail(
-                "post-install checks",
-                self.postinstall_command(skipped, where),
-                self.state.path("checks.log"),
+                "post-install checks", self.postinstall_command(skipped, where), "checks.log"
             )
             found = _read_findings(where)
             if self.opts.quick and self.recipe:
@@ -537,7 +597,7 @@ class Installer(Steps):
                 examined = self.examined.result() if self.examined else None
             except OSError:
                 examined = None  # examined again below, as it was before the thread
-            fingerprint.record(self.target, examined)
+            fingerprint.record(self.target, examined, self.prefix)
             self.record_release()
             self.keep_server_program()
             self.out.say(
@@ -557,20 +617,22 @@ class Installer(Steps):
         from verl_bundle.airgap.trust import release
 
         done = release.Release.of(self.m, release.manifest_sha256(self.opts.bundle))
-        release.record(self.state.dir, done)
+        release.record(self.state.confined, done)
 
     def keep_server_program(self) -> None:
         """A copy of the bundle's lib/ (the server program, under 1 MB) in the state directory,
         so that preflight and the doctor run on the node after the bundle is gone (the Ray
         sbatch runs `preflight --launcher ray` from it on every node before `ray start`)."""
         lib, keep = os.path.join(self.opts.bundle, "lib"), self.state.path(SERVER_PROGRAM)
-        partial = keep + ".partial"
-        shutil.rmtree(partial, ignore_errors=True)
+        state = self.state.confined
+        partial = f"{SERVER_PROGRAM}.partial"  # the install holds the prefix's lock: one run
         try:
-            shutil.copytree(lib, partial, ignore=shutil.ignore_patterns("__pycache__"))
-            shutil.rmtree(keep, ignore_errors=True)
-            os.replace(partial, keep)
+            state.remove(partial)  # what a killed run left
+            state.copytree_in(lib, partial)
+            state.remove(SERVER_PROGRAM)
+            state.replace(partial, SERVER_PROGRAM)
         except OSError as exc:
+            _quietly_remove(state, partial)
             self.out.say(f"    note: the server program was not kept in {keep}: {exc}")
 
     def nothing(self) -> str:
@@ -589,11 +651,14 @@ class Installer(Steps):
             from verl_bundle.airgap.install.image import check_target
 
             self.image_path = check_target(self.opts.image, self.target)
-        lock = envs.lock_prefix(self.target)
+        self.prefix = envs.lock_prefix(self.target)
+        self.state.attach(self.prefix)
         try:
             return self._run()
         finally:
-            envs.unlock_prefix(lock, self.target, made=not self.existed)
+            self.tmp.close()
+            self.state.close()
+            envs.unlock_prefix(self.prefix, made=not self.existed)
 
     def _run(self) -> Verdict:
         try:
@@ -625,6 +690,7 @@ class Installer(Steps):
                 self.done(skipped)
         finally:
             self.swept()  # before an image packs the prefix: no uv cache left in it
+            self.tmp.close()  # nor this run's TMPDIR
         if found.verdict.code != EXIT_FAILED and self.image_path is not None:
             self.image(self.image_path)
         return found.verdict
@@ -649,6 +715,12 @@ class Installer(Steps):
                 f"{mount}  (or: mount -t squashfs -o ro,loop {shlex.quote(path)} {mount})"
             )
             result["detail"] = f"{packed.path} sha256 {packed.sha256}"
+
+
+def _quietly_remove(state: Confined, name: str) -> None:
+    """Remove `name` from the state directory; what cannot be removed goes next run."""
+    with contextlib.suppress(OSError):
+        state.remove(name)
 
 
 def _read_findings(path: str) -> Findings:

@@ -19,13 +19,14 @@ Any problem is reported from the full judgement, so the lines are the ones `veri
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
-import shutil
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable
 
+from verl_bundle.airgap.confined import Confined
 from verl_bundle.airgap.contract import manifest as mf
 from verl_bundle.airgap.verify.bundle import Problem, Report, judge, parse_sums, scan, workers
 
@@ -176,19 +177,14 @@ def unlisted_code(bundle: str, m: mf.Manifest) -> list[str]:
     return out
 
 
-def empty_new_prefix(target: str, keep: bool) -> None:
+def empty_new_prefix(prefix: Confined, keep: bool) -> None:
     """Undo this run in a prefix that was new: remove everything in it but the bundled CPython
     install.sh unpacked there before the installer started, and the prefix itself unless it
-    was there before (`keep`)."""
-    if not os.path.isdir(target):
-        return
-    for name in os.listdir(target):
-        if name == "python":
-            continue
-        path = os.path.join(target, name)
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            os.remove(path)
-    if not keep and not os.listdir(target):
-        os.rmdir(target)
+    was there before (`keep`). Through the run's descriptor of the prefix: a link in it is
+    removed, never followed."""
+    for name in prefix.listdir():
+        if name != "python":
+            prefix.remove(name)
+    if not keep and not prefix.listdir():
+        with contextlib.suppress(OSError):
+            os.rmdir(prefix.root)

@@ -140,6 +140,14 @@ def probe(
     return facts
 
 
+def unlisted_check(facts: Facts) -> Check:
+    """The `unlisted` check of the environment the probe ran in (its sys.prefix)."""
+    from verl_bundle.airgap.doctor import unlisted
+
+    prefix = facts.get("prefix")
+    return unlisted.check(prefix if isinstance(prefix, str) else None)
+
+
 def run_readiness(
     manifest: mf.Manifest,
     python: str,
@@ -157,7 +165,7 @@ def run_readiness(
     with ThreadPoolExecutor(max_workers=1) as pool:
         pip = pool.submit(pip_check, python, None, manifest.checks.overrides)
         facts = probe(python, plan, require_gpu, timeout)
-        found = report(manifest, plan, facts, pip.result(), table)
+        found = report(manifest, plan, facts, pip.result(), table, unlisted_check(facts))
     if deep is None:
         return found
     extra = dry_run_checks(python, plan, facts, found.checks, deep)

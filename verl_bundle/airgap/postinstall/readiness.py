@@ -9,6 +9,8 @@ are a registry (one function per id) over one probe run in the target interprete
             verl's own vLLM version gate included, and flash_attn where the bundle has it
   config    verl's Hydra config composes and resolves offline (no run is started)
   pip-check the installed set is consistent (the bundled uv's `pip check`, else pip's)
+  unlisted  nothing in the site directories that no RECORD lists and came after the install
+            (a .pth or sitecustomize runs at every start), no link leaving the prefix
   gpu       with --require-gpu: a CUDA tensor op and a tiny flash-attn call
 Which modules: those the manifest's `readiness` value names, else the ones readiness.json
 lists for the bundle's verl release. Known errors map to a cause and an offline fix there too.
@@ -300,11 +302,19 @@ CHECKS: tuple[Callable[[Plan, Facts, dict[str, Any]], list[Check]], ...] = (
 
 
 def report(
-    manifest: mf.Manifest, plan: Plan, facts: Facts, pip: Check, table: dict[str, Any]
+    manifest: mf.Manifest,
+    plan: Plan,
+    facts: Facts,
+    pip: Check,
+    table: dict[str, Any],
+    unlisted: Check | None = None,
 ) -> ReadinessReport:
-    """Readiness's findings from the probe's facts and the pip check."""
+    """Readiness's findings from the probe's facts, the pip check and what the environment
+    holds that no RECORD lists (`unlisted`, doctor/unlisted.py)."""
     checks = [c for fn in CHECKS for c in fn(plan, facts, table)]
     checks.append(pip)
+    if unlisted is not None:
+        checks.append(unlisted)
     # A phase left out on purpose explains what it breaks better than the profile's limit does.
     left = any(
         _left_out(plan, f"{item['type']}: {item['error']}")

@@ -134,7 +134,7 @@ def run_checks(
     gpu = judge.check_gpu(require_gpu, flash, facts)
     if plan is None or pipped is None:
         return Findings(tuple(found), tuple(gpu))
-    report = readiness.report(manifest, plan, facts, pipped, table)
+    report = readiness.report(manifest, plan, facts, pipped, table, run.unlisted_check(facts))
     ready = report.checks + tuple(gpu)
     if deep is not None:
         before = (*found, *ready)

@@ -16,6 +16,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from verl_bundle.airgap.confined import Confined
 from verl_bundle.airgap.contract import manifest as mf
 
 RECORD = "release.json"  # in <prefix>/.verl-bundle/, written by the install
@@ -84,26 +85,23 @@ def installed(state_dir: str) -> Release | None:
         return None
 
 
-def record(state_dir: str, rel: Release) -> None:
+def record(state: Confined, rel: Release) -> None:
     """Write the record whole or not at all; never through a link planted under its name."""
-    write_json(os.path.join(state_dir, RECORD), rel.to_dict())
+    state.write_atomic(RECORD, dumps(rel.to_dict()))
+    state.chmod(RECORD, 0o644)  # readable whatever the umask: every later check reads it
+
+
+def dumps(doc: Any) -> str:
+    return json.dumps(doc, indent=1, sort_keys=True) + "\n"
 
 
 def write_json(path: str, doc: Any) -> None:
-    """`doc` at `path`, atomically: a new file of its own (O_EXCL, no link followed) renamed
-    over the old one (a rename replaces a link itself, never its target)."""
+    """`doc` at `path`, atomically, through the one write helper (airgap/confined.py): a new
+    file of its own renamed over the old one, no link followed on the way."""
     folder, name = os.path.split(path)
-    tmp = os.path.join(folder, f".{name}.partial-{os.getpid()}-{os.urandom(4).hex()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(json.dumps(doc, indent=1, sort_keys=True) + "\n")
-        os.chmod(tmp, 0o644)  # readable whatever the umask: every later check reads it
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.lexists(tmp):
-            os.remove(tmp)
-        raise
+    with Confined(folder) as where:
+        where.write_atomic(name, dumps(doc))
+        where.chmod(name, 0o644)  # readable whatever the umask: every later check reads it
 
 
 def downgrade(new: mf.Manifest, old: Release, where: str) -> str | None:

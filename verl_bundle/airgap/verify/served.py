@@ -20,7 +20,9 @@ The work directory is ours: `--work DIR` must be new, empty, or one this fetch m
 so a rerun resumes, locked (flock) against a second fetch into it. Standard library only,
 Python 3.8+: install.sh's --from bootstrap fetches this one file (checked against the sha256
 install.sh carries) and runs it alone, so nothing of verl_bundle is imported before the
-bundle's lib/ is fetched.
+bundle's lib/ is fetched, and nothing of the served copy runs before its install.sh: every name
+SHA256SUMS lists is checked here (the rules of contract/names.py, kept in this file) before
+anything is fetched, and no file is written outside the work directory.
 """
 
 from __future__ import annotations
@@ -51,14 +53,6 @@ from urllib.parse import unquote, urlsplit
 SUMS, MANIFEST = "SHA256SUMS", "manifest.json"
 STATE = ".verl-bundle-fetch"  # in a work directory: ours (its lock, its partial files)
 EXECUTABLE = ("install.sh", "doctor")
-# Fetched first, by these fixed names, so that every other name is checked by names.py.
-CORE = (
-    "lib/verl_bundle/__init__.py",
-    "lib/verl_bundle/airgap/__init__.py",
-    "lib/verl_bundle/airgap/errors.py",  # names.py's errors
-    "lib/verl_bundle/airgap/contract/__init__.py",
-)
-NAMES = "lib/verl_bundle/airgap/contract/names.py"
 CHUNK = 1 << 20
 TIMEOUT = 60  # seconds without a byte before a read gives up
 MAX_SUMS = 64 << 20
@@ -325,6 +319,13 @@ class Fetch:
         if _sha256_of(final, size)[0] == sha256:
             self._count(0)
             return
+        if not _within(os.path.dirname(final), self.work):  # a link in the work directory
+            raise TransferError(
+                EXIT_USAGE,
+                f"--work {self.work}: {rel} would be written outside it, through "
+                f"{os.path.realpath(os.path.dirname(final))}; nothing was written there. Give "
+                "a new --work directory",
+            )
         os.makedirs(os.path.dirname(final), exist_ok=True)
         part = os.path.join(self.parts, sha256)
         why = ""
@@ -415,6 +416,25 @@ class Fetch:
         return have
 
 
+def _within(path: str, root: str) -> bool:
+    real, base = os.path.realpath(path), os.path.realpath(root)
+    return real == base or real.startswith(base.rstrip(os.sep) + os.sep)
+
+
+def _write_new(directory: str, name: str, data: bytes) -> None:
+    """`directory`/`name` (our own state directory) written whole: a fresh name opened with
+    O_EXCL|O_NOFOLLOW, renamed over `name` (a link planted there is replaced, not followed)."""
+    tmp = os.path.join(directory, f".{name}.{os.getpid()}-{os.urandom(4).hex()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, os.path.join(directory, name))
+    except BaseException:
+        _remove(tmp)
+        raise
+
+
 class _StoppedError(Exception):
     """The deadline passed, or another file's failure stopped this one."""
 
@@ -497,17 +517,46 @@ def sweep(work: str, listed: set[str]) -> None:
         _remove(os.path.join(parts, name))
 
 
-def _checked_names(work: str, sums: dict[str, str]) -> dict[str, str]:
-    """`sums` with every path checked by the bundle's names.py (fetched first by fixed name)."""
-    lib = os.path.join(work, "lib")
-    if lib not in sys.path:
-        sys.path.insert(0, lib)
-    from verl_bundle.airgap.contract.names import UnsafeNameError, bundle_path
+# The rules of contract/names.py, kept here: this file runs before anything of the served copy
+# is trusted, so it never imports the copy's own checks (tests/test_served_hostile.py keeps the
+# two in agreement on a table of names).
+_BAD_CHARS = re.compile(r'[\x00-\x1f\x7f\\:*?"<>|]')
 
-    try:
-        return {bundle_path(rel, SUMS): sha for rel, sha in sums.items()}
-    except UnsafeNameError as exc:
-        raise TransferError(EXIT_DAMAGED, f"the served bundle is damaged: {exc}") from None
+
+def plain_filename(name: str, where: str) -> str:
+    """`name` when it is one plain path component (contract/names.py `plain_filename`)."""
+    if (
+        not isinstance(name, str)
+        or not name
+        or name in (".", "..")
+        or "/" in name
+        or name.startswith("-")
+        or _BAD_CHARS.search(name)
+        or name != name.strip()
+    ):
+        raise TransferError(
+            EXIT_DAMAGED,
+            f"the served bundle is damaged: {where}: {name!r} is not a plain file name",
+        )
+    return name
+
+
+def bundle_path(path: str, where: str) -> str:
+    """`path` when it is relative and of plain components (contract/names.py `bundle_path`)."""
+    if not isinstance(path, str) or not path or path.startswith("/"):
+        raise TransferError(
+            EXIT_DAMAGED,
+            f"the served bundle is damaged: {where}: {path!r} is not a relative path inside "
+            "the bundle",
+        )
+    for part in path.split("/"):
+        plain_filename(part, where)
+    return path
+
+
+def _checked_names(sums: dict[str, str]) -> dict[str, str]:
+    """`sums` with every path checked by the rules above, before anything is fetched."""
+    return {bundle_path(rel, SUMS): sha for rel, sha in sums.items()}
 
 
 def _pool(job: Fetch, items: list[tuple[str, str, int | None]], say: Callable[[str], None]) -> None:
@@ -575,22 +624,18 @@ def fetch(job: Fetch, pin: str | None, say: Callable[[str], None]) -> tuple[int,
                 f"{source.shown}{SUMS} has sha256 {got}, not the {pin} this node is pinned to "
                 "(--bundle-sha256): another bundle is served there; nothing was fetched",
             )
-        part = os.path.join(work, STATE, SUMS)
-        with open(part, "wb") as fh:
-            fh.write(raw)
-        os.replace(part, os.path.join(work, SUMS))
-        for rel in (MANIFEST, *CORE, NAMES):
-            if rel not in sums:
-                raise TransferError(
-                    EXIT_DAMAGED, f"the served bundle is damaged: {SUMS} lacks {rel}"
-                )
+        checked = _checked_names(sums)
+        check_paths(checked)
+        if MANIFEST not in checked:
+            raise TransferError(
+                EXIT_DAMAGED, f"the served bundle is damaged: {SUMS} lacks {MANIFEST}"
+            )
+        _write_new(os.path.join(work, STATE), SUMS, raw)
+        os.replace(os.path.join(work, STATE, SUMS), os.path.join(work, SUMS))
         job.file(MANIFEST, sums[MANIFEST], None)
         with open(os.path.join(work, MANIFEST), "rb") as fh:
             sizes = stated_sizes(fh.read(), sums)
-        _pool(job, [(rel, sums[rel], sizes.get(rel)) for rel in (*CORE, NAMES)], say)
-        checked = _checked_names(work, sums)
-        check_paths(checked)
-        rest = sorted(set(checked) - {MANIFEST, *CORE, NAMES}, key=lambda r: -sizes.get(r, 0))
+        rest = sorted(set(checked) - {MANIFEST}, key=lambda r: -sizes.get(r, 0))
         _pool(job, [(rel, checked[rel], sizes.get(rel)) for rel in rest], say)
     except _StoppedError:
         raise TransferError(
@@ -658,16 +703,36 @@ def default_work(source: Source) -> tuple[str, str]:
 
 
 def _emit(events: str | None, **fields: Any) -> None:
+    """The fetch's events on --events FILE, as JSON lines (contract/events.py's shape,
+    written here: nothing of the served copy is run to write them). The file is appended to
+    only when it is a regular file (O_NOFOLLOW: a link there is refused)."""
     if not events:
         return
-    from verl_bundle.airgap.contract.events import EventLog
-
-    log = EventLog(events)
-    log.emit("step", step="fetch", **fields)
+    docs = [
+        {"event": "step", "schema": 1, "time": round(time.time(), 3), "step": "fetch", **fields}
+    ]
     if fields.get("status") == "fail":
         code = fields.get("exit_code", EXIT_FAILED)
-        log.emit("result", ok=False, exit_code=code, message=fields.get("detail", ""), log=None)
-    log.close()
+        message = fields.get("detail", "")
+        docs.append(
+            {
+                "event": "result",
+                "schema": 1,
+                "time": round(time.time(), 3),
+                "ok": False,
+                "exit_code": code,
+                "message": message,
+                "log": None,
+            }
+        )
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+    fd = os.open(events, flags, 0o644)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return
+        os.write(fd, "".join(json.dumps(d) + "\n" for d in docs).encode("utf-8"))
+    finally:
+        os.close(fd)
 
 
 def _pin(value: str | None) -> str | None:
@@ -728,18 +793,19 @@ def main(argv: list[str]) -> int:
         _, total = fetch(Fetch(source, chosen, started, budget), pin, say)
     except TransferError as exc:
         say(exc.message)
-        with contextlib.suppress(ImportError, OSError):  # before lib/ or --events exists
+        with contextlib.suppress(OSError):  # --events where it cannot be written
             _emit(events, status="fail", detail=exc.message, exit_code=exc.code)
         return exc.code
     except KeyboardInterrupt:
         say("interrupted while fetching; run the same command again to continue")
         return EXIT_INTERRUPTED
-    _emit(
-        events,
-        status="ok",
-        seconds=round(time.monotonic() - started, 3),
-        detail=f"{total} bytes from {source.shown}",
-    )
+    with contextlib.suppress(OSError):
+        _emit(
+            events,
+            status="ok",
+            seconds=round(time.monotonic() - started, 3),
+            detail=f"{total} bytes from {source.shown}",
+        )
     proc = subprocess.Popen(["/bin/sh", os.path.join(chosen, "install.sh"), *rest])
     while True:
         try:
