@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import select
 import subprocess
 import time
@@ -89,8 +90,10 @@ def test_the_whole_toy_stack_installs_ready_to_train(
     doc = json.loads(proc.stdout)
     assert doc["verdict"] == {
         "code": 0,
-        "state": "ready",
-        "line": "ready to train: PPO with FSDP and vLLM rollout",
+        # verl 0.2 has no dry run: its trainer's start is named as not proven.
+        "state": "ready-cpu",
+        "line": "ready to train on the CPU side (PPO with FSDP and vLLM rollout); not proven "
+        "here: the trainer's start (no dry run for verl 0.2.0.post2)",
         "ok": True,
     }
     ready = {c["id"]: c["status"] for c in doc["result"]["checks"]["readiness"]}
@@ -172,4 +175,4 @@ def test_a_script_two_distributions_write_resumes_exactly(
     again = run_install(bundle, home, "--prefix", str(prefix), "--python", python310(), "--yes")
     assert again.returncode == 0, again.stdout + again.stderr
     assert "differs from its RECORD" not in again.stdout
-    assert "ok    files" in again.stdout
+    assert re.search(r"^\s*ok\s+files\s", again.stdout, re.M), again.stdout

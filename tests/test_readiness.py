@@ -342,12 +342,15 @@ def test_a_trainer_that_imports_is_ready(current: tuple[Path, Path]) -> None:
         "import:flash_attn": "ok",
         "config": "ok",
         "pip-check": "ok",
+        # Readiness without --deep never starts verl's trainer: named as not proven.
+        "dryrun": "untested",
     }
     # Never a bare "ready": what could not be exercised here is named.
     assert doc["verdict"]["state"] == "ready-cpu"
     assert doc["verdict"]["line"] == (
         "ready to train on the CPU side (PPO with FSDP and vLLM rollout); not proven here: "
-        "verl.workers.rollout.vllm_rollout (needs a GPU: --require-gpu on a GPU server)"
+        "verl.workers.rollout.vllm_rollout (needs a GPU: --require-gpu on a GPU server); "
+        "the trainer's start (not started: readiness --deep)"
     )
     assert result["versions"]["vllm"] == "0.7.3+cu118"
 

@@ -14,7 +14,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
-from verl_bundle.airgap.checks import Check
+from verl_bundle.airgap.checks import Check, failures
 from verl_bundle.airgap.contract import manifest as mf
 from verl_bundle.airgap.postinstall import dryrun, dryrun_report
 from verl_bundle.airgap.postinstall.dryrun import DryRunRequest
@@ -44,7 +44,8 @@ def pip_check(python: str, uv: str | None = None) -> Check:
         # --no-cache: nothing written outside the environment (uv would keep its cache in HOME).
         cmd, tool = [uv, "pip", "check", "--no-cache", "--python", python], "uv pip check"
     else:
-        cmd, tool = [python, "-m", "pip", "check"], "pip check"
+        # -I: the environment's own packages only, never a PYTHONPATH of the caller's.
+        cmd, tool = [python, "-I", "-m", "pip", "check"], "pip check"
     env = dict(os.environ, **OFFLINE_ENV)
     try:
         run = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
@@ -148,9 +149,23 @@ def run_readiness(
         facts = probe(python, plan, require_gpu, timeout)
         found = report(manifest, plan, facts, pip.result(), table)
     if deep is None:
-        return found
+        if plan.verl is None or failures(found.checks):  # not ready already says enough
+            return found
+        started = (not_started(),) if dryrun.has_recipe(manifest) else (no_recipe(plan.verl),)
+        return dataclasses.replace(found, checks=found.checks + started)
     extra = dry_run_checks(python, plan, facts, found.checks, deep)
     return dataclasses.replace(found, checks=found.checks + tuple(extra))
+
+
+def not_started() -> Check:
+    """The trainer's start, not proven by readiness without --deep."""
+    return dryrun_report.not_started(
+        "readiness --deep", "run readiness again with --deep (minutes: verl's own trainer, offline)"
+    )
+
+
+def no_recipe(verl: str) -> Check:
+    return dryrun_report.no_recipe(verl)
 
 
 # Failures that stop verl's entry before its first step: then the dry run cannot tell more.
@@ -174,5 +189,5 @@ def dry_run_checks(
     table = dryrun.load_table()
     run = dryrun.run_dry(python, plan.verl, dataclasses.replace(deep, gpus=gpus), table)
     if run is None:
-        return [dryrun_report.unavailable(f"no recipe for verl {plan.verl}")]
+        return [dryrun_report.no_recipe(plan.verl)]
     return dryrun_report.checks(run, table)
