@@ -29,6 +29,7 @@ from typing import Any
 
 import pytest
 from conftest import ROOT, clean_environ
+from support.bundlefix import add_server_program
 from test_assets import carried, hub  # noqa: F401 - fixtures: a real asset bundle
 from test_assets import install as install_assets
 from test_readiness import GATE_V03, ROLLOUT_V02, bundle, fake_torch, make_env, packages, wheel
@@ -534,7 +535,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path, P
     data = root / "train.parquet"
     pq.write_table(pa.Table.from_pylist(rows), data)
     where = bundle(root, {"torch": "2.5.1", "vllm": "0.7.3", "verl": "0.3.0.post1"})
-    return py, where, model, data
+    return py, add_server_program(where), model, data
 
 
 def deep(
@@ -1192,20 +1193,39 @@ def test_the_host_command_runs_the_dry_run_in_the_installed_environment(
         (["--bundle", "{tmp}"], "no manifest.json there"),
         (["--bundle", "{where}", "--model", "{tmp}"], "go with --deep"),
         (["--bundle", "{where}", "--python", "/nowhere/python"], "no such file"),
+        # Not a Python: exits 0 saying nothing, prints megabytes, or cannot be run at all.
+        (
+            ["--bundle", "{where}", "--python", "/bin/true"],
+            "not a Python 3.8+ interpreter (exit 0, it printed nothing)",
+        ),
+        (
+            ["--bundle", "{where}", "--python", "{loud}"],
+            "not a Python 3.8+ interpreter (it printed more than 4096 bytes, starting 'xxxx",
+        ),
+        (["--bundle", "{where}", "--python", "{text}"], "cannot run it (Permission denied)"),
+        (["--bundle", "{bare}", "--python", "{py}"], "no lib/verl_bundle/airgap there"),
     ],
 )
 def test_the_host_command_says_bad_input_in_one_line(
     tmp_path: Path, args: list[str], words: str
 ) -> None:
     (tmp_path / "b").mkdir()
-    where = bundle(tmp_path / "b", {"verl": "0.3.0.post1"})
-    given = [a.format(tmp=tmp_path, where=where) for a in args]
+    (tmp_path / "bare").mkdir()
+    where = add_server_program(bundle(tmp_path / "b", {"verl": "0.3.0.post1"}))
+    bare = bundle(tmp_path / "bare", {"verl": "0.3.0.post1"})
+    loud, text = tmp_path / "loud", tmp_path / "notes.txt"
+    loud.write_text("#!/bin/sh\nhead -c 10000000 /dev/zero | tr '\\0' x\n")
+    loud.chmod(0o755)
+    text.write_text("not a program\n")
+    values = {"tmp": tmp_path, "where": where, "bare": bare, "loud": loud, "text": text}
+    given = [a.format(py=sys.executable, **values) for a in args]
     if "--python" not in given:
         given += ["--python", sys.executable]
     cmd = [sys.executable, "-m", "verl_bundle", "readiness", *given]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 2, out.stdout + out.stderr
-    assert len(out.stderr.strip().splitlines()) == 1 and words in out.stderr
+    assert out.returncode == 2, out.stdout[:2000] + out.stderr[:2000]
+    assert len(out.stderr.strip().splitlines()) == 1 and words in out.stderr, out.stderr[:2000]
+    assert len(out.stdout) + len(out.stderr) < 1000  # never the interpreter's output echoed
     assert "Traceback" not in out.stderr
 
 

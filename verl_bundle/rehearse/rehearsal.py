@@ -316,14 +316,15 @@ def dry_run(cut: list[str], root: Path, work: Path, installed: Verdict) -> tuple
     the GPU boundary here. Its verdict (readiness's checks and the dry run's) replaces the
     install's, which it includes; a run that gives no verdict fails, and is not ready unless
     the install's own verdict already says something worse."""
+    from verl_bundle.bundle.server import command
+
     python = work / "venv" / "bin" / "python"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
-    env.update(HOME=str(work), PYTHONPATH=str(root / "lib"))
+    env.update(HOME=str(work))
     started = time.monotonic()
-    cmd = [str(python), "-m", "verl_bundle.airgap", "readiness", "--bundle", str(root)]
-    proc = subprocess.run(
-        [*cut, *cmd, "--deep", "--json"], capture_output=True, text=True, env=env, cwd=work
-    )
+    # The bundle's own server program, isolated as install.sh runs it.
+    cmd = command(str(python), root, ["readiness", "--bundle", str(root), "--deep", "--json"])
+    proc = subprocess.run([*cut, *cmd], capture_output=True, text=True, env=env, cwd=work)
     seconds = time.monotonic() - started
     try:
         doc = json.loads(proc.stdout)

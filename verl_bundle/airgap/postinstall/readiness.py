@@ -81,6 +81,21 @@ class ReadinessReport:
             "checks": [c.to_dict() for c in self.checks],
         }
 
+    @classmethod
+    def from_dict(cls, data: Any) -> ReadinessReport:
+        """Read back from readiness's JSON envelope (the host renders a bundle's readiness);
+        ValueError for anything malformed."""
+        if not isinstance(data, dict) or not isinstance(data.get("checks"), list):
+            raise ValueError("no list of checks")
+        purpose, limit = data.get("purpose", ""), data.get("limit", "")
+        versions = data.get("versions") or {}
+        if not isinstance(purpose, str) or not isinstance(limit, str):
+            raise ValueError("purpose and limit must be strings")
+        if not isinstance(versions, dict):
+            raise ValueError("versions must be a mapping")
+        checks = tuple(Check.from_dict(c) for c in data["checks"] if isinstance(c, dict))
+        return cls(purpose, checks, limit, {str(k): v for k, v in versions.items()})
+
 
 class ReadinessError(StepError):
     """Readiness could not run at all (no interpreter, probe crashed); one line."""
