@@ -170,10 +170,15 @@ def plan_for(
     return Plan(text, tuple(modules), config if verl else "", flash, verl, left_out)
 
 
-def explain(error: str, table: dict[str, Any] | None = None) -> tuple[str, str]:
-    """(cause, fix) for a known import error; a generic pair otherwise."""
+def explain(
+    error: str, table: dict[str, Any] | None = None, verl: str | None = None
+) -> tuple[str, str]:
+    """(cause, fix) for a known import error; a generic pair otherwise. A cause written for
+    some verl releases (from/below: it names their files) is said only for those."""
     table = table or load_table()
     for entry in table["causes"]:
+        if "from" in entry and not (verl and in_range(verl, entry)):
+            continue
         hit = re.search(entry["match"], error)
         if hit:
             words = {k: v for k, v in hit.groupdict().items() if v is not None}
@@ -255,7 +260,7 @@ def check_imports(plan: Plan, facts: Facts, table: dict[str, Any]) -> list[Check
                 )
             )
             continue
-        cause, fix = explain(error, table)
+        cause, fix = explain(error, table, plan.verl)
         out.append(Check(f"import:{module}", "fail", item["error"], cause, fix, module))
     return out
 
