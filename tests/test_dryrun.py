@@ -361,6 +361,15 @@ def get(ref):
 """
 
 
+# verl's vLLM sharding manager, imported only inside init_model (its rollout), past where a
+# CPU stops: FAKE_VERL_FAIL=sharding breaks one of its own imports.
+SHARDING = """
+import os
+if os.environ.get('FAKE_VERL_FAIL') == 'sharding':
+    from vllm.distributed import parallel_state
+"""
+
+
 def fake_verl_03() -> dict[str, str]:
     return packages(
         {
@@ -373,6 +382,9 @@ def fake_verl_03() -> dict[str, str]:
             "verl/workers/rollout/vllm_rollout/__init__.py": ROLLOUT_V02,
             "verl/workers/fsdp_workers.py": FSDP_WORKERS,
             "verl/workers/actor/dp_actor.py": "\n",
+            "verl/workers/critic/dp_critic.py": "\n",
+            "verl/utils/checkpoint/fsdp_checkpoint_manager.py": "\n",
+            "verl/workers/sharding_manager/fsdp_vllm.py": SHARDING,
         }
     ) | {"verl/utils/__init__.py": "from .tokenizer import hf_tokenizer\n"}
 
@@ -574,6 +586,7 @@ def test_a_trainer_that_reaches_the_gpu_boundary_is_ready_on_the_cpu_side(
         "dryrun:flash-attn": "untested",
         "dryrun:worker-init": "ok",
         "dryrun:worker-model": "untested",
+        "dryrun:worker-imports": "ok",
         "dryrun:unproven:vllm-engine": "untested",
         "dryrun:step": "untested",
     }
@@ -604,6 +617,12 @@ def test_a_trainer_that_reaches_the_gpu_boundary_is_ready_on_the_cpu_side(
     assert "actor_rollout at CUDA initialisation, verl/workers/fsdp_workers.py:" in model["summary"]
     assert "`self.fsdp = FSDP(module, device_id=torch.cuda.current_device()" in model["summary"]
     assert "answered here: cuda-device-name, eager-attention" in model["summary"]
+    # What init_model imports past that point (its rollout's modules), each imported; the one
+    # this release does not have said as such.
+    imports = checks["dryrun:worker-imports"]["summary"]
+    assert imports.startswith("5 imported: verl.workers.actor.dp_actor, ")
+    assert "verl.workers.sharding_manager.fsdp_vllm" in imports
+    assert imports.endswith("; not in verl 0.3.0.post1: verl.utils.vllm_utils")
     # Never a bare "ready": each step a GPU would prove is named.
     assert doc["verdict"]["state"] == "ready-cpu"
     assert doc["verdict"]["line"] == (
@@ -623,6 +642,13 @@ def test_a_trainer_that_reaches_the_gpu_boundary_is_ready_on_the_cpu_side(
             "worker-model",
             "RuntimeError: planted at the start of init_model",
             "verl/workers/fsdp_workers.py:",
+        ),
+        (
+            "sharding",
+            (),
+            "worker-imports",
+            "ModuleNotFoundError: No module named 'vllm.distributed'",
+            "verl/workers/sharding_manager/fsdp_vllm.py:",
         ),
         (
             "",

@@ -90,8 +90,8 @@ class Verdict:
 
 # The states, and the exit code each ends with.
 STATES = {
-    "ready": EXIT_OK,  # every module the purpose needs imported, the config composed
-    "ready-cpu": EXIT_OK,  # ready as far as this machine can prove; GPU-only parts untested
+    "ready": EXIT_OK,  # the deepest step ran (one PPO step, on a GPU); nothing left untested
+    "ready-cpu": EXIT_OK,  # nothing that could be proven here failed; what was not, named
     "installed": EXIT_OK,  # installed and checked; the bundle has no trainer to prove
     "can-install": EXIT_OK,  # the doctor: this server can install the bundle
     "not-ready": EXIT_NOT_READY,  # installed as bundled, but the trainer cannot start

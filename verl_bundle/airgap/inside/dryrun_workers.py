@@ -11,6 +11,9 @@ order, as the one process of a one-GPU job would (RANK 0 of WORLD_SIZE 1, gloo):
   worker-model  each worker's init_model (0.9's critic: reset) up to the first recorded
                 GPU-only call (`stops`: CUDA initialisation, FSDP1 wrapping, the vLLM engine);
                 there it is stopped, and the point (site, verl's calling line) recorded
+  worker-imports  every module init_model imports on its way (`imports`, measured at the
+                release's call sites), past the stop too: a broken rollout or sharding
+                manager is found here, not on the GPU node
 A few questions verl asks the GPU on the way have recorded answers (`answers`), each said in
 the events when it is used. Every error is told apart by where it was raised: in verl or what
 it calls (a finding about this environment), or in this harness (the recipe does not fit this
@@ -34,7 +37,7 @@ from typing import Any, Callable
 from dryrun_hooks import emit, error_fields, watch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-INIT, MODEL = "worker-init", "worker-model"
+INIT, MODEL, IMPORTS = "worker-init", "worker-model", "worker-imports"
 # transformers' own words when flash-attn is installed but no GPU is visible (4.49: "Flash
 # Attention 2 is not available on CPU"; 5.x: "FlashAttention2 is not available on CPU").
 NOT_ON_CPU = "is not available on CPU"
@@ -76,14 +79,14 @@ class Run:
         self.emit("answered", answer=answer, caller=caller, line=line)
 
     def caller(self, frame: Any) -> tuple[str, str]:
-        """verl's innermost frame at or above `frame`: `verl/...py:LINE (function)` and the
+        """verl's innermost frame at or above `frame`: `verl/...py:LINE in function` and the
         line's text."""
         while frame is not None:
             name = frame.f_code.co_filename
             if name.startswith(self.verl_root):
                 where = "verl/" + name[len(self.verl_root) :]
                 text = linecache.getline(name, frame.f_lineno).strip()
-                return f"{where}:{frame.f_lineno} ({frame.f_code.co_name})", text[:200]
+                return f"{where}:{frame.f_lineno} in {frame.f_code.co_name}", text[:200]
             frame = frame.f_back
         return "", ""
 
@@ -100,7 +103,7 @@ class Run:
         if in_verl:
             t = in_verl[-1]
             rel = t.tb_frame.f_code.co_filename[len(self.verl_root) :]
-            where = f"verl/{rel}:{t.tb_lineno} ({t.tb_frame.f_code.co_name})"
+            where = f"verl/{rel}:{t.tb_lineno} in {t.tb_frame.f_code.co_name}"
         return ours, where
 
 
@@ -375,6 +378,44 @@ def run_workers(spec: dict[str, Any], events: str) -> None:
         if status == "error":
             return
     run.emit("end")
+    run.step = IMPORTS
+    run.emit("start")
+    for module in recipe.get("imports", ()):
+        if not _import(run, str(module)):
+            return
+    run.emit("end")
+
+
+def _import(run: Run, module: str) -> bool:
+    """One module init_model imports on its way (also past where a CPU stops it): imported,
+    absent from this release (the module itself is not there: the recipe covers several),
+    stopped at a GPU-only call its import makes, or an error (False: a finding)."""
+    started = time.monotonic()
+    try:
+        importlib.import_module(module)
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        missing = getattr(exc, "name", None) if isinstance(exc, ModuleNotFoundError) else None
+        if missing and (module == missing or module.startswith(missing + ".")):
+            run.emit("absent", module=module)
+            return True
+        stop = _stop_in(exc)
+        if stop is not None:
+            run.emit(
+                "stopped",
+                module=module,
+                site=stop.stop["site"],
+                what=stop.stop["what"],
+                caller=stop.caller,
+                line=stop.line,
+            )
+            return True
+        ours, in_verl = run.raised_in(exc)
+        run.emit("error", module=module, harness=ours, verl_at=in_verl, **error_fields(exc))
+        return False
+    run.emit("done", module=module, seconds=time.monotonic() - started)
+    return True
 
 
 def _roles(recipe: dict[str, Any], captured: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:

@@ -331,7 +331,9 @@ def run_dry(
             # workers themselves from what the trainer had decided (the capture).
             "attn": _attention(row, request.overrides),
             "capture": os.path.join(work, "boundary.json"),
-            "workers": {k: v for k, v in (row.get("workers") or {}).items() if k != "evidence"},
+            "workers": {
+                k: v for k, v in (row.get("workers") or {}).items() if not k.endswith("evidence")
+            },
         }
         spec_path = os.path.join(work, "spec.json")
         with open(spec_path, "w", encoding="utf-8") as fh:
@@ -409,17 +411,19 @@ def _wait(proc: subprocess.Popen[bytes], events: str, deadline: float) -> bool:
 
 
 # What each worker event says in the progress lines.
-_SAID = {"stopped": "stopped at a GPU-only call", "error": "failed", "done": "done"}
+_SAID = {"stopped": "stopped at a GPU-only call", "error": "failed", "end": "done"}
 
 
 def _say_progress(events: str, said: set[tuple[str, ...]]) -> None:
     for e in read_events(events):
         step, what = str(e.get("step")), str(e.get("event"))
-        key = (step, what, str(e.get("role", "")))
-        if key in said or what not in ("start", "done", "error", "stopped", "boundary"):
+        key = (step, what, str(e.get("role") or e.get("module") or ""))
+        if key in said or what not in ("start", "done", "end", "error", "stopped", "boundary"):
             continue
         if step in ("entry", "run") or (what == "start" and e.get("role")):
             continue
+        if e.get("module") and what == "done":
+            continue  # one line per module imported would drown the rest
         said.add(key)
         secs = e.get("seconds")
         took = f" ({secs:.1f} s)" if what == "done" and isinstance(secs, (int, float)) else ""
@@ -427,10 +431,10 @@ def _say_progress(events: str, said: set[tuple[str, ...]]) -> None:
             line = f"{step} reached the GPU boundary ({e.get('site', '?')})"
         elif what == "error" and e.get("boundary"):
             continue  # verl's GPU refusal passing through: said once, at its site
-        elif e.get("role"):
-            line = f"{step} {e['role']}: {_SAID.get(what, what)}{took}"
+        elif e.get("role") or e.get("module"):
+            line = f"{step} {e.get('role') or e['module']}: {_SAID.get(what, what)}{took}"
         else:
-            line = f"{step} {'failed' if what == 'error' else what}{took}"
+            line = f"{step} {_SAID.get(what, what)}{took}"
         print(f"    dry run: {line}", file=sys.stderr, flush=True)
 
 

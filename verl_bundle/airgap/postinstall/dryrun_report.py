@@ -71,7 +71,7 @@ def _line(e: dict[str, Any]) -> str:
 
 
 # Steps the entry runs after the GPU boundary, each with its own check: not verl's run itself.
-AFTER = ("model", "worker-init", "worker-model")
+AFTER = ("model", "worker-init", "worker-model", "worker-imports")
 
 
 def boundary(run: DryRun) -> dict[str, Any] | None:
@@ -176,8 +176,10 @@ def checks(run: DryRun, table: dict[str, Any]) -> list[Check]:
             out.append(_worker_init(run, table, clean and refused is not None))
             continue
         if step == "worker-model":
-            found = _worker_model(run, table, clean and refused is not None)
-            out += found
+            out += _worker_model(run, table, clean and refused is not None)
+            continue
+        if step == "worker-imports":
+            out.append(_worker_imports(run, table, clean and refused is not None))
             if refused is not None and not any(c.status == "fail" for c in out):
                 out += _unproven(run, table)
             continue
@@ -337,6 +339,39 @@ def _worker_model(run: DryRun, table: dict[str, Any], reached: bool) -> list[Che
             subject=f"worker model init from {' / '.join(whats)}",
         )
     ]
+
+
+def _worker_imports(run: DryRun, table: dict[str, Any], reached: bool) -> Check:
+    """The modules init_model imports (the recipe's list), past where a CPU stops it: each
+    imports, is not in this release, or needs a GPU to import (untested); an error fails."""
+    what = "the modules init_model imports"
+    ev = [e for e in _events(run, "worker-imports") if e.get("module")]
+    if not reached or not _events(run, "worker-imports"):
+        return Check("dryrun:worker-imports", "skip", f"{what}: not reached", subject=SUBJECT)
+    for e in ev:
+        if e["event"] != "error":
+            continue
+        if e.get("harness"):
+            return _harness("dryrun:worker-imports", what, run, e)
+        line = _line(e)
+        cause, fix = explain(line, "worker-imports", run.verl, False, table, run.cpus)
+        where = e.get("verl_at") or _short(str(e.get("at", "")))
+        summary = f"{what}: {e['module']}: {line} (raised at {where})"
+        return Check("dryrun:worker-imports", "fail", summary, cause, fix, SUBJECT)
+    done = [str(e["module"]) for e in ev if e["event"] == "done"]
+    gpu = [str(e["module"]) for e in ev if e["event"] == "stopped"]
+    absent = [str(e["module"]) for e in ev if e["event"] == "absent"]
+    told = f"{len(done)} imported: {', '.join(done)}"
+    told += f"; not in verl {run.verl}: {', '.join(absent)}" if absent else ""
+    if gpu:
+        return Check(
+            "dryrun:worker-imports",
+            "untested",
+            f"{told}; import only where a GPU is visible: {', '.join(gpu)}",
+            fix="run readiness --deep on a GPU server to prove it",
+            subject=", ".join(gpu),
+        )
+    return Check("dryrun:worker-imports", "ok", told, subject=SUBJECT)
 
 
 def _unproven(run: DryRun, table: dict[str, Any]) -> list[Check]:
