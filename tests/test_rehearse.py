@@ -193,3 +193,24 @@ def test_a_phase_left_out_on_request_is_the_users_choice_even_where_this_host_ca
     host = {"flash-attn": "this host cannot build it (nvcc: 13.0, but the bundle's CUDA is 12.4)"}
     got = left_out({"flash-attn": "left out by --skip-phase"}, {**host, "apex": "this host cannot"})
     assert got == {"flash-attn": "left out by --skip-phase", "apex": "this host cannot"}
+
+
+def test_an_older_bundles_readiness_without_skip_phase_is_asked_again_without_it(
+    tmp_path: Path,
+) -> None:
+    """A bundle built by an older verl-bundle: its readiness refuses --skip-phase (a usage
+    error, exit 2, nothing on stdout); the dry run is asked again without it."""
+    from verl_bundle.airgap.checks import Check, Verdict, verdict
+    from verl_bundle.rehearse.rehearsal import dry_run
+
+    found = [Check("dryrun:workers", "ok", "reached the GPU boundary")]
+    said = verdict(installed=(), readiness=found, purpose="PPO")
+    envelope = tmp_path / "envelope.json"
+    result = {"checks": [c.to_dict() for c in found]}
+    envelope.write_text(
+        json.dumps({"command": "readiness", "result": result, "verdict": said.to_dict()})
+    )
+    script = f'case "$*" in *"--skip-phase"*) echo "unrecognized arguments" >&2; exit 2;; *) cat {envelope};; esac'
+    installed = Verdict(5, "not-ready", "not ready to train: flash_attn")
+    step, got = dry_run(["sh", "-c", script, "sh"], tmp_path, tmp_path, installed, ("flash-attn",))
+    assert got == said and step.status == "pass", (step, got)

@@ -28,7 +28,13 @@ from verl_bundle.airgap import doctor
 from verl_bundle.airgap.checks import Verdict, of_error
 from verl_bundle.airgap.contract.events import Event, read_events
 from verl_bundle.airgap.contract.manifest import Manifest, load
-from verl_bundle.airgap.errors import EXIT_DAMAGED, EXIT_FAILED, EXIT_NOT_READY, EXIT_OK
+from verl_bundle.airgap.errors import (
+    EXIT_DAMAGED,
+    EXIT_FAILED,
+    EXIT_NOT_READY,
+    EXIT_OK,
+    EXIT_USAGE,
+)
 from verl_bundle.airgap.verify.bundle import verify_tar
 from verl_bundle.errors import BundleError, UsageError
 from verl_bundle.interpreter import find_python
@@ -335,10 +341,13 @@ def dry_run(
     started = time.monotonic()
     # The bundle's own server program, isolated as install.sh runs it.
     argv = ["readiness", "--bundle", str(root), "--deep", "--json"]
-    for phase in skipped:
-        argv += ["--skip-phase", phase]
-    cmd = command(str(python), root, argv)
+    told = [a for phase in skipped for a in ("--skip-phase", phase)]
+    cmd = command(str(python), root, [*argv, *told])
     proc = subprocess.run([*cut, *cmd], capture_output=True, text=True, env=env, cwd=work)
+    if told and proc.returncode == EXIT_USAGE and not proc.stdout.strip():
+        # A bundle built by an older verl-bundle: its readiness has no --skip-phase.
+        cmd = command(str(python), root, argv)
+        proc = subprocess.run([*cut, *cmd], capture_output=True, text=True, env=env, cwd=work)
     seconds = time.monotonic() - started
     try:
         doc = json.loads(proc.stdout)
