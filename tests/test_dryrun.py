@@ -1412,3 +1412,75 @@ def test_the_boundarys_words_without_its_site_are_an_ordinary_failure(flagged: b
     ran = _ran(*steps, BOUNDARY_EVENT, end)
     found = {c.id: c for c in dryrun_report.checks(ran, dryrun.load_table())}
     assert found["dryrun:workers"].status == "fail"
+
+
+def test_a_release_without_the_boundary_site_is_neither_ready_nor_a_finding(tmp_path: Path) -> None:
+    """A verl whose module has no function where dryrun.json's boundary site says: the hook
+    says the site is missing as the module loads, and the run's end at the GPU check is then
+    `untested` (where the trainer stopped cannot be told), never a pass and never a finding."""
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "dryrun_hooks.py").write_text((Path(dryrun.INSIDE) / "dryrun_hooks.py").read_text())
+    (hooks / "sitecustomize.py").write_text("import dryrun_hooks\n")
+    (tmp_path / "moved.py").write_text("class ResourcePoolManager:\n    pass\n")
+    log = tmp_path / "events.jsonl"
+    env = clean_environ(tmp_path)
+    site = "moved:ResourcePoolManager._check_resource_available"
+    env.update(
+        PYTHONPATH=f"{hooks}{os.pathsep}{tmp_path}",
+        VERL_BUNDLE_DRYRUN_EVENTS=str(log),
+        VERL_BUNDLE_DRYRUN_SITES=json.dumps({}),
+        VERL_BUNDLE_DRYRUN_BOUNDARY=json.dumps({"site": site, "locals": {}}),
+    )
+    subprocess.run([sys.executable, "-c", "import moved"], check=True, env=env, cwd=tmp_path)
+    (said,) = dryrun.read_events(str(log))
+    assert (said["step"], said["event"], said["site"]) == ("workers", "unwatched", site)
+    steps: list[tuple[str, str, dict[str, Any]]] = [
+        (s, "done", {}) for s in ("assets", "config", "ray", "tokenizer", "dataset")
+    ]
+    end = ("entry", "error", {"type": SAMPLE[0], "error": SAMPLE[1]})
+    ran = _ran(*steps, ("workers", "unwatched", {"site": site}), end)
+    found = {c.id: c for c in dryrun_report.checks(ran, dryrun.load_table())}
+    assert found["dryrun:workers"].status == "untested"
+    assert f"({site}) is not in verl 0.4.1" in found["dryrun:workers"].detail
+    assert found["dryrun:worker-init"].status == "skip"
+    v = verdict(installed=(), readiness=list(found.values()), purpose="PPO")
+    assert v.state == "ready-cpu" and "where verl's trainer stopped" in v.line
+
+
+@pytest.mark.parametrize(
+    ("verl", "roles"),
+    [
+        ("0.3.0.post1", ["Critic", "RefPolicy", "ActorRollout"]),
+        ("0.4.1", ["Critic", "RefPolicy", "ActorRollout"]),
+        ("0.5.0", []),  # built alike, but not measured: no recipe
+        ("0.7.0", []),  # the critic takes a dataclass from v0.6
+        ("0.9.0", []),
+        ("0.9.1", ["Critic", "ActorRolloutRef", "ActorRollout"]),
+    ],
+)
+def test_the_worker_recipe_covers_the_releases_it_was_measured_on(
+    verl: str, roles: list[str]
+) -> None:
+    table = dryrun.load_table()
+    row = dryrun.row_for(verl, table)
+    assert row is not None and row["boundary"]["site"].endswith(
+        ":ResourcePoolManager._check_resource_available"
+    )
+    recipe = dryrun._workers(row, verl)
+    assert [r["role"] for r in recipe.get("roles", ())] == roles
+    assert not any(k.endswith("evidence") for k in recipe)
+
+
+def test_a_release_without_a_worker_recipe_names_its_workers_as_not_proven() -> None:
+    steps: list[tuple[str, str, dict[str, Any]]] = [
+        (s, "done", {}) for s in ("assets", "config", "ray", "tokenizer", "dataset", "model")
+    ]
+    end = ("entry", "error", {"type": SAMPLE[0], "error": SAMPLE[1], "boundary": True})
+    ran = _ran(*steps, BOUNDARY_EVENT, end, ("worker-init", "norecipe", {}))
+    found = {c.id: c for c in dryrun_report.checks(ran, dryrun.load_table())}
+    assert found["dryrun:workers"].status == "ok"
+    assert found["dryrun:worker-init"].status == "untested"
+    assert found["dryrun:worker-init"].detail == "no worker recipe for verl 0.4.1"
+    assert found["dryrun:worker-model"].status == "skip"
+    assert found["dryrun:step"].status == "untested"

@@ -246,7 +246,7 @@ Wrap = Callable[[Callable[..., Any]], Callable[..., Any]]
 
 def patch(module: Any, target: str, wrap: Wrap) -> bool:
     """Replace `target` ("func" or "Class.method") in `module` by `wrap(it)`; a classmethod or
-    staticmethod stays one. False when it is not there, or already wrapped."""
+    staticmethod stays one. False when it is not there (True when it was wrapped already)."""
     owner: Any = module
     *parents, name = target.split(".")
     for part in parents:
@@ -256,8 +256,10 @@ def patch(module: Any, target: str, wrap: Wrap) -> bool:
     raw = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name, None)
     kind = type(raw) if isinstance(raw, (classmethod, staticmethod)) else None
     fn = raw.__func__ if kind is not None else raw  # type: ignore[union-attr]
-    if fn is None or getattr(fn, "__verl_bundle_marked__", False) or not callable(fn):
+    if fn is None or not callable(fn):
         return False
+    if getattr(fn, "__verl_bundle_marked__", False):
+        return True  # wrapped already
     wrapped = wrap(fn)
     setattr(owner, name, kind(wrapped) if kind is not None else wrapped)
     return True
@@ -272,7 +274,7 @@ def _after_exec(loader: Any, module_name: str) -> None:
     def exec_module(module: Any) -> None:
         real(module)
         for target, wrap in _WATCHED.get(module_name, ()):
-            patch(module, target, wrap)
+            _apply(module, target, wrap)
 
     loader.exec_module = exec_module
 
@@ -294,11 +296,20 @@ class _Finder(importlib.abc.MetaPathFinder):
 _WATCHED: dict[str, list[tuple[str, Wrap]]] = {}
 
 
+def _apply(module: Any, target: str, wrap: Wrap) -> None:
+    """patch(), and where the module has no such site, the wrapper's `missing` said (the
+    boundary's: this verl release does not have the function dryrun.json names)."""
+    if not patch(module, target, wrap):
+        missing = getattr(wrap, "missing", None)
+        if callable(missing):
+            missing()
+
+
 def watch(module: str, target: str, wrap: Wrap) -> None:
     """Wrap `target` of `module` now if it is loaded, else right after it loads."""
     _WATCHED.setdefault(module, []).append((target, wrap))
     if module in sys.modules:
-        patch(sys.modules[module], target, wrap)
+        _apply(sys.modules[module], target, wrap)
     if not any(isinstance(f, _Finder) for f in sys.meta_path):
         sys.meta_path.insert(0, _Finder())
 
@@ -318,7 +329,10 @@ def install(environ: Any = os.environ) -> bool:
     if bound:
         spec = json.loads(bound)
         module, _, target = str(spec["site"]).partition(":")
-        watch(module, target, functools.partial(at_boundary, path, spec))
+        wrap: Any = functools.partial(at_boundary, path, spec)
+        step = str(spec.get("step", "workers"))
+        wrap.missing = functools.partial(emit, path, step, "unwatched", site=spec["site"])
+        watch(module, target, wrap)
     return True
 
 

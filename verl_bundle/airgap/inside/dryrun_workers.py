@@ -338,6 +338,9 @@ def run_workers(spec: dict[str, Any], events: str) -> None:
     """Both steps, in order; nothing after a step that failed or the harness could not do."""
     recipe = spec.get("workers") or {}
     run = Run(events)
+    if not recipe.get("roles"):
+        run.emit("norecipe")  # dryrun.json has no worker recipe measured for this release
+        return
     run.emit("start")
     try:
         with open(str(spec["capture"]), encoding="utf-8") as fh:

@@ -159,6 +159,15 @@ def _attention(row: dict[str, Any], overrides: Sequence[str]) -> str:
     return str(row.get("attn_implementation") or "eager")
 
 
+def _workers(row: dict[str, Any], verl: str) -> dict[str, Any]:
+    """The release's worker recipe (dryrun.json `workers`) for the entry, where it covers this
+    verl (its own from/below: measured releases only); {} where it does not."""
+    recipe = dict(row.get("workers") or {})
+    if recipe.get("from") and not in_range(verl, recipe):
+        return {}
+    return {k: v for k, v in recipe.items() if not k.endswith("evidence")}
+
+
 def _private_dir() -> str:
     """A short private directory: Ray's unix socket paths must stay under 108 bytes."""
     short = "/tmp"  # noqa: S108 - a private mkdtemp below it (mode 0700), for the short path
@@ -331,9 +340,7 @@ def run_dry(
             # workers themselves from what the trainer had decided (the capture).
             "attn": _attention(row, request.overrides),
             "capture": os.path.join(work, "boundary.json"),
-            "workers": {
-                k: v for k, v in (row.get("workers") or {}).items() if not k.endswith("evidence")
-            },
+            "workers": _workers(row, verl),
         }
         spec_path = os.path.join(work, "spec.json")
         with open(spec_path, "w", encoding="utf-8") as fh:

@@ -155,10 +155,17 @@ def checks(run: DryRun, table: dict[str, Any]) -> list[Check]:
     failed = _failure(run, order, table)
     done = {e["step"] for e in run.events if e["event"] == "done"}
     refused = boundary(run)
+    unwatched = next((e for e in run.events if e["event"] == "unwatched"), None)
     out: list[Check] = []
     reached = True
     for step in order:
         cid = f"dryrun:{step}"
+        if failed is not None and step == failed[0] and step == "workers" and unwatched:
+            # verl has no function where dryrun.json's boundary site says: its end at the
+            # GPU check cannot be recognised, so it is neither a finding nor a pass.
+            out.append(_unrecognised(run, failed[1], unwatched))
+            reached = False
+            continue
         if failed is not None and step == failed[0]:
             cause, fix = explain(failed[1], step, run.verl, run.timed_out, table, run.cpus)
             out.append(Check(cid, "fail", f"{what[step]}: {failed[1]}", cause, fix, SUBJECT))
@@ -195,6 +202,19 @@ def checks(run: DryRun, table: dict[str, Any]) -> list[Check]:
         else:
             out.append(Check(cid, "skip", f"{what[step]}: not reached", subject=SUBJECT))
     return out
+
+
+def _unrecognised(run: DryRun, line: str, unwatched: dict[str, Any]) -> Check:
+    return Check(
+        "dryrun:workers",
+        "untested",
+        f"workers initialising: {line}",
+        detail=f"dryrun.json's GPU boundary site ({unwatched.get('site')}) is not in verl "
+        f"{run.verl}, so whether this is verl's GPU refusal cannot be told",
+        fix="add this release's boundary site to dryrun.json (where it raises 'Total available "
+        "GPUs ...'), or run readiness --deep on a GPU server",
+        subject="where verl's trainer stopped",
+    )
 
 
 def _short(path: str) -> str:
@@ -274,6 +294,15 @@ def _worker_init(run: DryRun, table: dict[str, Any], reached: bool) -> Check:
     ev = _events(run, "worker-init")
     if not reached or not ev:
         return Check("dryrun:worker-init", "skip", f"{what}: not reached", subject=SUBJECT)
+    if any(e["event"] == "norecipe" for e in ev):
+        return Check(
+            "dryrun:worker-init",
+            "untested",
+            f"{what}: dryrun.json has no worker recipe measured for verl {run.verl}",
+            detail=f"no worker recipe for verl {run.verl}",
+            fix="run readiness --deep on a GPU server to prove it",
+            subject="verl's workers",
+        )
     for e in ev:
         if e["event"] != "error":
             continue
