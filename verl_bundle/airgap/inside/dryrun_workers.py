@@ -335,7 +335,7 @@ def _stop_in(exc: BaseException) -> GPUStop | None:
 
 
 def run_workers(spec: dict[str, Any], events: str) -> None:
-    """Both steps, in order; nothing after a step that failed or the harness could not do."""
+    """The three steps, in order; nothing after a step that failed or the harness could not do."""
     recipe = spec.get("workers") or {}
     run = Run(events)
     if not recipe.get("roles"):
