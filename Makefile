@@ -7,7 +7,7 @@ PY ?= 3.10
 OUT ?= bundles
 STAMP := $(VENV)/.installed
 
-.PHONY: all venv test test-fast lint typecheck bundle e2e-real cold-real bench-real assets-real compile-real python-real bench bench-nodes bench-netnodes gpu-proof gpu-proof-prepare clean
+.PHONY: all venv test test-fast lint typecheck bundle e2e-real cold-real bench-real proof-real assets-real compile-real python-real bench bench-nodes bench-netnodes gpu-proof gpu-proof-prepare clean
 
 all: test
 
@@ -75,6 +75,15 @@ cold-real: $(STAMP)
 REAL_FLAGS ?= --profile cu130 --runs 3
 bench-real: $(STAMP)
 	$(BIN)/python bench/real_rows.py $(REAL_FLAGS)
+
+# How deep the proof goes on the real stacks without a GPU (bench/proof_real.py; no network,
+# minutes per stack): on kept rehearsals (rehearse BUNDLE --skip-phase flash-attn --keep DIR),
+# with a stand-in flash_attn, plain and --deep readiness, an invalid ppo_mini_batch_size and a
+# RuntimeError planted in init_model, each against its expected verdict. Not part of `make test`.
+# make proof-real PROOF_FLAGS="--kept DIR [--kept DIR ...]"
+PROOF_FLAGS ?=
+proof-real: $(STAMP)
+	$(BIN)/python bench/proof_real.py $(PROOF_FLAGS)
 
 # Models and datasets from the real Hub (needs the internet; not part of `make test` or CI, since
 # the Hub is not reachable from the test machines): fetch, convert, bundle, then install the asset

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Check this server before installing: ./doctor [--json] [--require-gpu] [--python PATH]
 # [--prefix DIR] [--skip-phase NAME]...
-# The doctor runs on a Python 3.8 or newer ($PYTHON, else --python, else python3), isolated:
+# The doctor runs on a Python 3.8 or newer ($PYTHON, else --python, else the python of the
+# environment already in --prefix DIR, else python3), isolated:
 # -I (no PYTHON* variables, no user site, not the current directory), -B and a pycache prefix
 # that cannot exist (no bytecode read from or written to the bundle), the bundle's lib/ alone
 # added to the path.
@@ -10,16 +11,25 @@ here=$(CDPATH='' cd -- "$(dirname -- "$0")" && pwd -P) || {
   exit 2
 }
 
-py=${PYTHON:-}
-if [ -z "$py" ]; then
-  want_next=""
-  for arg in "$@"; do
-    if [ -n "$want_next" ]; then py=$arg; want_next=""; continue; fi
-    case "$arg" in
-      --python) want_next=1 ;;
-      --python=*) py=${arg#--python=} ;;
-    esac
-  done
+given=""
+prefix=""
+want_next=""
+for arg in "$@"; do
+  case "$want_next" in
+    python) given=$arg; want_next=""; continue ;;
+    prefix) prefix=$arg; want_next=""; continue ;;
+  esac
+  case "$arg" in
+    --python) want_next=python ;;
+    --python=*) given=${arg#--python=} ;;
+    --prefix) want_next=prefix ;;
+    --prefix=*) prefix=${arg#--prefix=} ;;
+  esac
+done
+py=${PYTHON:-$given}
+# An environment already installed in --prefix: its own python (the one it was made from).
+if [ -z "$py" ] && [ -n "$prefix" ] && [ -x "$prefix/bin/python" ]; then
+  py=$prefix/bin/python
 fi
 py=${py:-python3}
 case $py in */*) [ -e "$py" ] ;; *) command -v "$py" >/dev/null ;; esac || {

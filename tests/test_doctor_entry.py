@@ -216,3 +216,33 @@ def test_a_prefix_this_user_cannot_write_fails_the_disk_check(shared_dir: Path) 
     assert disk["status"] == "fail"
     assert "cannot write to" in disk["summary"] and str(locked) in disk["summary"]
     assert "--prefix DIR" in disk["fix"] and "write access" in disk["fix"]
+
+
+def test_doctor_with_the_prefix_of_an_installed_venv_runs_its_python_and_says_what_it_checks(
+    tmp_path: Path,
+) -> None:
+    """`./doctor --prefix VENV` on an environment already installed there: the doctor runs on
+    that venv's own python (not python3 from PATH, another Python here), and its "ready to
+    install" says it answers whether this server can install, not whether VENV can train."""
+    other = old_python("3.10")
+    bundle = make_bundle(tmp_path / "bundle")
+    (bundle / "manifest.json").write_text(json.dumps(needs(python="3.10")))
+    venv = tmp_path / "venv"
+    subprocess.run([other, "-m", "venv", "--without-pip", str(venv)], check=True)
+    env = clean_environ(tmp_path)
+    env["PATH"] = (
+        f"{Path(sys.executable).parent}{os.pathsep}/usr/bin{os.pathsep}/bin"  # python3: 3.11
+    )
+    r = doctor(bundle, "--prefix", str(venv), "--json", env=env, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["result"]["host"]["python_executable"] == str(venv / "bin" / "python")
+    assert doc["verdict"]["line"] == (
+        "ready to install (this checks whether this server can install the bundle, not whether "
+        f"the environment in {venv} can train: readiness --deep with its python says that)"
+    )
+    # A prefix that holds no environment yet: the plain answer.
+    fresh = doctor(
+        bundle, "--prefix", str(tmp_path / "new"), "--python", other, env=env, cwd=tmp_path
+    )
+    assert fresh.stdout.rstrip().splitlines()[-1] == "doctor: ready to install", fresh.stdout

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -37,7 +38,10 @@ FLASH_WHEEL = "flash_attn-2.5.8+cu118torch2.1cxx11abiFALSE-cp310-cp310-linux_x86
 # The toy stack is cu118-legacy's: it installs, every check passes, and readiness reports that
 # verl cannot train with it, which that profile declares (so the install stands).
 # The toy stack's verdict, the install's last line (tests/airgap.py's READY says why).
-LEGACY_VERDICT = "ready to train: PPO with FSDP and vLLM rollout"
+LEGACY_VERDICT = (
+    "ready to train on the CPU side (PPO with FSDP and vLLM rollout); not proven here: "
+    "the trainer's start (no dry run for verl 0.2.0.post2)"
+)
 
 
 @pytest.fixture
@@ -284,7 +288,8 @@ def test_install_killed_inside_a_phase_completes_when_run_again(
     assert "phase wheels was interrupted before" in again.stdout
     # The same end state as an uninterrupted install: every distribution at its bundled
     # version, every installed file as its wheel recorded it.
-    assert "ok    versions" in again.stdout and "ok    files" in again.stdout
+    assert re.search(r"^\s*ok\s+versions\s", again.stdout, re.M), again.stdout
+    assert re.search(r"^\s*ok\s+files\s", again.stdout, re.M), again.stdout
     assert LEGACY_VERDICT in again.stdout
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import select
 import subprocess
 from pathlib import Path
@@ -88,8 +89,10 @@ def test_the_whole_toy_stack_installs_ready_to_train(
     doc = json.loads(proc.stdout)
     assert doc["verdict"] == {
         "code": 0,
-        "state": "ready",
-        "line": "ready to train: PPO with FSDP and vLLM rollout",
+        # verl 0.2 has no dry run: its trainer's start is named as not proven.
+        "state": "ready-cpu",
+        "line": "ready to train on the CPU side (PPO with FSDP and vLLM rollout); not proven "
+        "here: the trainer's start (no dry run for verl 0.2.0.post2)",
         "ok": True,
     }
     ready = {c["id"]: c["status"] for c in doc["result"]["checks"]["readiness"]}
@@ -107,7 +110,7 @@ def test_a_truncated_copy_is_said_at_once_in_a_few_lines(
     assert f"{len(wheels) - 3} file(s) missing: wheels/" in proc.stderr
     assert len(proc.stderr.splitlines()) < 12, proc.stderr
     assert "==> [3/7] doctor" not in proc.stdout  # the damage is said before the doctor runs
-    assert last_line(proc) == "not installed: the bundle is damaged (above)"
+    assert last_line(proc) == "not installed: the bundle is damaged or refused (above)"
     assert not (tmp_path / "v").exists()
 
 
@@ -169,4 +172,4 @@ def test_a_script_two_distributions_write_resumes_exactly(
     again = run_install(bundle, home, "--prefix", str(prefix), "--python", python310(), "--yes")
     assert again.returncode == 0, again.stdout + again.stderr
     assert "differs from its RECORD" not in again.stdout
-    assert "ok    files" in again.stdout
+    assert re.search(r"^\s*ok\s+files\s", again.stdout, re.M), again.stdout

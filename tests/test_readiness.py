@@ -343,12 +343,15 @@ def test_a_trainer_that_imports_is_ready(current: tuple[Path, Path]) -> None:
         "config": "ok",
         "pip-check": "ok",
         "unlisted": "ok",
+        # Readiness without --deep never starts verl's trainer: named as not proven.
+        "dryrun": "untested",
     }
     # Never a bare "ready": what could not be exercised here is named.
     assert doc["verdict"]["state"] == "ready-cpu"
     assert doc["verdict"]["line"] == (
         "ready to train on the CPU side (PPO with FSDP and vLLM rollout); not proven here: "
-        "verl.workers.rollout.vllm_rollout (needs a GPU: --require-gpu on a GPU server)"
+        "verl.workers.rollout.vllm_rollout (needs a GPU: --require-gpu on a GPU server); "
+        "the trainer's start (not started: readiness --deep)"
     )
     assert result["versions"]["vllm"] == "0.7.3+cu118"
 
@@ -430,11 +433,31 @@ def test_every_known_cause_matches_its_sample() -> None:
     table = readiness.load_table()
     for entry in table["causes"]:
         assert re.search(entry["match"], entry["sample"]), entry["id"]
-        cause, fix = readiness.explain(entry["sample"], table)
+        cause, fix = readiness.explain(entry["sample"], table, entry.get("from") or "0.9.1")
         assert "{" not in cause + fix, entry["id"]
+        if "{" not in entry["cause"]:
+            assert (cause, fix) == (entry["cause"], entry["fix"]), entry["id"]
         assert (cause, fix) != readiness.explain("nothing known", table)
     for pattern in table["gpu_only"]["patterns"]:
         assert pattern["match"] in pattern["sample"]
+
+
+@pytest.mark.parametrize(
+    ("verl", "cites", "not_cited"),
+    [
+        ("0.3.0.post1", "verl/workers/actor/dp_actor.py", "verl/workers/config/model.py"),
+        ("0.4.1", "verl/workers/fsdp_workers.py:221", "verl/workers/config/model.py"),
+        ("0.9.1", "verl/workers/config/model.py:185", "fsdp_workers.py"),
+    ],
+)
+def test_the_flash_attn_cause_cites_the_file_of_each_release(
+    verl: str, cites: str, not_cited: str
+) -> None:
+    """Where verl hard-codes flash_attention_2 differs per release: the cause names that
+    release's file, never another's."""
+    cause, fix = readiness.explain("ModuleNotFoundError: No module named 'flash_attn'", None, verl)
+    assert cites in cause and not_cited not in cause
+    assert "flash-attn phase" in fix
 
 
 def test_the_vllm_gate_cause_names_the_version() -> None:
@@ -579,3 +602,21 @@ def test_a_skipped_phase_never_drops_an_import_the_trainer_needs(tmp_path: Path)
     assert text.stdout.rstrip().splitlines()[-1] == "post-install: " + verdict["line"]
     assert "without --skip-phase flash-attn" in text.stdout
     assert "ready to train:" not in text.stdout.replace("not ready to train:", "")
+
+
+def test_readiness_is_told_the_phases_left_out_and_refuses_an_unknown_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """readiness --skip-phase (rehearse passes install.sh's): a phase the bundle has not is one
+    usage line naming its phases; a known one makes what it would have installed say so."""
+    from verl_bundle.airgap.cli import main
+
+    where = bundle(tmp_path, {"verl": "0.3.0.post1", "flash-attn": "2.7.3"})
+    assert main(["readiness", "--bundle", str(where), "--skip-phase", "nope"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "readiness: --skip-phase nope: the bundle has no such phase; its phases are wheels"
+    ]
+    m = mf.load(str(where))
+    plan = readiness.plan_for(m, None, None, ["wheels"])
+    assert plan.left_out["flash-attn"] == "wheels"

@@ -138,3 +138,79 @@ def test_a_dry_run_that_gives_no_result_is_never_ready(tmp_path: Path) -> None:
     assert "gave no result: Segmentation fault" in verdict.line
     worse = Verdict(1, "failed", "not installed as bundled: x")
     assert dry_run(cut, tmp_path, tmp_path, worse)[1] == worse
+
+
+def test_the_rehearsals_verdict_carries_every_failure_of_its_dry_run(tmp_path: Path) -> None:
+    """install.sh said not ready (flash-attn left out); the dry run, told the phases left out,
+    found that and one more failure (its model step): the rehearsal's verdict is the dry run's,
+    "(and 1 more)" included, never install.sh's alone."""
+    from verl_bundle.airgap.checks import Check, Verdict, verdict
+    from verl_bundle.rehearse.rehearsal import Rehearsal, dry_run
+
+    found = [
+        Check(
+            "import:flash_attn",
+            "fail",
+            "flash_attn is not installed (phase flash-attn was left out)",
+        ),
+        Check("dryrun:model", "fail", "model built as verl's workers build it: ImportError: x"),
+    ]
+    said = verdict(installed=(), readiness=found, purpose="PPO")
+    envelope = tmp_path / "envelope.json"
+    result = {"checks": [c.to_dict() for c in found]}
+    envelope.write_text(
+        json.dumps({"command": "readiness", "result": result, "verdict": said.to_dict()})
+    )
+    # The "network cut" here is a shell that answers only when told the phase left out.
+    script = f'case "$*" in *"--skip-phase flash-attn"*) cat {envelope};; *) exit 3;; esac'
+    cut = ["sh", "-c", script, "sh"]
+    installed = Verdict(
+        5, "not-ready", "not ready to train: flash_attn: flash_attn is not installed"
+    )
+    step, got = dry_run(cut, tmp_path, tmp_path, installed, ("flash-attn",))
+    assert got == said and got.line.endswith("(and 1 more)"), got
+    assert (step.status, step.detail) == ("not ready", f"dryrun:model: {found[1].summary}")
+    kept = Rehearsal(
+        tmp_path,
+        "py",
+        "unshare -n",
+        (step,),
+        (),
+        got,
+        (("flash-attn", "left out by --skip-phase"),),
+    )
+    assert kept.last_line == (
+        f"rehearsal: installs offline; {said.line} (phase flash-attn not rehearsed: left out by "
+        "--skip-phase)"
+    )
+
+
+def test_a_phase_left_out_on_request_is_the_users_choice_even_where_this_host_cannot_build_it() -> (
+    None
+):
+    from verl_bundle.rehearse.rehearsal import left_out
+
+    host = {"flash-attn": "this host cannot build it (nvcc: 13.0, but the bundle's CUDA is 12.4)"}
+    got = left_out({"flash-attn": "left out by --skip-phase"}, {**host, "apex": "this host cannot"})
+    assert got == {"flash-attn": "left out by --skip-phase", "apex": "this host cannot"}
+
+
+def test_an_older_bundles_readiness_without_skip_phase_is_asked_again_without_it(
+    tmp_path: Path,
+) -> None:
+    """A bundle built by an older verl-bundle: its readiness refuses --skip-phase (a usage
+    error, exit 2, nothing on stdout); the dry run is asked again without it."""
+    from verl_bundle.airgap.checks import Check, Verdict, verdict
+    from verl_bundle.rehearse.rehearsal import dry_run
+
+    found = [Check("dryrun:workers", "ok", "reached the GPU boundary")]
+    said = verdict(installed=(), readiness=found, purpose="PPO")
+    envelope = tmp_path / "envelope.json"
+    result = {"checks": [c.to_dict() for c in found]}
+    envelope.write_text(
+        json.dumps({"command": "readiness", "result": result, "verdict": said.to_dict()})
+    )
+    script = f'case "$*" in *"--skip-phase"*) echo "unrecognized arguments" >&2; exit 2;; *) cat {envelope};; esac'
+    installed = Verdict(5, "not-ready", "not ready to train: flash_attn")
+    step, got = dry_run(["sh", "-c", script, "sh"], tmp_path, tmp_path, installed, ("flash-attn",))
+    assert got == said and step.status == "pass", (step, got)

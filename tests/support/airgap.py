@@ -12,7 +12,8 @@ from conftest import clean_environ
 
 # The toy stack (tests/stack.py) is ready to train once installed: verl's trainer modules
 # import and its config composes with the real Hydra. A complete install ends exit 0 with
-# "ready to train: ..." as its last line (the one exit table, airgap/errors.py).
+# "ready to train on the CPU side ...; not proven here: the trainer's start (...)" as its last
+# line (its verl 0.2 has no dry run; the one exit table, airgap/errors.py).
 READY = 0
 
 

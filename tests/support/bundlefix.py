@@ -121,3 +121,15 @@ def add_wheel(root: Path, wheel: Path, phase: str) -> Path:
     (root / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     resign(root)
     return final
+
+
+def add_server_program(root: Path) -> Path:
+    """The server program every bundle carries (lib/verl_bundle/airgap, as the build writes
+    it) in a test's bundle directory `root`, which a manifest alone does not make."""
+    from verl_bundle.bundle.entries import airgap_entries
+
+    for entry in airgap_entries():
+        dest = root / entry.arcname
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes(entry.data or b"")
+    return root

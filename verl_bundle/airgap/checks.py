@@ -90,8 +90,8 @@ class Verdict:
 
 # The states, and the exit code each ends with.
 STATES = {
-    "ready": EXIT_OK,  # every module the purpose needs imported, the config composed
-    "ready-cpu": EXIT_OK,  # ready as far as this machine can prove; GPU-only parts untested
+    "ready": EXIT_OK,  # the deepest step ran (one PPO step, on a GPU); nothing left untested
+    "ready-cpu": EXIT_OK,  # nothing that could be proven here failed; what was not, named
     "installed": EXIT_OK,  # installed and checked; the bundle has no trainer to prove
     "can-install": EXIT_OK,  # the doctor: this server can install the bundle
     "not-ready": EXIT_NOT_READY,  # installed as bundled, but the trainer cannot start
@@ -128,6 +128,7 @@ def verdict(
     purpose: str = "",
     limit: str = "",
     bundle: bool = True,
+    existing: str = "",
 ) -> Verdict:
     """The one verdict. `server`: the doctor's checks (before an install); `installed`: what
     post-install found about the installed files and versions (None: nothing installed yet);
@@ -135,16 +136,22 @@ def verdict(
     `purpose`: what readiness proves ("PPO with FSDP and vLLM rollout"; "" when the bundle has
     no trainer); `limit`: the profile's declared
     known limit, said beside a not-ready verdict. `bundle` False: the doctor checked the host
-    on its own, without a bundle's needs."""
+    on its own, without a bundle's needs. `existing`: the doctor was pointed at an environment
+    already installed there, whose readiness it does not check: the line says so."""
     broken = failures(server)
     host = "" if bundle else " (checked without a bundle: --bundle DIR for a bundle's needs)"
     if broken:
         what = "not ready to install" if bundle else "this host has failures"
         return Verdict(EXIT_SERVER, "server", f"{what}: {_first(broken)}{host}")
     if installed is None and readiness is None:
-        return Verdict(
-            EXIT_OK, "can-install", ("ready to install" if bundle else "no failures") + host
+        other = (
+            f" (this checks whether this server can install the bundle, not whether the "
+            f"environment in {existing} can train: readiness --deep with its python says that)"
+            if existing
+            else ""
         )
+        what = "ready to install" if bundle else "no failures"
+        return Verdict(EXIT_OK, "can-install", what + host + other)
     broken = failures(installed or ())
     if broken:
         return Verdict(EXIT_FAILED, "failed", f"not installed as bundled: {_first(broken)}")

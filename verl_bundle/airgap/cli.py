@@ -163,8 +163,14 @@ def _readiness(args: argparse.Namespace) -> int:
 
     manifest = _bundle(args.bundle, "readiness")
     deep = _deep(args)
+    unknown = [name for name in args.skip_phase if manifest.phase(name) is None]
+    if unknown:
+        raise UsageError(
+            f"readiness: --skip-phase {unknown[0]}: the bundle has no such phase; its phases "
+            f"are {', '.join(manifest.phase_names)}"
+        )
     report = run_readiness(
-        manifest, args.python, args.require_gpu, args.purpose, args.timeout, deep
+        manifest, args.python, args.require_gpu, args.purpose, args.timeout, deep, args.skip_phase
     )
     v = report.verdict
     show("readiness", v.ok, report.to_dict(), f"{render_text(report)}\n{v.line}", args.json, v)
@@ -394,6 +400,14 @@ def parser() -> Parser:
     p.add_argument("--purpose", help="e.g. ppo-fsdp-vllm (default: the bundle's)")
     p.add_argument("--require-gpu", action="store_true", help="add a GPU smoke test")
     p.add_argument("--timeout", type=float, default=1800, help="seconds for the probe")
+    p.add_argument(
+        "--skip-phase",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a phase left out of the install (install.sh --skip-phase): what it would have "
+        "brought is named as left out (repeatable)",
+    )
     p.add_argument("--json", action="store_true", help="print the versioned JSON envelope")
     add_deep_options(p)
 

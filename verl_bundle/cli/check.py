@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from verl_bundle.cli.options import Json, show
-from verl_bundle.errors import UsageError
+from verl_bundle.errors import BundleError, UsageError
 
 
 def verify_cmd(
@@ -89,6 +89,7 @@ def inspect_cmd(
 
 
 def readiness_cmd(
+    ctx: typer.Context,
     bundle: Annotated[
         Path,
         typer.Option(
@@ -129,38 +130,41 @@ def readiness_cmd(
 ) -> None:
     """Prove an installed environment can start the bundle's verl trainer.
 
-    Runs the server program's readiness with the environment's own python (as post-install
-    does): verl's trainer, workers and rollout import, its config composes, the installed set is
-    consistent; with --deep, verl's own PPO entry starts offline on a tiny model and dataset made
-    on the spot (or yours: --model DIR --data FILE), so a wrong chat template, a dataset in the
-    wrong shape or a model verl cannot build is found before the GPU job is queued. The verdict
-    is the last line; exit 0 ready (or ready on the CPU side), 5 not ready, 2 bad input."""
-    import os
-    import subprocess
-
+    Runs the bundle's own server program (its lib/) with the environment's own python,
+    isolated as install.sh runs it (nothing of this tool's site-packages on its path): verl's
+    trainer, workers and rollout import, its config composes, the installed set is consistent;
+    with --deep, verl's own PPO entry starts offline on a tiny model and dataset made on the
+    spot (or yours: --model DIR --data FILE), then verl's workers are built and initialised up
+    to the first GPU-only call, so a wrong chat template, a dataset in the wrong shape, a batch
+    size verl refuses or a model verl cannot build is found before the GPU job is queued. The
+    verdict is the last line and names what was not proven; exit 0 ready (or ready on the CPU
+    side), 5 not ready, 2 bad input."""
+    from verl_bundle.airgap.postinstall.readiness import ReadinessReport, render_text
+    from verl_bundle.bundle.server import check_python, run_server
+    from verl_bundle.cli.render.shown import Shown
     from verl_bundle.interpreter import interpreter
 
     if not (bundle / "manifest.json").is_file():
         raise UsageError(f"--bundle {bundle}: no manifest.json there (an extracted bundle)")
-    py = interpreter(python)
-    cmd = [py, "-m", "verl_bundle.airgap", "readiness", "--bundle", str(bundle)]
-    cmd += ["--require-gpu"] if require_gpu else []
-    cmd += ["--json"] if json_out else []
-    if deep:
-        cmd += ["--deep", "--deadline", str(deadline)]
-        cmd += ["--model", str(model)] if model else []
-        cmd += ["--data", str(data)] if data else []
-        for o in override or []:
-            cmd += ["--override", o]
-    elif model or data or override:
+    if not deep and (model or data or override):
         raise UsageError("--model, --data and --override go with --deep (the dry run)")
-    # The server program that ships in every bundle is this package's own airgap/: run it from
-    # here, by the environment's python, so what it proves is that environment.
-    here = str(Path(__file__).resolve().parents[2])
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]))
-    code = subprocess.run(cmd, env=env, check=False).returncode
-    if code:
-        raise typer.Exit(code)
+    py = check_python(interpreter(python))
+    argv = ["readiness", "--bundle", str(bundle.resolve()), "--json"]
+    argv += ["--require-gpu"] if require_gpu else []
+    if deep:
+        argv += ["--deep", "--deadline", str(deadline)]
+        argv += ["--model", str(model.resolve())] if model else []
+        argv += ["--data", str(data.resolve())] if data else []
+        for o in override or []:
+            argv += ["--override", o]
+    got = run_server(py, bundle.resolve(), argv, "readiness")
+    try:
+        report = ReadinessReport.from_dict(got.result)
+    except (TypeError, ValueError) as exc:
+        raise BundleError(f"readiness by {py} gave a result this tool cannot read: {exc}") from None
+    v = got.verdict
+    text = f"{render_text(report)}\n{v.line}"
+    show(ctx, Shown("readiness", v.ok, got.result, text, verdict=v), json_out)
 
 
 def register(app: typer.Typer) -> None:

@@ -3,9 +3,12 @@
 The tarball is verified and extracted into a temporary directory, its own install.sh runs under
 `unshare -n` (a network namespace with only its loopback up, so Ray can start) into a throwaway
 venv, and each step is timed. A source build this host cannot do (its nvcc is not the bundle's
-CUDA) is left out and reported as not rehearsed, with the reason. The rehearsal ends with
-install.sh's own verdict, read from its events (never from its text), and its exit code:
-0 only when the rehearsed venv is ready to train.
+CUDA) is left out and reported as not rehearsed, with the reason (a phase left out by
+--skip-phase, as the user's choice). Then the trainer dry run (the bundle's own `readiness
+--deep`, told the phases left out), whose verdict carries every failure of readiness and the
+dry run; without a dry run (or its result) install.sh's own verdict, read from its events (never
+from its text). Exit 0 only when the rehearsed venv is ready to train as far as this host can
+prove.
 """
 
 from __future__ import annotations
@@ -25,7 +28,13 @@ from verl_bundle.airgap import doctor
 from verl_bundle.airgap.checks import Verdict, of_error
 from verl_bundle.airgap.contract.events import Event, read_events
 from verl_bundle.airgap.contract.manifest import Manifest, load
-from verl_bundle.airgap.errors import EXIT_DAMAGED, EXIT_FAILED, EXIT_NOT_READY, EXIT_OK
+from verl_bundle.airgap.errors import (
+    EXIT_DAMAGED,
+    EXIT_FAILED,
+    EXIT_NOT_READY,
+    EXIT_OK,
+    EXIT_USAGE,
+)
 from verl_bundle.airgap.verify.bundle import verify_tar
 from verl_bundle.errors import BundleError, UsageError
 from verl_bundle.interpreter import find_python
@@ -250,7 +259,7 @@ def _rehearse(
         if _python_version(py) != want:
             raise UsageError(f"--python {py} is not Python {want}, which the bundle is for")
         command = [str(root / "install.sh"), "--python", py]
-    skipped = {**asked, **_unbuildable(manifest)}  # this host's own reason comes first
+    skipped = left_out(asked, _unbuildable(manifest))
     events = work / "install-events.jsonl"
     args = [*command, "--prefix", str(work / "venv")]
     args += ["--yes", "--skip-doctor", "--events", str(events)]
@@ -280,10 +289,8 @@ def _rehearse(
         steps.append(Step("install.sh", "fail", 0.0, f"exited {code}"))
     if verdict.code in (EXIT_OK, EXIT_NOT_READY) and has_dry_run(manifest):
         reporter.status("starting verl's trainer offline (the dry run) ...")
-        step, deep = dry_run([*prefix, *LOOPBACK_UP], root, work, verdict)
+        step, verdict = dry_run([*prefix, *LOOPBACK_UP], root, work, verdict, tuple(skipped))
         steps.append(step)
-        # install.sh's own not-ready verdict knows which phases were left out: it stays.
-        verdict = deep if verdict.ok else verdict
     return Rehearsal(
         tarball,
         py,
@@ -293,6 +300,12 @@ def _rehearse(
         verdict,
         tuple(skipped.items()),
     )
+
+
+def left_out(asked: dict[str, str], unbuildable: dict[str, str]) -> dict[str, str]:
+    """The phases left out of the rehearsal -> why: the user's --skip-phase is said as theirs
+    (a phase this host also cannot build is still the user's choice); the rest this host's."""
+    return {**unbuildable, **asked}
 
 
 def _judged(step: Step, verdict: Verdict) -> Step:
@@ -310,20 +323,31 @@ def has_dry_run(manifest: Manifest) -> bool:
     return dryrun.has_recipe(manifest)
 
 
-def dry_run(cut: list[str], root: Path, work: Path, installed: Verdict) -> tuple[Step, Verdict]:
+def dry_run(
+    cut: list[str], root: Path, work: Path, installed: Verdict, skipped: tuple[str, ...] = ()
+) -> tuple[Step, Verdict]:
     """`readiness --deep` in the rehearsed venv, in a network namespace of its own with its
     loopback up (Ray needs it): verl's own trainer started on a tiny model and dataset, up to
-    the GPU boundary here. Its verdict (readiness's checks and the dry run's) replaces the
-    install's, which it includes; a run that gives no verdict fails, and is not ready unless
-    the install's own verdict already says something worse."""
+    the GPU boundary here, told the phases left out (`skipped`, so that what they would have
+    brought says so, as install.sh's post-install does). Its verdict (readiness's checks and
+    the dry run's, every failure counted) replaces the install's, which it includes; a run
+    that gives no verdict fails, and is not ready unless the install's own verdict already
+    says something worse."""
+    from verl_bundle.bundle.server import command
+
     python = work / "venv" / "bin" / "python"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
-    env.update(HOME=str(work), PYTHONPATH=str(root / "lib"))
+    env.update(HOME=str(work))
     started = time.monotonic()
-    cmd = [str(python), "-m", "verl_bundle.airgap", "readiness", "--bundle", str(root)]
-    proc = subprocess.run(
-        [*cut, *cmd, "--deep", "--json"], capture_output=True, text=True, env=env, cwd=work
-    )
+    # The bundle's own server program, isolated as install.sh runs it.
+    argv = ["readiness", "--bundle", str(root), "--deep", "--json"]
+    told = [a for phase in skipped for a in ("--skip-phase", phase)]
+    cmd = command(str(python), root, [*argv, *told])
+    proc = subprocess.run([*cut, *cmd], capture_output=True, text=True, env=env, cwd=work)
+    if told and proc.returncode == EXIT_USAGE and not proc.stdout.strip():
+        # A bundle built by an older verl-bundle: its readiness has no --skip-phase.
+        cmd = command(str(python), root, argv)
+        proc = subprocess.run([*cut, *cmd], capture_output=True, text=True, env=env, cwd=work)
     seconds = time.monotonic() - started
     try:
         doc = json.loads(proc.stdout)

@@ -12,6 +12,7 @@ without a bundle) and returns a `Report`.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Sequence
 
@@ -57,7 +58,12 @@ __all__ = [
 
 def examine(plan: Plan, facts: Facts, opts: Options) -> Report:
     """The registered checks over gathered facts (generic ones only without a bundle)."""
-    return Report(run_checks(registered(), plan, facts, opts), host_of(facts), plan.generic)
+    prefix = opts.prefix or ""
+    existing = (
+        prefix if prefix and os.access(os.path.join(prefix, "bin", "python"), os.X_OK) else ""
+    )
+    checks = run_checks(registered(), plan, facts, opts)
+    return Report(checks, host_of(facts), plan.generic, existing)
 
 
 def run_doctor(

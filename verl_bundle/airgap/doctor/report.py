@@ -17,6 +17,7 @@ class Report:
     checks: list[Check]
     host: dict[str, Any] = field(default_factory=dict)
     generic: bool = False  # no bundle: the host was checked on its own
+    existing: str = ""  # --prefix holds an installed environment (its readiness is not ours)
 
     @property
     def ok(self) -> bool:
@@ -26,7 +27,7 @@ class Report:
     @property
     def verdict(self) -> Verdict:
         """Ready to install (exit 0) or not (exit 4), from the one verdict function."""
-        return verdict(server=self.checks, bundle=not self.generic)
+        return verdict(server=self.checks, bundle=not self.generic, existing=self.existing)
 
     def check(self, check_id: str) -> Check:
         for c in self.checks:

@@ -14,6 +14,9 @@ worker). In order, each a step with JSON-line events in SPEC's `events` file:
            workers build it, with verl's attention (flash_attention_2 unless overridden), on
            the meta device (no weights in memory), so a missing flash-attn or an architecture
            transformers cannot build is found here, not on the GPU node.
+  worker-init, worker-model   then verl's own worker classes built with the config verl held
+           at the boundary, and their init_model run up to the first GPU-only call
+           (dryrun_workers.py).
 The last event is `run/end`. Nothing of verl_bundle
   is imported: the environment is seen exactly as the trainer sees it.
 """
@@ -32,7 +35,8 @@ from typing import Any
 if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
     del sys.path[0]
 
-from dryrun_hooks import emit, error_fields, marked
+from dryrun_hooks import boundary_of, emit, error_fields, marked
+from dryrun_workers import NOT_ON_CPU, run_workers
 
 # ChatML, as Qwen2's instruct tokenizers carry it (verl applies the chat template to every
 # prompt, with add_generation_prompt=True).
@@ -211,34 +215,33 @@ def run(spec: dict[str, Any]) -> bool:
         if isinstance(exc, KeyboardInterrupt):
             raise
         fields = error_fields(exc)
-        emit(events, step, "error", **fields)
-        boundary = str(spec.get("boundary") or "")
-        at_boundary = step == "entry" and bool(boundary) and boundary in json.dumps(fields)
+        # verl's own GPU refusal, known by the tag its site's hook put on it (carried by Ray
+        # as the task's own exception): never by its words.
+        at_boundary = step == "entry" and boundary_of(exc) is not None
+        emit(events, step, "error", **fields, **({"boundary": True} if at_boundary else {}))
         if not at_boundary:
+            _shutdown_ray()
             emit(events, "run", "end", ok=False)
             return False
-    finally:
-        _shutdown_ray()
     if at_boundary:  # outside the handler: the model's own error is not chained to verl's
-        model_step(spec, model, events)
+        if model_step(spec, model, events):  # a model verl cannot build: its workers neither
+            # Ray stays up: verl 0.9's rollout adapter asks for Ray's runtime context.
+            run_workers(spec, events)
+        _shutdown_ray()
         emit(events, "run", "end", ok=False)
         return False
+    _shutdown_ray()
     emit(events, step, "done")
     emit(events, "run", "end", ok=True)
     return True
 
 
-# transformers' own words when flash-attn is installed but no GPU is visible (4.49: "Flash
-# Attention 2 is not available on CPU"; 5.x: "FlashAttention2 is not available on CPU").
-NOT_ON_CPU = "is not available on CPU"
-
-
-def model_step(spec: dict[str, Any], model: str, events: str) -> None:
+def model_step(spec: dict[str, Any], model: str, events: str) -> bool:
     """The model built as verl's workers build it (transformers' from_config with verl's
     attention), on the meta device: its architecture and the attention's package are checked,
     no weights are read. With flash-attn installed and no GPU, transformers refuses the CPU;
     then the model is built with eager attention (the architecture still proven) and the event
-    says the attention needs a GPU."""
+    says the attention needs a GPU. False when it failed."""
     attn = str(spec.get("attn") or "eager")
     emit(events, "model", "start", attn=attn)
     started = time.monotonic()
@@ -258,9 +261,10 @@ def model_step(spec: dict[str, Any], model: str, events: str) -> None:
                 AutoModelForCausalLM.from_config(config, attn_implementation="eager")  # type: ignore[no-untyped-call]
     except Exception as exc:
         emit(events, "model", "error", **error_fields(exc))
-        return
+        return False
     seconds = time.monotonic() - started
     emit(events, "model", "done", seconds=seconds, attn=attn, gpu_only=gpu_only)
+    return True
 
 
 # Ray's raylet waits a fixed ~30 s for its agent process at start-up; a loaded host can miss it,

@@ -585,7 +585,8 @@ class Installer(Steps):
             f"{shlex.quote(program)} readiness --bundle {shlex.quote(self.opts.bundle)} --deep"
         )
         check = left_out("--quick", prove)
-        return dataclasses.replace(found, readiness=(*found.readiness, check))
+        kept = tuple(c for c in found.readiness if c.id != check.id)  # its "not started" too
+        return dataclasses.replace(found, readiness=(*kept, check))
 
     def done(self, skipped: list[str]) -> None:
         with self.step("done", f"done: {self.m.name} is installed in {self.target}") as result:

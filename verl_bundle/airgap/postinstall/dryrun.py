@@ -9,7 +9,9 @@ for this environment), composes verl's real config with overrides pointing at th
 verl's entry (dryrun.json: per verl release, the entry, the overrides, the sites that mark each
 step, the GPU boundary and known failures). Every process of the run writes JSON-line events
 (dryrun_hooks.py, installed as sitecustomize); dryrun_report.py turns them into `Check`s. On a
-host without a GPU the run ends at verl's own "Total available GPUs 0" error: the GPU boundary.
+host without a GPU verl's trainer stops at its own GPU-count check (the GPU boundary, recognised
+at that function, not by its words); the entry then builds verl's workers from what the trainer
+had decided and runs their init_model up to the first GPU-only call (dryrun_workers.py).
 Where a GPU is visible it goes on to one PPO step. Standard library only, Python 3.8+.
 """
 
@@ -41,8 +43,10 @@ TABLE = os.path.join(HERE, "dryrun.json")
 # The entry and its hooks run in the target environment's python (airgap/inside/).
 INSIDE = os.path.join(os.path.dirname(HERE), "inside")
 ENTRY, HOOKS, SITES = "dryrun_entry.py", "dryrun_hooks.py", "sites.py"
+WORKERS = "dryrun_workers.py"
 DEADLINE = 900.0
 EVENTS_VAR, SITES_VAR = "VERL_BUNDLE_DRYRUN_EVENTS", "VERL_BUNDLE_DRYRUN_SITES"
+BOUNDARY_VAR = "VERL_BUNDLE_DRYRUN_BOUNDARY"
 
 
 @dataclass(frozen=True)
@@ -198,6 +202,15 @@ def _attention(row: dict[str, Any], overrides: Sequence[str]) -> str:
     return str(row.get("attn_implementation") or "eager")
 
 
+def _workers(row: dict[str, Any], verl: str) -> dict[str, Any]:
+    """The release's worker recipe (dryrun.json `workers`) for the entry, where it covers this
+    verl (its own from/below: measured releases only); {} where it does not."""
+    recipe = dict(row.get("workers") or {})
+    if recipe.get("from") and not in_range(verl, recipe):
+        return {}
+    return {k: v for k, v in recipe.items() if not k.endswith("evidence")}
+
+
 def _private_dir() -> str:
     """A short private directory: Ray's unix socket paths must stay under 108 bytes."""
     short = "/tmp"  # noqa: S108 - a private mkdtemp below it (mode 0700), for the short path
@@ -210,10 +223,15 @@ def _environment(
 ) -> dict[str, str]:
     env = {k: v for k, v in base.items() if k not in ("RAY_ADDRESS", "PYTHONHOME")}
     env.update(OFFLINE_ENV)
+    # verl's own GPU-count check, watched where it raises; what the trainer had decided there
+    # is saved to `capture` for the worker steps after it.
+    boundary = dict(row.get("boundary") or {}, capture=os.path.join(work, "boundary.json"))
+    boundary.pop("evidence", None)
     env.update(
         {
             EVENTS_VAR: events,
             SITES_VAR: json.dumps(row["sites"]),
+            BOUNDARY_VAR: json.dumps(boundary),
             # The run's own Ray session directory: a stale /tmp/ray/ray_current_cluster from a
             # killed Ray elsewhere can neither hang it nor be touched by it.
             "RAY_TMPDIR": os.path.join(work, "ray"),
@@ -346,7 +364,7 @@ def run_dry(
         hooks = os.path.join(work, "hooks")
         os.makedirs(hooks)
         os.makedirs(os.path.join(work, "tmp"))
-        for name in (ENTRY, HOOKS):
+        for name in (ENTRY, HOOKS, WORKERS):
             shutil.copyfile(os.path.join(INSIDE, name), os.path.join(hooks, name))
         with open(os.path.join(hooks, "sitecustomize.py"), "w", encoding="utf-8") as fh:
             fh.write("import dryrun_hooks  # noqa: F401 - marks the trainer's steps\n")
@@ -367,16 +385,17 @@ def run_dry(
             "nodes": 1,
             "extra": list(request.overrides),
             # Where verl stops at the GPU boundary, the entry builds the model as verl's
-            # workers would, with verl's attention (or the override that sets it).
-            "boundary": table["boundary"]["match"],
+            # workers would, with verl's attention (or the override that sets it), then verl's
+            # workers themselves from what the trainer had decided (the capture).
             "attn": _attention(row, request.overrides),
+            "capture": os.path.join(work, "boundary.json"),
+            "workers": _workers(row, verl),
         }
         spec_path = os.path.join(work, "spec.json")
         with open(spec_path, "w", encoding="utf-8") as fh:
             json.dump(spec, fh)
         env = _environment(work, events, row, dict(os.environ if environ is None else environ))
-        boundary = str(spec["boundary"])
-        return _supervise(python, work, spec_path, events, env, request, verl, cpus, boundary)
+        return _supervise(python, work, spec_path, events, env, request, verl, cpus)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -390,7 +409,6 @@ def _supervise(
     request: DryRunRequest,
     verl: str,
     cpus: int | None,
-    boundary: str = "",
 ) -> DryRun:
     log = os.path.join(work, "run.log")
     watch = _MemoryWatch(request.gpus)
@@ -410,7 +428,7 @@ def _supervise(
             watch.stop()
             raise ReadinessError(f"cannot run {python}: {exc.strerror or exc}") from None
         try:
-            timed_out = _wait(proc, events, started + request.deadline, boundary)
+            timed_out = _wait(proc, events, started + request.deadline)
         except BaseException:
             _kill_all(proc, events)
             raise
@@ -433,33 +451,47 @@ def _supervise(
     )
 
 
-def _wait(proc: subprocess.Popen[bytes], events: str, deadline: float, boundary: str) -> bool:
+def _wait(proc: subprocess.Popen[bytes], events: str, deadline: float) -> bool:
     """Wait for the run until the deadline (True: it passed), saying each step as it starts
     and ends on stderr (the run takes minutes; install.sh shows post-install's output)."""
-    said: set[tuple[str, str]] = set()
+    said: set[tuple[str, ...]] = set()
     while True:
         try:
             proc.wait(timeout=1.0)
-            _say_progress(events, said, boundary)
+            _say_progress(events, said)
             return False
         except subprocess.TimeoutExpired:
-            _say_progress(events, said, boundary)
+            _say_progress(events, said)
         if time.monotonic() >= deadline:
             return True
 
 
-def _say_progress(events: str, said: set[tuple[str, str]], boundary: str) -> None:
+# What each worker event says in the progress lines.
+_SAID = {"stopped": "stopped at a GPU-only call", "error": "failed", "end": "done"}
+
+
+def _say_progress(events: str, said: set[tuple[str, ...]]) -> None:
     for e in read_events(events):
-        key = (str(e.get("step")), str(e.get("event")))
-        if key in said or key[1] not in ("start", "done", "error") or key[0] in ("entry", "run"):
+        step, what = str(e.get("step")), str(e.get("event"))
+        key = (step, what, str(e.get("role") or e.get("module") or ""))
+        if key in said or what not in ("start", "done", "end", "error", "stopped", "boundary"):
             continue
+        if step in ("entry", "run") or (what == "start" and e.get("role")):
+            continue
+        if e.get("module") and what == "done":
+            continue  # one line per module imported would drown the rest
         said.add(key)
         secs = e.get("seconds")
-        took = f" ({secs:.1f} s)" if key[1] == "done" and isinstance(secs, (int, float)) else ""
-        what = key[1]
-        if what == "error":
-            what = "reached the GPU boundary" if boundary in json.dumps(e) else "failed"
-        print(f"    dry run: {key[0]} {what}{took}", file=sys.stderr, flush=True)
+        took = f" ({secs:.1f} s)" if what == "done" and isinstance(secs, (int, float)) else ""
+        if what == "boundary":
+            line = f"{step} reached the GPU boundary ({e.get('site', '?')})"
+        elif what == "error" and e.get("boundary"):
+            continue  # verl's GPU refusal passing through: said once, at its site
+        elif e.get("role") or e.get("module"):
+            line = f"{step} {e.get('role') or e['module']}: {_SAID.get(what, what)}{took}"
+        else:
+            line = f"{step} {_SAID.get(what, what)}{took}"
+        print(f"    dry run: {line}", file=sys.stderr, flush=True)
 
 
 def dry_run_request(

@@ -14,7 +14,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
-from verl_bundle.airgap.checks import Check
+from verl_bundle.airgap.checks import Check, failures
 from verl_bundle.airgap.contract import manifest as mf
 from verl_bundle.airgap.postinstall import dryrun, dryrun_report, overrides
 from verl_bundle.airgap.postinstall.dryrun import DryRunRequest
@@ -45,7 +45,8 @@ def pip_check(python: str, uv: str | None = None, overridden: Sequence[str] = ()
         # --no-cache: nothing written outside the environment (uv would keep its cache in HOME).
         cmd, tool = [uv, "pip", "check", "--no-cache", "--python", python], "uv pip check"
     else:
-        cmd, tool = [python, "-m", "pip", "check"], "pip check"
+        # -I: the environment's own packages only, never a PYTHONPATH of the caller's.
+        cmd, tool = [python, "-I", "-m", "pip", "check"], "pip check"
     env = dict(os.environ, **OFFLINE_ENV)
     try:
         run = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
@@ -155,21 +156,37 @@ def run_readiness(
     purpose: str | None = None,
     timeout: float = 1800,
     deep: DryRunRequest | None = None,
+    skipped: Sequence[str] = (),
 ) -> ReadinessReport:
     """Prove the installed environment of `python` can start the bundle's trainer. The pip
     check (a subprocess of its own) runs while the probe imports. `deep`: then start verl's
     own trainer on a tiny model and dataset (the trainer dry run), when the probe found
-    nothing that already stops it."""
+    nothing that already stops it. `skipped`: phases left out of the install, whose missing
+    modules are said as left out."""
     table = load_table()
-    plan = plan_for(manifest, purpose, table)
+    plan = plan_for(manifest, purpose, table, skipped)
     with ThreadPoolExecutor(max_workers=1) as pool:
         pip = pool.submit(pip_check, python, None, manifest.checks.overrides)
         facts = probe(python, plan, require_gpu, timeout)
         found = report(manifest, plan, facts, pip.result(), table, unlisted_check(facts))
     if deep is None:
-        return found
+        if plan.verl is None or failures(found.checks):  # not ready already says enough
+            return found
+        started = (not_started(),) if dryrun.has_recipe(manifest) else (no_recipe(plan.verl),)
+        return dataclasses.replace(found, checks=found.checks + started)
     extra = dry_run_checks(python, plan, facts, found.checks, deep)
     return dataclasses.replace(found, checks=found.checks + tuple(extra))
+
+
+def not_started() -> Check:
+    """The trainer's start, not proven by readiness without --deep."""
+    return dryrun_report.not_started(
+        "readiness --deep", "run readiness again with --deep (minutes: verl's own trainer, offline)"
+    )
+
+
+def no_recipe(verl: str) -> Check:
+    return dryrun_report.no_recipe(verl)
 
 
 # Failures that stop verl's entry before its first step: then the dry run cannot tell more.
@@ -193,5 +210,5 @@ def dry_run_checks(
     table = dryrun.load_table()
     run = dryrun.run_dry(python, plan.verl, dataclasses.replace(deep, gpus=gpus), table)
     if run is None:
-        return [dryrun_report.unavailable(f"no recipe for verl {plan.verl}")]
+        return [dryrun_report.no_recipe(plan.verl)]
     return dryrun_report.checks(run, table)

@@ -83,6 +83,21 @@ class ReadinessReport:
             "checks": [c.to_dict() for c in self.checks],
         }
 
+    @classmethod
+    def from_dict(cls, data: Any) -> ReadinessReport:
+        """Read back from readiness's JSON envelope (the host renders a bundle's readiness);
+        ValueError for anything malformed."""
+        if not isinstance(data, dict) or not isinstance(data.get("checks"), list):
+            raise ValueError("no list of checks")
+        purpose, limit = data.get("purpose", ""), data.get("limit", "")
+        versions = data.get("versions") or {}
+        if not isinstance(purpose, str) or not isinstance(limit, str):
+            raise ValueError("purpose and limit must be strings")
+        if not isinstance(versions, dict):
+            raise ValueError("versions must be a mapping")
+        checks = tuple(Check.from_dict(c) for c in data["checks"] if isinstance(c, dict))
+        return cls(purpose, checks, limit, {str(k): v for k, v in versions.items()})
+
 
 class ReadinessError(StepError):
     """Readiness could not run at all (no interpreter, probe crashed); one line."""
@@ -157,10 +172,15 @@ def plan_for(
     return Plan(text, tuple(modules), config if verl else "", flash, verl, left_out)
 
 
-def explain(error: str, table: dict[str, Any] | None = None) -> tuple[str, str]:
-    """(cause, fix) for a known import error; a generic pair otherwise."""
+def explain(
+    error: str, table: dict[str, Any] | None = None, verl: str | None = None
+) -> tuple[str, str]:
+    """(cause, fix) for a known import error; a generic pair otherwise. A cause written for
+    some verl releases (from/below: it names their files) is said only for those."""
     table = table or load_table()
     for entry in table["causes"]:
+        if "from" in entry and not (verl and in_range(verl, entry)):
+            continue
         hit = re.search(entry["match"], error)
         if hit:
             words = {k: v for k, v in hit.groupdict().items() if v is not None}
@@ -242,7 +262,7 @@ def check_imports(plan: Plan, facts: Facts, table: dict[str, Any]) -> list[Check
                 )
             )
             continue
-        cause, fix = explain(error, table)
+        cause, fix = explain(error, table, plan.verl)
         out.append(Check(f"import:{module}", "fail", item["error"], cause, fix, module))
     return out
 

@@ -18,9 +18,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from verl_bundle.airgap.checks import Check, Verdict, verdict
+from verl_bundle.airgap.checks import Check, Verdict, failures, verdict
 from verl_bundle.airgap.contract.manifest import Manifest
-from verl_bundle.airgap.postinstall import installed, judge, readiness
+from verl_bundle.airgap.postinstall import dryrun, installed, judge, readiness
 from verl_bundle.airgap.postinstall import probing as run
 from verl_bundle.airgap.postinstall.dryrun import DryRunRequest
 from verl_bundle.airgap.postinstall.readiness import Facts
@@ -139,6 +139,10 @@ def run_checks(
     if deep is not None:
         before = (*found, *ready)
         ready += tuple(run.dry_run_checks(python, plan, facts, before, deep))
+    elif plan.verl is not None and not failures((*found, *ready)):
+        # The trainer never started: never a bare "ready" (with a failure, it is not ready).
+        has = dryrun.has_recipe(manifest)
+        ready += (run.not_started() if has else run.no_recipe(plan.verl),)
     return Findings(tuple(found), ready, report.purpose, report.limit)
 
 
