@@ -949,12 +949,20 @@ def test_unknown_log_is_said_honestly_with_its_tail() -> None:
     text = "".join(f"[{i:03d}] compiling unit {i}\n" for i in range(1, 41)) + "exit status 3\n"
     assert explain_text(text) == []
     rendered = render_text([], text)
-    first, *rest = rendered.split("\n")
+    first, *rest, blank, last = rendered.split("\n")
     assert "no known cause for this log" in first
     assert [line.strip() for line in rest] == text.strip().split("\n")[-20:]
+    assert blank == "" and last == "explain: no known cause in this log"  # the verdict, last
     doc = render_json([], text)
     result = {"known": False, "findings": [], "tail": text.strip().split("\n")[-20:]}
-    assert doc == {"schema": 1, "command": "explain", "ok": False, "result": result}
+    verdict = {"code": 1, "state": "unexplained", "line": last, "ok": False}
+    assert doc == {
+        "schema": 1,
+        "command": "explain",
+        "ok": False,
+        "result": result,
+        "verdict": verdict,
+    }
 
 
 @pytest.mark.parametrize("kind", ["binary", "one endless line"])

@@ -285,6 +285,33 @@ def test_the_exit_table_is_the_one_every_help_prints() -> None:
         assert re.search(rf"^\|\s*{code}\s*\|", readme, re.M), f"README's exit table lacks {code}"
 
 
+def test_one_exit_table_and_every_stop_has_its_words() -> None:
+    """The codes the standalone fetcher uses are the table's, every code has the words an
+    install that stopped with it ends with, and the fleet reads the same table (no copy)."""
+    import ast as _ast
+
+    from verl_bundle.airgap import errors
+
+    tree = _ast.parse((AIRGAP / "verify" / "served.py").read_text())
+    found: dict[str, int] = {}
+    for node in tree.body:
+        if isinstance(node, _ast.Assign) and isinstance(node.targets[0], _ast.Tuple):
+            names = [t.id for t in node.targets[0].elts if isinstance(t, _ast.Name)]
+            if all(n.startswith("EXIT_") for n in names) and isinstance(node.value, _ast.Tuple):
+                values = [v.value for v in node.value.elts if isinstance(v, _ast.Constant)]
+                found.update(zip(names, values))
+    assert found, "served.py's exit codes"
+    for name, value in found.items():
+        assert getattr(errors, name) == value, name
+    for code in EXIT_CODES:
+        if code:
+            assert errors.stopped(code).startswith(("not installed", "nothing", "installed")), code
+    assert "exit 99" in errors.meaning(99)
+    for path in (ROOT / "verl_bundle").rglob("*.py"):
+        text = path.read_text()
+        assert "INSTALL_EXIT" not in text and "_STOPPED = {" not in text, path
+
+
 # -- every fix text names options the command it names accepts --------------------------------
 
 _COMMAND = re.compile(

@@ -1,7 +1,8 @@
-"""The one exception family a user sees: each message says what failed, where, and what to do.
-
-The exit codes are the server program's one table (airgap/errors.py), so that `verl-bundle
-rehearse` and `./install.sh` end with the same code for the same verdict."""
+"""The host's errors, in the one exception family of both sides: every error a user can act on
+is a `ServerError` (airgap/errors.py: one message saying what failed, where and what to do, and
+its exit code as `.code`, from the one table there). The host's own (`BundleError` and below)
+derive from it, and a usage error is the same class on both sides, so the host CLI catches one
+root and `verl-bundle rehearse` and `./install.sh` end with the same code for the same verdict."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from verl_bundle.airgap.errors import (
     EXIT_SERVER,
     EXIT_TERMINATED,
     EXIT_USAGE,
+    ServerError,
+    UsageError,
 )
 
 __all__ = [
@@ -33,22 +36,19 @@ __all__ = [
     "LockError",
     "ProfileError",
     "ResolutionError",
+    "ServerError",
     "Terminated",
     "UsageError",
 ]
 
 
-class BundleError(Exception):
-    """Base for every error the CLI reports as one line (no traceback)."""
+class BundleError(ServerError):
+    """A host step that failed (resolve, fetch, build, assemble): one line, no traceback."""
 
-    exit_code = EXIT_FAILED
+    code = EXIT_FAILED
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
-        self.message = message
-
-    def __str__(self) -> str:
-        return self.message
 
 
 class Terminated(BaseException):
@@ -56,20 +56,14 @@ class Terminated(BaseException):
     the build unwinds as for Ctrl-C (the compile stopped whole, its work directory kept) and
     exits 143. A BaseException, as KeyboardInterrupt is, so that no `except Exception` takes it."""
 
-    exit_code = EXIT_TERMINATED
-
-
-class UsageError(BundleError):
-    """The command line or an input file is wrong; nothing was attempted."""
-
-    exit_code = EXIT_USAGE
+    code = EXIT_TERMINATED
 
 
 class DamagedError(BundleError):
     """A written bundle is damaged or not the one that was built (a tarball cut short, a
     member named twice): exit 3, as the server's verify says of it."""
 
-    exit_code = EXIT_DAMAGED
+    code = EXIT_DAMAGED
 
 
 class ProfileError(UsageError):

@@ -100,6 +100,11 @@ STATES = {
     "damaged": EXIT_DAMAGED,
     "usage": EXIT_USAGE,
     "interrupted": EXIT_INTERRUPTED,
+    "intact": EXIT_OK,  # verify: every file matches its lists
+    "can-launch": EXIT_OK,  # preflight: nothing found that stops a launch on this node
+    "cannot-launch": EXIT_FAILED,  # preflight: a check that stops the launch failed
+    "explained": EXIT_OK,  # explain: known causes found in the log
+    "unexplained": EXIT_FAILED,  # explain: no known cause
 }
 _STATE_OF_CODE = {
     EXIT_FAILED: "failed",
@@ -193,3 +198,30 @@ def of_error(code: int, line: str) -> Verdict:
     """The verdict of a command that stopped with an error (`line`: what the last line says,
     e.g. "not installed: the bundle is damaged (above)"): never ready."""
     return Verdict(code, _STATE_OF_CODE.get(code, "failed"), line)
+
+
+def of_verify(problems: Sequence[str], line: str) -> Verdict:
+    """verify's verdict: intact, or damaged (exit 3) with how many problems were found."""
+    if problems:
+        return Verdict(
+            EXIT_DAMAGED, "damaged", f"damaged: {len(problems)} problem(s); copy the bundle again"
+        )
+    return Verdict(EXIT_OK, "intact", line)
+
+
+def of_preflight(checks: Sequence[Check]) -> Verdict:
+    """preflight's verdict: the first failed check stops the launch (exit 1)."""
+    broken = failures(checks)
+    if broken:
+        return Verdict(
+            EXIT_FAILED, "cannot-launch", f"preflight: NOT ready to launch: {_first(broken)}"
+        )
+    return Verdict(EXIT_OK, "can-launch", "preflight: ready to launch")
+
+
+def of_explain(found: int) -> Verdict:
+    """explain's verdict: known causes (exit 0), or none (exit 1: the log's tail is shown)."""
+    if found:
+        noun = "cause" if found == 1 else "causes"
+        return Verdict(EXIT_OK, "explained", f"explain: {found} known {noun}, most specific first")
+    return Verdict(EXIT_FAILED, "unexplained", "explain: no known cause in this log")

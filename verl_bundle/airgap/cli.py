@@ -18,9 +18,8 @@ import sys
 from typing import Any, Callable, NoReturn, Sequence
 
 from verl_bundle.airgap import render
-from verl_bundle.airgap.checks import Verdict
+from verl_bundle.airgap.checks import Verdict, of_verify
 from verl_bundle.airgap.errors import (
-    EXIT_DAMAGED,
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -89,16 +88,13 @@ def _verify(args: argparse.Namespace) -> int:
     lines = [f"FAILED: {p}" for p in found.problems]
     if found.signed:
         lines.insert(0, f"signed: {found.signed}")
-    if found.ok:
-        lines.append(
-            f"OK: {found.checked} {found.what or 'files match SHA256SUMS and the manifest'}"
-        )
-    else:
-        lines.append(f"damaged: {len(found.problems)} problem(s); copy the bundle again")
+    what = found.what or "files match SHA256SUMS and the manifest"
+    v = of_verify(found.problems, f"OK: {found.checked} {what}")
+    lines.append(v.line)
     result = {"path": found.subject, "checked": found.checked, "problems": found.problems}
     result["signed_by"] = found.signer
-    show("verify", found.ok, result, "\n".join(lines), args.json)
-    return EXIT_OK if found.ok else EXIT_DAMAGED
+    show("verify", v.ok, result, "\n".join(lines), args.json, v)
+    return v.code
 
 
 def _doctor(args: argparse.Namespace) -> int:
@@ -224,15 +220,10 @@ def _explain(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise UsageError(f"explain: {args.log}: {exc.strerror or exc}") from None
     findings = engine.explain_text(text)
-    ok = bool(findings)
-    show(
-        "explain",
-        ok,
-        engine.result_json(findings, text),
-        engine.render_text(findings, text),
-        args.json,
-    )
-    return EXIT_OK if ok else EXIT_FAILED
+    v = engine.verdict_of(findings)
+    json_doc = engine.result_json(findings, text)
+    show("explain", v.ok, json_doc, engine.render_text(findings, text), args.json, v)
+    return v.code
 
 
 def _assets(args: argparse.Namespace) -> int:
@@ -268,8 +259,9 @@ def _preflight(args: argparse.Namespace) -> int:
         args.min_open_files,
     )
     text = render.printable(preflight.render_text(result))
-    show("preflight", result.ok, preflight.render_json(result), text, args.json)
-    return EXIT_OK if result.ok else EXIT_FAILED
+    v = result.verdict
+    show("preflight", v.ok, preflight.render_json(result), text, args.json, v)
+    return v.code
 
 
 def _serve(args: argparse.Namespace) -> int:

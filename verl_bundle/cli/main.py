@@ -37,7 +37,6 @@ from verl_bundle.errors import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_USAGE,
-    BundleError,
     Terminated,
     UsageError,
 )
@@ -310,11 +309,7 @@ def run(args: list[str], session: Session) -> int:
             command.main(["--help"], prog_name="verl-bundle", standalone_mode=False)
             return EXIT_USAGE
         code = command.main(args, prog_name="verl-bundle", obj=session, standalone_mode=False)
-    except BundleError as exc:
-        if session.debug:
-            raise
-        return _fail(session, str(exc), exc.exit_code, json_for)
-    except ServerError as exc:  # the server program's own errors (doctor, verify, preflight)
+    except ServerError as exc:  # the one root: the host's errors and the server program's
         if session.debug:
             raise
         return _fail(session, exc.message, exc.code, json_for)
@@ -326,7 +321,7 @@ def run(args: list[str], session: Session) -> int:
     except KeyboardInterrupt:
         return _fail(session, INTERRUPTED, EXIT_INTERRUPTED, json_for)
     except Terminated:  # SIGTERM during a host compile (compile/stop.py)
-        return _fail(session, TERMINATED, Terminated.exit_code, json_for)
+        return _fail(session, TERMINATED, Terminated.code, json_for)
     except OSError as exc:
         if session.debug:
             raise
@@ -341,7 +336,7 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point: run the command line and exit with its code.
 
     Usage errors (unknown option, bad value) are one line and exit 2. A BundleError from any
-    stage is one line with its exit code, no traceback unless --debug. Ctrl-C is one line and
+    stage (the one root, ServerError) is one line with its exit code, no traceback unless --debug. Ctrl-C is one line and
     exit 130."""
     args = sys.argv[1:] if argv is None else argv
     sys.exit(run(args, Session(debug="--debug" in args)))

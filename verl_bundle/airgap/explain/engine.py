@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from verl_bundle.airgap import render
+from verl_bundle.airgap.checks import Verdict, of_explain
 from verl_bundle.airgap.explain.signatures import SIGNATURES, Signature, values_near
 
 TAIL_LINES = 20
@@ -174,6 +175,7 @@ def render_text(findings: list[Finding], text: str) -> str:
         last = tail(text)
         out = [f"explain: no known cause for this log; its last {len(last)} lines:"]
         out += ["    " + line for line in last]
+        out += ["", verdict_of(findings).line]
         return render.printable("\n".join(out))
     noun = "cause" if len(findings) == 1 else "causes"
     out = [f"explain: {len(findings)} known {noun} in this log, most specific first"]
@@ -185,7 +187,12 @@ def render_text(findings: list[Finding], text: str) -> str:
             f"   fix: {f.fix}",
             f"   seen at line {f.line}: {f.evidence}",
         ]
+    out += ["", verdict_of(findings).line]
     return render.printable("\n".join(out))
+
+
+def verdict_of(findings: list[Finding]) -> Verdict:
+    return of_explain(len(findings))
 
 
 def result_json(findings: list[Finding], text: str) -> dict[str, Any]:
@@ -209,8 +216,10 @@ def result_json(findings: list[Finding], text: str) -> dict[str, Any]:
 
 
 def render_json(findings: list[Finding], text: str) -> dict[str, Any]:
-    """`result_json` in the versioned envelope; ok is whether a cause is known."""
-    return render.envelope("explain", bool(findings), result_json(findings, text))
+    """`result_json` in the versioned envelope, with explain's verdict; ok is whether a cause
+    is known."""
+    v = verdict_of(findings)
+    return render.envelope("explain", v.ok, result_json(findings, text), v)
 
 
 def read_log(path: str) -> str:

@@ -15,19 +15,10 @@ from verl_bundle.airgap import render
 from verl_bundle.airgap.checks import Verdict, of_error
 from verl_bundle.airgap.contract import manifest as mf
 from verl_bundle.airgap.contract.events import EventLog
-from verl_bundle.airgap.errors import EXIT_OK, InterruptError, ServerError, UsageError
+from verl_bundle.airgap.errors import EXIT_OK, InterruptError, ServerError, UsageError, stopped
 from verl_bundle.airgap.install.options import Options, options, usage
 from verl_bundle.airgap.install.output import Output
 from verl_bundle.airgap.install.steps import Installer
-
-# What the last line says when a run stops with an error, by the error's exit code.
-_STOPPED = {
-    1: "not installed: a step failed (above); run ./install.sh again to continue",
-    2: "nothing was done: a usage error (above)",
-    3: "not installed: the bundle is damaged or refused (above)",
-    4: "not installed: this server is not ready (above, each with its fix)",
-    130: "not installed: interrupted; run ./install.sh again to continue",
-}
 
 
 def install(args: argparse.Namespace) -> int:
@@ -64,17 +55,17 @@ def install(args: argparse.Namespace) -> int:
             verdict = installer.run()
     except mf.ManifestError as exc:
         message = f"{exc}; nothing was installed. Copy the bundle again."
-        verdict = of_error(exc.code, _STOPPED[exc.code])
+        verdict = of_error(exc.code, stopped(exc.code))
     except ServerError as exc:
         message = exc.message
-        verdict = of_error(exc.code, _STOPPED.get(exc.code, _STOPPED[1]))
+        verdict = of_error(exc.code, stopped(exc.code))
     except KeyboardInterrupt:
         where = installer.current if installer else "(start)"
         stop = InterruptError(
             f"interrupted during: {where}. Run ./install.sh again with the same options to continue."
         )
         message = stop.message
-        verdict = of_error(stop.code, _STOPPED[stop.code])
+        verdict = of_error(stop.code, stopped(stop.code))
     if message:
         out.err(message)
     out.say(verdict.line)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from verl_bundle.airgap import render
-from verl_bundle.airgap.checks import Check
+from verl_bundle.airgap.checks import Check, Verdict, of_preflight
 from verl_bundle.airgap.doctor.devices import Gpu
 from verl_bundle.airgap.doctor.gpus import BUSY_MIB
 from verl_bundle.airgap.doctor.registry import found, ok
@@ -292,6 +292,10 @@ class Preflight:
     def ok(self) -> bool:
         return all(c.status != "fail" for c in self.checks)
 
+    @property
+    def verdict(self) -> Verdict:
+        return of_preflight(self.checks)
+
 
 def examine(launch: Launch) -> Preflight:
     out = []
@@ -319,8 +323,7 @@ def run_preflight(
 
 
 def render_text(result: Preflight) -> str:
-    verdict = "ready to launch" if result.ok else "NOT ready to launch: fix the failures above"
-    return render.checks_text(result.checks, f"preflight: {verdict}")
+    return render.checks_text(result.checks, result.verdict.line)
 
 
 def render_json(result: Preflight) -> dict[str, object]:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from verl_bundle.cli.render.shown import Shown, human_size
 
 if TYPE_CHECKING:
+    from verl_bundle.airgap.checks import Verdict
     from verl_bundle.airgap.doctor import Report as DoctorReport
     from verl_bundle.airgap.explain.engine import Finding
     from verl_bundle.airgap.launch.preflight import Preflight
@@ -146,12 +147,17 @@ def verify_json(report: Report) -> dict[str, Any]:
 
 
 def verify_text(report: Report) -> str:
-    if report.ok:
-        extra = f"; {len(report.extra)} extra files not in the bundle" if report.extra else ""
-        return f"OK: {report.checked} {report.what}{extra}"
-    lines = [f"FAILED: {p.line()}" for p in report.problems]
-    lines.append(f"{len(report.problems)} problem(s) in {report.subject}")
-    return "\n".join(lines)
+    """Each problem, then the verdict line (verify's own: intact or damaged, exit 3)."""
+    return "\n".join([*(f"FAILED: {p.line()}" for p in report.problems), _verified(report).line])
+
+
+def _verified(report: Report) -> Verdict:
+    from verl_bundle.airgap.checks import of_verify
+
+    extra = f"; {len(report.extra)} extra files not in the bundle" if report.extra else ""
+    return of_verify(
+        [p.line() for p in report.problems], f"OK: {report.checked} {report.what}{extra}"
+    )
 
 
 def lock_check_json(check: LockCheck) -> dict[str, Any]:
@@ -224,13 +230,8 @@ def build(result: BuildResult) -> Shown:
 
 
 def verify(report: Report) -> Shown:
-    from verl_bundle.airgap.checks import of_error
-    from verl_bundle.airgap.errors import EXIT_DAMAGED
-
-    damaged = None
-    if not report.ok:
-        damaged = of_error(EXIT_DAMAGED, f"{len(report.problems)} problem(s) in {report.subject}")
-    return Shown("verify", report.ok, verify_json(report), verify_text(report), verdict=damaged)
+    v = _verified(report)
+    return Shown("verify", v.ok, verify_json(report), verify_text(report), verdict=v)
 
 
 def rehearsal(r: Rehearsal) -> Shown:
@@ -250,7 +251,8 @@ def explain(findings: list[Finding], log: str) -> Shown:
     from verl_bundle.airgap.explain import engine as server
 
     text = server.render_text(findings, log)
-    return Shown("explain", bool(findings), server.result_json(findings, log), text)
+    v = server.verdict_of(findings)
+    return Shown("explain", v.ok, server.result_json(findings, log), text, verdict=v)
 
 
 def fleet(report: FleetReport) -> Shown:
@@ -328,7 +330,10 @@ def fleet(report: FleetReport) -> Shown:
 def preflight(result: Preflight) -> Shown:
     from verl_bundle.airgap.launch import preflight as server
 
-    return Shown("preflight", result.ok, server.render_json(result), server.render_text(result))
+    v = result.verdict
+    return Shown(
+        "preflight", v.ok, server.render_json(result), server.render_text(result), verdict=v
+    )
 
 
 def toolchain_json(report: ToolchainReport) -> dict[str, Any]:
