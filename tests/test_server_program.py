@@ -413,6 +413,7 @@ def test_every_option_a_fix_names_is_accepted_by_the_command_it_names() -> None:
 
 # Options of other tools that fixes name (uv, pip, nvcc, torchrun, ray, python -m venv, ...).
 TOOLS_OPTIONS = {
+    "--keyring",  # gpgv's, in the gate's command (verify/signature.py)
     "--nproc",  # torchrun's --nproc_per_node (the pattern stops at the underscore)
     "--version",
     "--no-deps",

@@ -3,10 +3,11 @@
 A delta (build --base OLD) carries the new manifest, SHA256SUMS, lib/, install.sh and only the
 files its base lacked; its manifest lists the others under `delta.omitted`. Before anything is
 installed, each omitted file is found in OLD_DIR (the extracted old bundle, or a directory of
-its wheels), checked against the sha256 the new manifest names, and linked (or copied, across
-file systems) into the delta's directory under a hidden name, renamed when complete. The
-directory is then the full bundle, and installs exactly as one. A file in neither place, or
-damaged in OLD_DIR, stops it in one line before anything is linked.
+its wheels) and checked against the sha256 the new manifest names (verify/delta.py: the one
+rule, by which the host's plan left them out), then linked (or copied, across file systems)
+into the delta's directory under a hidden name, renamed when complete. The directory is then
+the full bundle, and installs exactly as one. A file in neither place, or damaged in OLD_DIR,
+stops it in one line before anything is linked.
 
 Standard library only, Python 3.8+.
 """
@@ -16,14 +17,11 @@ from __future__ import annotations
 import errno
 import os
 import shutil
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from verl_bundle.airgap.contract import manifest as mf
-from verl_bundle.airgap.contract.hashing import sha256_file
 from verl_bundle.airgap.errors import DamagedError
-
-DEPTH = 3  # how deep OLD_DIR is searched for a file by its name
+from verl_bundle.airgap.verify import delta
 
 
 class BaseError(DamagedError):
@@ -47,43 +45,6 @@ class Completed:
     already: int  # present from an earlier run
 
 
-def _names(base_dir: str) -> dict[str, list[str]]:
-    """File name -> paths under OLD_DIR, at most DEPTH folders down (a wheel directory, or an
-    extracted bundle with its wheels/, sources/, bootstrap/)."""
-    found: dict[str, list[str]] = {}
-    top = os.path.abspath(base_dir)
-    for folder, dirs, files in os.walk(top):
-        rel = os.path.relpath(folder, top)
-        depth = 0 if rel == "." else rel.count(os.sep) + 1
-        keep = [] if depth >= DEPTH else [d for d in dirs if d not in ("lib", "__pycache__")]
-        dirs[:] = keep
-        for name in files:
-            found.setdefault(name, []).append(os.path.join(folder, name))
-    return found
-
-
-def _candidates(f: mf.File, root: str, names: dict[str, list[str]]) -> list[str]:
-    same = os.path.join(root, *f.path.split("/"))
-    out = [same] if os.path.isfile(same) else []
-    return out + [p for p in names.get(f.filename, []) if p != same]
-
-
-def _match(f: mf.File, paths: list[str]) -> tuple[str | None, str | None]:
-    """(the first path whose bytes are f's, or None; a line on a damaged one)."""
-    damaged = None
-    for path in paths:
-        try:
-            size = os.path.getsize(path)
-            got = sha256_file(path)
-        except OSError as exc:
-            damaged = f"{path}: cannot read it ({exc.strerror or exc})"
-            continue
-        if size == f.size and got == f.sha256:
-            return path, None
-        damaged = f"{path} has sha256 {got}, not {f.sha256}"
-    return None, damaged
-
-
 def plan(m: mf.Manifest, bundle_dir: str, base_dir: str) -> tuple[list[Taken], int]:
     """Where each omitted file comes from; BaseError naming every file missing from both (or
     damaged in OLD_DIR). Also (taken, how many are in the delta's directory already)."""
@@ -94,25 +55,14 @@ def plan(m: mf.Manifest, bundle_dir: str, base_dir: str) -> tuple[list[Taken], i
         raise BaseError(f"--base {base_dir}: no such directory (give the extracted old bundle)")
     needed = [f for f in m.omitted_files() if not _present(root, f)]
     already = len(m.omitted_files()) - len(needed)
-    old_root = mf.find_root(base_dir)
-    names = _names(base_dir)
-    with ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1))) as pool:
-        results = list(pool.map(lambda f: _match(f, _candidates(f, old_root, names)), needed))
-    taken, problems = [], []
-    for f, (source, damaged) in zip(needed, results):
-        if source is not None:
-            taken.append(Taken(f.path, source, f.size))
-        elif damaged is not None:
-            problems.append(f"{f.path} (damaged in the base: {damaged})")
-        else:
-            problems.append(f.path)
+    found, problems = delta.find(needed, base_dir)
     if problems:
         raise BaseError(
             f"{len(problems)} file(s) of this delta are in neither the delta nor {base_dir}: "
             f"{', '.join(problems)}; nothing was installed. Give --base the extracted "
             f"{m.delta.base} (or copy the full bundle)"
         )
-    return taken, already
+    return [Taken(f.path, source, f.size) for f, source in found], already
 
 
 def _present(root: str, f: mf.File) -> bool:
