@@ -102,10 +102,8 @@ def _signed_list(listing: str, signers: str) -> tuple[str, str]:
             raise DamagedError(found.line)
         return data.decode("utf-8", errors="replace"), found.line
     name = os.path.basename(listing)
-    raise DamagedError(
-        f"{name} is not signed (no {name}{signature.SSH_SUFFIX} beside it); nothing of it "
-        "was trusted. Ask for a bundle built with `verl-bundle build --sign KEY`"
-    )
+    missing = f"{name}{signature.SSH_SUFFIX} beside it"
+    raise DamagedError(signature.unsigned(name, missing, "nothing of it was trusted"))
 
 
 def _keep(upgrade: bool) -> Any:
@@ -173,10 +171,8 @@ def check(
         if not found.ok:
             raise DamagedError(found.line)
     else:
-        raise DamagedError(
-            f"{mf.MANIFEST} inside is not signed (no {mf.SIGNATURE}); nothing of it was "
-            "trusted. Ask for a bundle built with `verl-bundle build --sign KEY`"
-        )
+        inner = f"{mf.MANIFEST} inside"
+        raise DamagedError(signature.unsigned(inner, mf.SIGNATURE, "nothing of it was trusted"))
     try:
         m = mf.loads(manifest.decode("utf-8", errors="replace"))
     except mf.ManifestError as exc:

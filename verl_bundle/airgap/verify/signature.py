@@ -118,6 +118,15 @@ def signature_in(files: Mapping[str, bytes], signed: str) -> tuple[str, bytes] |
     return None
 
 
+def unsigned(what: str, missing: str, outcome: str) -> str:
+    """The one line for a file that should be signed and is not: `what` (a file, as the user
+    knows it), the signature `missing`, and what that meant (nothing was installed...)."""
+    return (
+        f"{what} is not signed (no {missing}); {outcome}. Ask for a bundle built with "
+        "`verl-bundle build --sign KEY`"
+    )
+
+
 def gate_command(sig: str, signed: str) -> str:
     """The command that checks the signature `sig` of the file `signed` with the operating
     system's own tools only (the gate: no code of the bundle runs), as typed where both lie."""
@@ -219,11 +228,7 @@ def check(signed: str, allowed: str) -> Signed:
         return Signed(False, f"{name} is missing, so there is nothing to check a signature of")
     sig = signature_of(signed)
     if sig is None:
-        return Signed(
-            False,
-            f"{name} is not signed (no {name}{SSH_SUFFIX}); nothing was installed. Ask for a bundle built with "
-            "`verl-bundle build --sign KEY`",
-        )
+        return Signed(False, unsigned(name, name + SSH_SUFFIX, "nothing was installed"))
     if sig.endswith(SSH_SUFFIX):
         return _check_ssh(signed, sig, allowed)
     return _check_gpg(signed, sig, allowed)
