@@ -87,7 +87,7 @@ def listing_of(path: str) -> str:
             f"{PROGRAM}: {path} is a directory: give the tarball as it arrived (NAME.tar, or "
             "NAME.tar.sha256 for volumes), checked before anything of it is extracted"
         )
-    return volumes.listing_of(path) or path + ".sha256"
+    return volumes.listing_of(path)
 
 
 def _signed_list(listing: str, signers: str) -> tuple[str, str]:

@@ -138,10 +138,8 @@ def listing(whole: str, volumes: Sequence[tuple[str, str]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def listing_of(path: str) -> str | None:
+def listing_of(path: str) -> str:
     """The NAME.tar.sha256 of a volume set named by its list, a volume or the joined name."""
-    if path.endswith(".sha256"):
-        return path
     return joined_of(path) + ".sha256"
 
 
