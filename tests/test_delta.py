@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 from conftest import Stack
-from support.airgap import extract, install_into
+from support.airgap import extract, install_into, resign
 from support.crossing import NAME, Pair, result, verl_bundle
 
 from verl_bundle.airgap.contract import manifest as mf
+from verl_bundle.airgap.install import base as completion
 from verl_bundle.airgap.verify.bundle import verify_dir
 
 EINOPS = "wheels/einops-1.1.0-py3-none-any.whl"
@@ -239,3 +240,29 @@ def test_the_dry_run_checks_base_as_the_real_run_does(
     assert f"  base:    {omitted} file(s) from {old}, each checked by its sha256" in good.stdout
     assert not venv.exists()
     assert not any(p.name.startswith(".") and "partial" in p.name for p in root.rglob("*"))
+
+
+def test_bytes_the_base_holds_under_another_name_are_carried_and_the_delta_completes(
+    stack: Stack, pinned_pair: Pair, tmp_path: Path
+) -> None:
+    """The host leaves to the base only what install.sh --base finds there: a file of the same
+    name, sha256 and size (airgap/verify/delta.py, the one rule). A base that holds a wheel's
+    bytes under another name does not have that wheel for the server, so the delta carries it
+    and completes; left out by its hash alone, the delta could never be installed."""
+    old = extract(pinned_pair.old, tmp_path / "old")
+    doc = json.loads((old / mf.MANIFEST).read_text())
+    entry = next(f for f in doc["files"] if f["kind"] == "wheel" and "einops" not in f["path"])
+    kept = entry["path"]
+    folder, name = kept.rsplit("/", 1)
+    entry["path"] = f"{folder}/renamed-{name}"
+    (old / kept).rename(old / entry["path"])
+    (old / mf.MANIFEST).write_text(json.dumps(doc, indent=2) + "\n")
+    resign(old)
+    built = build_delta(stack, pinned_pair, tmp_path / "out", old)
+    tarball = Path(str(built["bundle"]))
+    assert sorted(payload(tarball)) == sorted([EINOPS, kept])
+    root = extract(tarball, tmp_path / "new")
+    m = mf.load(str(root))
+    assert m.delta is not None and kept not in m.delta.omitted
+    taken, already = completion.plan(m, str(root), str(old))  # the server's own completion
+    assert already == 0 and sorted(t.path for t in taken) == sorted(m.delta.omitted)

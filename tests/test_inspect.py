@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import Stack
+from support.airgap import extract
 from support.crossing import NAME, Pair, allowed_signers, ssh_key, verl_bundle
 
 from verl_bundle.airgap.contract import manifest as mf
@@ -174,3 +175,17 @@ def test_a_tarball_cut_short_is_refused_by_inspect(
     assert "cut short" in line and str(short) in line, line
     json_doc = verl_bundle("inspect", str(short), "--json")
     assert json_doc.returncode == 3
+
+
+def test_an_empty_signature_is_checked_and_refused_as_install_sh_refuses_it(
+    pinned_pair: Pair, tmp_path: Path
+) -> None:
+    """A manifest.json.sig that is there but empty is a signature that fails, not no
+    signature: inspect refuses it as install.sh --allowed-signers and the installed verifier
+    do (one lookup, airgap/verify/signature.py's `signature_in`)."""
+    root = extract(pinned_pair.old, tmp_path / "x")
+    (root / mf.SIGNATURE).write_bytes(b"")
+    good = allowed_signers(tmp_path, ("alice", ssh_key(tmp_path, "alice")))
+    code, text, doc = inspect(str(root), "--allowed-signers", str(good))
+    assert code == 3, text
+    assert doc["signer"]["state"] == "refused"  # type: ignore[index]

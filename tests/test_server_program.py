@@ -299,7 +299,9 @@ def test_one_exit_table_and_every_stop_has_its_words() -> None:
             names = [t.id for t in node.targets[0].elts if isinstance(t, _ast.Name)]
             if all(n.startswith("EXIT_") for n in names) and isinstance(node.value, _ast.Tuple):
                 values = [v.value for v in node.value.elts if isinstance(v, _ast.Constant)]
-                found.update(zip(names, values))
+                found.update(
+                    (n, v) for n, v in zip(names, values, strict=True) if isinstance(v, int)
+                )
     assert found, "served.py's exit codes"
     for name, value in found.items():
         assert getattr(errors, name) == value, name
@@ -442,6 +444,7 @@ def test_every_option_a_fix_names_is_accepted_by_the_command_it_names() -> None:
 
 # Options of other tools that fixes name (uv, pip, nvcc, torchrun, ray, python -m venv, ...).
 TOOLS_OPTIONS = {
+    "--keyring",  # gpgv's, in the gate's command (verify/signature.py)
     "--nproc",  # torchrun's --nproc_per_node (the pattern stops at the underscore)
     "--version",
     "--no-deps",

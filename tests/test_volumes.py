@@ -4,6 +4,8 @@ server's check (airgap/verify/volumes.py) naming a damaged, missing or stray vol
 
 from __future__ import annotations
 
+import fnmatch
+import hashlib
 import shlex
 import shutil
 import subprocess
@@ -15,9 +17,8 @@ import pytest
 from conftest import Stack
 from support.crossing import NAME, Pair, result, verl_bundle
 
-from verl_bundle.airgap.verify.volumes import verify_volumes
-from verl_bundle.bundle.crossing.volumes import parse_size
-from verl_bundle.errors import UsageError
+from verl_bundle.airgap.errors import UsageError
+from verl_bundle.airgap.verify.volumes import is_volume, parse_size, verify_volumes, volumes_glob
 
 SIZE = 4_000_000
 
@@ -225,3 +226,57 @@ def test_sizes_are_decimal_unless_binary_is_asked(text: str, size: int) -> None:
 def test_a_bad_size_is_one_line(text: str) -> None:
     with pytest.raises(UsageError, match=r"--split-size"):
         parse_size(text)
+
+
+def _relisted(folder: Path, edit: str) -> Path:
+    """The set's list re-made as a careless (or hostile) signer could: every volume's digest
+    still right, the `-` line the digest of the join in the list's own order."""
+    listing = folder / f"{NAME}.tar.sha256"
+    lines = listing.read_text().splitlines()[1:]
+    if edit == "swapped":
+        lines[0], lines[1] = lines[1], lines[0]
+    else:  # a file beside the set, listed as a volume
+        other = folder / "other.bin"
+        other.write_bytes(b"not a volume")
+        lines.append(f"{hashlib.sha256(other.read_bytes()).hexdigest()}  other.bin")
+    joined = hashlib.sha256()
+    for line in lines:
+        joined.update((folder / line.split()[1]).read_bytes())
+    listing.write_text("\n".join([f"{joined.hexdigest()}  -", *lines]) + "\n")
+    return listing
+
+
+@pytest.mark.parametrize("edit", ["swapped", "foreign"])
+def test_a_list_that_names_other_than_the_volumes_in_order_is_refused(
+    split: tuple[Path, dict[str, object]], tmp_path: Path, edit: str
+) -> None:
+    """The list is read in its own order; the printed join, `cat NAME.tar.[0-9][0-9][0-9]`, in
+    name order, and only three-digit names. A list naming the volumes out of order, or a file
+    that is no volume, would have the server check one stream while the operator extracts
+    another (the gate's `sha256sum -c` fails on `-`): the server refuses it as build never
+    writes it (airgap/verify/volumes.py: one naming, written and read)."""
+    folder = copy_set(split[0], tmp_path / "copy")
+    listing = _relisted(folder, edit)
+    report = verify_volumes(str(listing))
+    assert not report.ok
+    ((what, line),) = report.problems
+    assert what == listing.name and "belongs: a volume set is" in line, line
+    assert sha256sum(folder, listing.name).returncode == 1  # the gate disagrees with such a list
+    proc = verl_bundle("verify", str(listing))
+    assert proc.returncode == 3 and "belongs" in proc.stdout, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("entry", "volume"),
+    [
+        (f"{NAME}.tar.000", True),
+        (f"{NAME}.tar.999", True),
+        (f"{NAME}.tar.000\n", False),  # `$` would take a trailing newline
+        (f"{NAME}.tar.\u0660\u0660\u0661", False),  # `\d` would take Arabic-Indic digits
+        (f"{NAME}.tar.0001", False),
+        ("other.tar.000", False),
+    ],
+)
+def test_a_volume_is_what_the_three_digit_glob_joins(entry: str, volume: bool) -> None:
+    assert is_volume(entry, f"{NAME}.tar") is volume
+    assert fnmatch.fnmatchcase(entry, volumes_glob(f"{NAME}.tar")) is volume

@@ -214,7 +214,7 @@ def load_matching_lock(req: Request, path: Path) -> tuple[Lock, list[str]]:
 
 def _crossing(request: BuildRequest, notes: list[str]) -> Crossing:
     """--base, --split-size and --sign, checked before anything is fetched."""
-    from verl_bundle.bundle.crossing.sign import Signer
+    from verl_bundle.airgap.verify.signature import Signer
     from verl_bundle.bundle.read import open_bundle
 
     signer = Signer.parse(request.sign) if request.sign else None

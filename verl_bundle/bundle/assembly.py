@@ -28,7 +28,7 @@ from verl_bundle.progress import Reporter
 from verl_bundle.resolve.lock import Lock
 
 if TYPE_CHECKING:
-    from verl_bundle.bundle.crossing.sign import Signer
+    from verl_bundle.airgap.verify.signature import Signer
 
 __all__ = [
     "Base",

@@ -31,8 +31,8 @@ from verl_bundle.resources import airgap_dir, data_dir
 from verl_bundle.wheel.licenses import declared, metadata_of_wheel, of_file
 
 if TYPE_CHECKING:
+    from verl_bundle.airgap.verify.signature import Signer
     from verl_bundle.bundle.crossing.extras import Base
-    from verl_bundle.bundle.crossing.sign import Signer
 
 
 SERVED = "verl_bundle/airgap/verify/served.py"

@@ -14,7 +14,6 @@ import hashlib
 import io
 import os
 import posixpath
-import re
 import subprocess
 import tarfile
 from collections.abc import Iterator
@@ -24,11 +23,12 @@ from pathlib import Path
 from typing import IO, Any
 
 from verl_bundle.airgap.contract import manifest as mf
+from verl_bundle.airgap.verify.delta import left_out
+from verl_bundle.airgap.verify.volumes import joined_of, volumes_in
 from verl_bundle.errors import DamagedError, UsageError
 
 # The small files read, besides manifest.json.
 SMALL = (mf.SUMS, mf.SIGNATURE, mf.SIGNATURE_GPG, mf.LICENSES, mf.SBOM, mf.LOCK)
-_VOLUME = re.compile(r"^(?P<tar>.+)\.(\d{3})$")
 GZIP, ZSTD = b"\x1f\x8b", b"\x28\xb5\x2f\xfd"  # what a compressed tarball starts with
 
 
@@ -105,21 +105,11 @@ class Joined(io.RawIOBase):
 def volumes_of(path: Path) -> tuple[Path, list[Path]] | None:
     """(the joined tarball's name, its volumes) when `path` names a volume set: its .sha256
     list, one of its volumes, or the tarball name whose volumes lie beside it."""
-    name = path.name
-    if name.endswith(".sha256"):
-        name = name[: -len(".sha256")]
-    m = _VOLUME.match(name)
-    if m:
-        name = m.group("tar")
-    tarball = path.with_name(name)
-    found = sorted(path.parent.glob(f"{glob_escape(name)}.[0-9][0-9][0-9]"))
+    tarball = path.with_name(joined_of(path.name))
+    found = [Path(p) for p in volumes_in(str(path.parent), tarball.name)]
     if not found or (tarball.is_file() and path == tarball):
         return None
     return tarball, found
-
-
-def glob_escape(name: str) -> str:
-    return re.sub(r"([*?\[])", r"[\1]", name)
 
 
 @contextmanager
@@ -203,7 +193,7 @@ def _missing(path: Path, walk: _Walk, m: mf.Manifest) -> None:
     sums = walk.texts.get(mf.SUMS)
     if sums is None:
         raise DamagedError(f"{path}: no {mf.SUMS} in it; copy it again")
-    left = set(m.delta.omitted) if m.delta is not None else set()
+    left = left_out(m)
     listed = [
         line.split(None, 1)[1].lstrip("*")
         for line in sums.decode("utf-8", errors="replace").split("\n")

@@ -20,9 +20,10 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Literal
+from typing import IO, Literal
 
-from verl_bundle.bundle.crossing.volumes import Volume, VolumeWriter, listing, stale
+from verl_bundle.airgap.verify.signature import SUFFIXES, Signer
+from verl_bundle.airgap.verify.volumes import VolumeWriter, listing, volume_name, volumes_in
 from verl_bundle.bundle.entries import Entry
 from verl_bundle.bundle.tarstream import (
     EXECUTABLE,
@@ -38,15 +39,21 @@ from verl_bundle.errors import AssembleError
 from verl_bundle.leftovers import alive
 from verl_bundle.progress import Reporter
 
-if TYPE_CHECKING:
-    from verl_bundle.bundle.crossing.sign import Signer
-
 __all__ = ["EXECUTABLE", "Bundle", "Damaged", "DamagedCacheError", "DigestMemo", "write_bundle"]
 
 Compression = Literal["none", "gz", "zstd"]
 SUFFIX: dict[str, str] = {"none": ".tar", "gz": ".tar.gz", "zstd": ".tar.zst"}
 CHUNK = 1 << 20
 _PARTIAL = re.compile(r"^\..+\.partial-(\d+)$")
+
+
+@dataclass(frozen=True)
+class Volume:
+    """A volume written (build --split-size): its file, sha256 and size."""
+
+    path: Path
+    sha256: str
+    size: int
 
 
 @dataclass(frozen=True)
@@ -233,11 +240,11 @@ def write_bundle(
             side_tmp.write_text(f"{digest}  {final.name}\n")
         else:
             digest, size, volumes = _write_volumes(final, pieces, compress, reporter, split)
-            side_tmp.write_text(listing(digest, volumes))
+            side_tmp.write_text(listing(digest, [(v.path.name, v.sha256) for v in volumes]))
         os.replace(side_tmp, sidecar)
     finally:
         side_tmp.unlink(missing_ok=True)
-    for old in (sidecar.with_name(sidecar.name + s) for s in (".sig", ".asc")):
+    for old in (sidecar.with_name(sidecar.name + s) for s in SUFFIXES):
         old.unlink(missing_ok=True)  # an earlier build's signature of another list
     return Bundle(
         name=name,
@@ -247,7 +254,7 @@ def write_bundle(
         files=len(entries),
         payload_bytes=sum(e.size for e in entries),
         volumes=tuple(volumes),
-        signature=signer.sign_file(sidecar) if signer is not None else None,
+        signature=Path(signer.sign_file(str(sidecar))) if signer is not None else None,
     )
 
 
@@ -283,8 +290,8 @@ def _write_whole(
             writer.finish()
         tmp.unlink(missing_ok=True)
         raise
-    for old in stale(final.parent, final.name):
-        old.unlink()
+    for old in volumes_in(str(final.parent), final.name):
+        os.unlink(old)
     if memo is not None and key is not None and known is None:
         memo.put(key, digest)
     return digest, size
@@ -300,23 +307,20 @@ def _write_volumes(
     """The tarball as volumes of at most `split` bytes, written in one pass (each volume and
     the whole hashed on the way), renamed when complete; an earlier build's volumes and an
     unsplit tarball of the same name are removed. (whole sha256, size, volumes)."""
-    volumes = VolumeWriter(final.parent, final.name, split)
-    writer = HashingWriter(volumes)  # type: ignore[arg-type]  # a RawIOBase: it writes
+    volumes = VolumeWriter(str(final.parent), final.name, split)
     try:
-        with _compressed(writer, compress) as out:  # type: ignore[arg-type]
+        with _compressed(volumes, compress) as out:  # type: ignore[arg-type]  # it writes
             copied = stream(pieces, out, reporter)
-        digest, size = writer.finish(), writer.size
+        digest, written = volumes.finish()
         _damaged(copied)
-        written = volumes.finish()
     except BaseException:
-        writer.finish()
         volumes.discard()
         raise
-    for old in [*stale(final.parent, final.name), final]:
-        old.unlink(missing_ok=True)
+    for old in [*volumes_in(str(final.parent), final.name), str(final)]:
+        Path(old).unlink(missing_ok=True)
     done = []
-    for hidden, sha256, vsize in written:
-        path = final.with_name(hidden.name[1:].rsplit(".partial-", 1)[0])
+    for index, (hidden, sha256, vsize) in enumerate(written):
+        path = final.with_name(volume_name(final.name, index))
         os.replace(hidden, path)
         done.append(Volume(path, sha256, vsize))
-    return digest, size, done
+    return digest, sum(v.size for v in done), done

@@ -167,7 +167,7 @@ def build_cmd(
     The tarball holds wheels, sources, bootstrap pip, manifest.json, SHA256SUMS, install.sh,
     sbom.cdx.json (CycloneDX) and LICENSES.txt. The last line printed is the tarball's path
     (with --split-size: its .sha256 list); <tarball>.sha256 is written beside it."""
-    from verl_bundle.bundle.crossing.volumes import parse_size
+    from verl_bundle.airgap.verify.volumes import parse_size
     from verl_bundle.cli.render import results as render
     from verl_bundle.compile.compiler import CompileOptions
     from verl_bundle.pipeline import BuildRequest, build

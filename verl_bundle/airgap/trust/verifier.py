@@ -87,24 +87,23 @@ def listing_of(path: str) -> str:
             f"{PROGRAM}: {path} is a directory: give the tarball as it arrived (NAME.tar, or "
             "NAME.tar.sha256 for volumes), checked before anything of it is extracted"
         )
-    return volumes.listing_of(path) or path + ".sha256"
+    return volumes.listing_of(path)
 
 
 def _signed_list(listing: str, signers: str) -> tuple[str, str]:
     """The list's text and its signature's line: the bytes checked are the bytes used."""
     data = _read(listing, os.path.basename(listing))
-    for suffix in (signature.SSH_SUFFIX, signature.GPG_SUFFIX):
-        if os.path.isfile(listing + suffix):
-            sig = _read(listing + suffix, os.path.basename(listing + suffix))
-            found = signature.check_copy(os.path.basename(listing), data, sig, suffix, signers)
-            if not found.ok:
-                raise DamagedError(found.line)
-            return data.decode("utf-8", errors="replace"), found.line
+    beside = signature.signature_of(listing)
+    if beside is not None:
+        suffix = beside[len(listing) :]
+        sig = _read(beside, os.path.basename(beside))
+        found = signature.check_copy(os.path.basename(listing), data, sig, suffix, signers)
+        if not found.ok:
+            raise DamagedError(found.line)
+        return data.decode("utf-8", errors="replace"), found.line
     name = os.path.basename(listing)
-    raise DamagedError(
-        f"{name} is not signed (no {name}{signature.SSH_SUFFIX} beside it); nothing of it "
-        "was trusted. Ask for a bundle built with `verl-bundle build --sign KEY`"
-    )
+    missing = f"{name}{signature.SSH_SUFFIX} beside it"
+    raise DamagedError(signature.unsigned(name, missing, "nothing of it was trusted"))
 
 
 def _keep(upgrade: bool) -> Any:
@@ -165,17 +164,15 @@ def check(
         _damaged(os.path.basename(report.subject), [p.line() for p in report.problems])
     kept = report.kept
     manifest = kept.get(mf.MANIFEST, b"")
-    for name, suffix in ((mf.SIGNATURE, ".sig"), (mf.SIGNATURE_GPG, ".asc")):
-        if name in kept:
-            found = signature.check_copy(mf.MANIFEST, manifest, kept[name], suffix, store.signers)
-            if not found.ok:
-                raise DamagedError(found.line)
-            break
+    inside = signature.signature_in(kept, mf.MANIFEST)
+    if inside is not None:
+        suffix, sig = inside
+        found = signature.check_copy(mf.MANIFEST, manifest, sig, suffix, store.signers)
+        if not found.ok:
+            raise DamagedError(found.line)
     else:
-        raise DamagedError(
-            f"{mf.MANIFEST} inside is not signed (no {mf.SIGNATURE}); nothing of it was "
-            "trusted. Ask for a bundle built with `verl-bundle build --sign KEY`"
-        )
+        inner = f"{mf.MANIFEST} inside"
+        raise DamagedError(signature.unsigned(inner, mf.SIGNATURE, "nothing of it was trusted"))
     try:
         m = mf.loads(manifest.decode("utf-8", errors="replace"))
     except mf.ManifestError as exc:

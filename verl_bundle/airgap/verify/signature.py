@@ -1,15 +1,18 @@
-"""Checking a bundle's signature offline, with what every server has.
+"""A bundle's signatures, made on the host and checked offline with what every server has:
+the one place that runs ssh-keygen, gpg or gpgv, so that what is signed and what is checked
+(the namespace, the file names, the key's name) cannot drift apart.
 
-`build --sign` signs manifest.json (the signature travels inside the bundle, listed in
-SHA256SUMS) and the tarball's hash list NAME.tar.sha256 (the signature lies beside it). An SSH
-signature is checked with `ssh-keygen -Y` (OpenSSH 8.2+) against an allowed-signers file
+`build --sign KEY` signs manifest.json (the signature travels inside the bundle, listed in
+SHA256SUMS) and the tarball's hash list NAME.tar.sha256 (the signature lies beside it): an SSH
+key with `ssh-keygen -Y sign -n verl-bundle`, `gpg:KEYID` with GnuPG for a site that uses it.
+An SSH signature is checked with `ssh-keygen -Y` (OpenSSH 8.2+) against an allowed-signers file
 (`PRINCIPAL KEYTYPE KEY` lines, as `ssh-keygen -Y verify` reads them); a GPG one with `gpgv`
 against a keyring (`gpg --export KEYID > FILE`). Refused, in one line each: an unsigned
 bundle, a signature by a key the file does not hold, a file altered after signing.
 
 Because manifest.json lists every file's sha256 and the installer checks every file against
 it, a good signature of manifest.json vouches for the whole bundle. Standard library only,
-Python 3.8+.
+Python 3.8+ (the host signs with it; the bundle carries it to the server).
 """
 
 from __future__ import annotations
@@ -22,11 +25,17 @@ import struct
 import subprocess
 import tempfile
 from dataclasses import dataclass
+from typing import Mapping
 
 from verl_bundle.airgap.contract import manifest as mf
+from verl_bundle.airgap.errors import StepError, UsageError
 
 NAMESPACE = mf.SIGNING_NAMESPACE
 SSH_SUFFIX, GPG_SUFFIX = ".sig", ".asc"
+SUFFIXES = (SSH_SUFFIX, GPG_SUFFIX)  # the order a signature is looked for: SSH's first
+GPG_PREFIX = "gpg:"  # --sign gpg:KEYID
+SIGN_TIMEOUT = 300  # seconds; a key in ssh-agent may ask its holder to confirm
+CHECK_TIMEOUT = 120
 _KEY_NAMES = {
     "ssh-ed25519": "ED25519",
     "ssh-rsa": "RSA",
@@ -94,17 +103,45 @@ def ssh_namespace_of(armored: bytes) -> str | None:
 
 def signature_of(signed: str) -> str | None:
     """The signature file of `signed` (an SSH .sig, else a GPG .asc), or None."""
-    for suffix in (SSH_SUFFIX, GPG_SUFFIX):
+    for suffix in SUFFIXES:
         if os.path.isfile(signed + suffix):
             return signed + suffix
     return None
 
 
+def signature_in(files: Mapping[str, bytes], signed: str) -> tuple[str, bytes] | None:
+    """(its suffix, its bytes) of the signature of the file named `signed` among `files` (a
+    bundle's members read into memory), looked for as `signature_of` looks on disk; or None."""
+    for suffix in SUFFIXES:
+        if signed + suffix in files:
+            return suffix, files[signed + suffix]
+    return None
+
+
+def unsigned(what: str, missing: str, outcome: str) -> str:
+    """The one line for a file that should be signed and is not: `what` (a file, as the user
+    knows it), the signature `missing`, and what that meant (nothing was installed...)."""
+    return (
+        f"{what} is not signed (no {missing}); {outcome}. Ask for a bundle built with "
+        "`verl-bundle build --sign KEY`"
+    )
+
+
+def gate_command(sig: str, signed: str) -> str:
+    """The command that checks the signature `sig` of the file `signed` with the operating
+    system's own tools only (the gate: no code of the bundle runs), as typed where both lie."""
+    if sig.endswith(GPG_SUFFIX):
+        return f"gpgv --keyring ./allowed.gpg {sig} {signed}"
+    return (
+        f"ssh-keygen -Y verify -f allowed_signers -I PRINCIPAL -n {NAMESPACE} -s {sig} < {signed}"
+    )
+
+
 def _run(argv: list[str], stdin: str | None = None) -> subprocess.CompletedProcess:  # type: ignore[type-arg]
     if stdin is None:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        return subprocess.run(argv, capture_output=True, text=True, timeout=CHECK_TIMEOUT)
     with open(stdin, "rb") as fh:
-        return subprocess.run(argv, stdin=fh, capture_output=True, timeout=120)
+        return subprocess.run(argv, stdin=fh, capture_output=True, timeout=CHECK_TIMEOUT)
 
 
 def _said(proc: subprocess.CompletedProcess) -> str:  # type: ignore[type-arg]
@@ -191,11 +228,7 @@ def check(signed: str, allowed: str) -> Signed:
         return Signed(False, f"{name} is missing, so there is nothing to check a signature of")
     sig = signature_of(signed)
     if sig is None:
-        return Signed(
-            False,
-            f"{name} is not signed (no {name}{SSH_SUFFIX}); nothing was installed. Ask for a bundle built with "
-            "`verl-bundle build --sign KEY`",
-        )
+        return Signed(False, unsigned(name, name + SSH_SUFFIX, "nothing was installed"))
     if sig.endswith(SSH_SUFFIX):
         return _check_ssh(signed, sig, allowed)
     return _check_gpg(signed, sig, allowed)
@@ -223,3 +256,87 @@ def check_tarball(path: str, allowed: str) -> Signed:
     """A tarball's (or a volume set's) NAME.tar.sha256 list, before it is extracted."""
     side = path if path.endswith(".sha256") else path + ".sha256"
     return check(side, allowed)
+
+
+# -- signing (the host's build --sign) --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Signer:
+    """An SSH private key (a path; or a public key whose private half is in ssh-agent) or a
+    GPG key id (`gpg:KEYID`)."""
+
+    kind: str  # "ssh" or "gpg"
+    key: str
+
+    @classmethod
+    def parse(cls, value: str) -> Signer:
+        """--sign's value, checked before anything is fetched: the tool is there, the key is."""
+        if value.startswith(GPG_PREFIX):
+            signer = cls("gpg", value[len(GPG_PREFIX) :])
+            if not signer.key:
+                raise UsageError("--sign gpg:KEYID needs a key id (gpg --list-secret-keys)")
+        else:
+            signer = cls("ssh", value)
+            path = os.path.expanduser(value)
+            if not os.path.isfile(path) or not os.access(path, os.R_OK):
+                raise UsageError(
+                    f"--sign {value}: no readable SSH key there; make one with "
+                    "`ssh-keygen -t ed25519 -f FILE`, or give gpg:KEYID to sign with GnuPG"
+                )
+        if shutil.which(signer.tool) is None:
+            raise UsageError(f"--sign: {signer.tool} is not on PATH; install it to sign bundles")
+        return signer
+
+    @property
+    def tool(self) -> str:
+        return "ssh-keygen" if self.kind == "ssh" else "gpg"
+
+    @property
+    def suffix(self) -> str:
+        """The signature file's suffix: .sig (SSH) or .asc (GPG, armored)."""
+        return SSH_SUFFIX if self.kind == "ssh" else GPG_SUFFIX
+
+    def command(self) -> list[str]:
+        """Signs standard input, writing the signature to standard output."""
+        if self.kind == "ssh":
+            key = os.path.expanduser(self.key)
+            return ["ssh-keygen", "-Y", "sign", "-q", "-f", key, "-n", NAMESPACE]
+        return ["gpg", "--batch", "--yes", "--armor", "--local-user", self.key, "--detach-sign"]
+
+    def sign(self, data: bytes, what: str) -> bytes:
+        """The detached signature of `data`; StepError (exit 1) naming `what` when it fails."""
+        try:
+            proc = subprocess.run(
+                self.command(), input=data, capture_output=True, timeout=SIGN_TIMEOUT
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise StepError(f"cannot sign {what} with {self.tool}: {exc}") from None
+        if proc.returncode != 0 or not proc.stdout:
+            said = " ".join(proc.stderr.decode(errors="replace").split())[-300:]
+            raise StepError(
+                f"{self.tool} could not sign {what} with {self.key}: {said or 'no signature'}; "
+                "check the key (and its passphrase or agent)"
+            )
+        return bytes(proc.stdout)
+
+    def manifest_signature(self, manifest: bytes) -> tuple[str, bytes]:
+        """(its bundle path, its bytes): manifest.json's signature, a file of the bundle."""
+        name = mf.SIGNATURE if self.kind == "ssh" else mf.SIGNATURE_GPG
+        return name, self.sign(manifest, mf.MANIFEST)
+
+    def sign_file(self, path: str) -> str:
+        """`path`'s signature written beside it (PATH.sig / PATH.asc), atomically."""
+        folder, name = os.path.split(path)
+        sig = path + self.suffix
+        tmp = os.path.join(folder, f".{name}{self.suffix}.partial-{os.getpid()}")
+        try:
+            with open(path, "rb") as fh:
+                signature = self.sign(fh.read(), name)
+            with open(tmp, "wb") as fh:
+                fh.write(signature)
+            os.replace(tmp, sig)
+        finally:
+            if os.path.lexists(tmp):
+                os.unlink(tmp)
+        return sig

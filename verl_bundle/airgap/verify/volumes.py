@@ -1,10 +1,20 @@
-"""Checking a split bundle (build --split-size) before it is joined: every volume NAME.tar.000,
-.001, ... against NAME.tar.sha256, and the joined stream against the list's first line (`-`,
-the whole tarball's sha256, as `cat NAME.tar.[0-9][0-9][0-9] | sha256sum -c NAME.tar.sha256` checks
-it). A missing, damaged or stray volume is named, with what to copy again.
+"""Split volumes (build --split-size SIZE), written and checked here: the one place that knows a
+volume's name, its list and its limits.
 
-Each volume is read once: one thread hashes it, another the joined stream. Standard library
-only, Python 3.8+.
+The host writes the tarball as NAME.tar.000, .001, ... of at most SIZE bytes each, for media
+and portals that cap a file's size (`VolumeWriter`: in the same single pass as the tarball,
+each volume hashed on its way out, under a hidden name renamed when complete), with one
+NAME.tar.sha256 whose first line is the joined stream's (`-`, the whole tarball's sha256) and
+then each volume's (`listing`), so that `sha256sum -c` checks volume by volume and, read from
+standard input, as a whole:
+
+    cat NAME.tar.[0-9][0-9][0-9] | sha256sum -c NAME.tar.sha256     # every volume, then the joined stream
+    cat NAME.tar.[0-9][0-9][0-9] | tar x                            # the join: no copy of the whole
+
+The server (and the host's verify and inspect) checks a volume set before it is joined: every
+volume against the list, the joined stream against its first line; a missing, damaged, stray
+or misnamed volume is named, with what to copy again. Each volume is read once: one thread
+hashes it, another the joined stream. Standard library only, Python 3.8+.
 """
 
 from __future__ import annotations
@@ -17,14 +27,32 @@ import re
 import tarfile
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
+from verl_bundle.airgap.errors import StepError, UsageError
 from verl_bundle.airgap.verify.tarread import Keep, Problem, Read, stream_tar
 
 READ = 4 << 20
-WHOLE = "-"
+WHOLE = "-"  # the list's name for the joined stream (sha256sum reads it from standard input)
+MAX_VOLUMES = 1000  # three digits: NAME.tar.000 .. NAME.tar.999
+MIN_SIZE = 1_000_000
+DIGITS = "[0-9][0-9][0-9]"  # a volume's suffix as the shell's glob takes it: three ASCII digits
 _LINE = re.compile(r"^([0-9a-fA-F]{64}) [ *](.+)$")
-_VOLUME = re.compile(r"^(.+)\.(\d{3})$")
+# A volume's name: the joined tarball's, a dot, three ASCII digits (not `\d`, which takes any
+# Unicode digit, nor `$`, which takes a trailing newline: only what DIGITS globs).
+_VOLUME = re.compile(r"(.+)\.([0-9]{3})")
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]I?)?B?\s*")
+_UNITS = {
+    "": 1,
+    "K": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "KI": 2**10,
+    "MI": 2**20,
+    "GI": 2**30,
+    "TI": 2**40,
+}
 
 
 @dataclass
@@ -50,12 +78,69 @@ def stray(entry: str, tarball: str) -> bool:
     return rest[:1] != "" and rest[0] in "0123456789"
 
 
-def listing_of(path: str) -> str | None:
-    """The NAME.tar.sha256 of a volume set named by its list, a volume or the joined name."""
+def parse_size(text: str) -> int:
+    """--split-size: `2G`, `4.7G`, `700M`, `1.5GiB`, `123456789`: decimal units (a 4.7G DVD, a
+    2G limit that stays under 2**31 bytes), binary with an i (GiB). UsageError for anything
+    else, or for less than MIN_SIZE."""
+    m = _SIZE.fullmatch(text.upper())
+    if m is None:
+        raise UsageError(
+            f"--split-size {text!r}: give a size such as 2G, 4.7G (a DVD), 700M or 1.5GiB"
+        )
+    size = int(float(m.group(1)) * _UNITS[m.group(2) or ""])
+    if size < MIN_SIZE:
+        raise UsageError(f"--split-size {text}: a volume must hold at least 1M")
+    return size
+
+
+def volume_name(tarball: str, index: int) -> str:
+    """The name of volume `index` of `tarball`: NAME.tar.000, NAME.tar.001, ..."""
+    return f"{tarball}.{index:03d}"
+
+
+def volumes_glob(tarball: str) -> str:
+    """The shell glob that joins `tarball`'s volumes in order, and nothing else beside them."""
+    return f"{tarball}.{DIGITS}"
+
+
+def joined_of(path: str) -> str:
+    """The joined tarball's name of what `path` names: a volume list, a volume, or the name
+    itself."""
     if path.endswith(".sha256"):
-        return path
-    m = _VOLUME.match(path)
-    return (m.group(1) if m else path) + ".sha256"
+        return path[: -len(".sha256")]
+    m = _VOLUME.fullmatch(path)
+    return m.group(1) if m else path
+
+
+def is_volume(entry: str, tarball: str) -> bool:
+    """Whether `entry` is a volume's name of `tarball` (what `cat NAME.tar.[0-9][0-9][0-9]`
+    joins); `stray` is the looser question, what a careless glob would take in."""
+    m = _VOLUME.fullmatch(entry)
+    return m is not None and m.group(1) == tarball
+
+
+def volumes_in(folder: str, tarball: str) -> list[str]:
+    """The volumes of `tarball` in `folder`, in join order: what a reader of the set opens, and
+    what a build removes before it writes (an earlier build's set, which a smaller one written
+    now would otherwise be joined with by the glob)."""
+    return sorted(
+        os.path.join(folder, e)
+        for e in os.listdir(folder)
+        if is_volume(e, tarball) and os.path.isfile(os.path.join(folder, e))
+    )
+
+
+def listing(whole: str, volumes: Sequence[tuple[str, str]]) -> str:
+    """NAME.tar.sha256 for a volume set ((name, sha256) of each volume, in order): the joined
+    stream first, so that the list's first digest is the whole tarball's as for an unsplit
+    one, then each volume."""
+    lines = [f"{whole}  {WHOLE}"] + [f"{digest}  {name}" for name, digest in volumes]
+    return "\n".join(lines) + "\n"
+
+
+def listing_of(path: str) -> str:
+    """The NAME.tar.sha256 of a volume set named by its list, a volume or the joined name."""
+    return joined_of(path) + ".sha256"
 
 
 def parse(text: str) -> tuple[str | None, list[tuple[str, str]]]:
@@ -138,7 +223,21 @@ def _listing(
         report.problems.append((base, f"names {odd[0]!r}, not a volume beside it"))
         return whole, []
     folder = os.path.dirname(os.path.abspath(side))
-    tarball = base[: -len(".sha256")]
+    tarball = joined_of(base)
+    # The list is read in its order, the shell's glob joins in name order: only the names
+    # build writes (NAME.tar.000, .001, ...) make the two the same stream.
+    misnamed = [(i, n) for i, (n, _) in enumerate(listed) if n != volume_name(tarball, i)]
+    if misnamed:
+        i, name = misnamed[0]
+        report.problems.append(
+            (
+                base,
+                f"names {name!r} where {volume_name(tarball, i)!r} belongs: a volume set is "
+                f"{volume_name(tarball, 0)}, .001, ... in order, as `cat "
+                f"{volumes_glob(tarball)}` joins it",
+            )
+        )
+        return whole, []
     names = {n for n, _ in listed}
     for extra in sorted(os.listdir(folder)):
         if stray(extra, tarball) and extra not in names:
@@ -268,3 +367,75 @@ def read_volumes(
         whole_got, got = hashes.finish()
     _judge(report, listed, got, whole, whole_got, joined.complete)
     return report, done, problems
+
+
+# -- writing (the host's build --split-size) ---------------------------------------------------
+
+
+class VolumeWriter(io.RawIOBase):
+    """A file that is a series of volumes of at most `size` bytes in `folder`, each hashed as
+    it is written (the same two hashing threads that check them); `finish` closes the last and
+    returns them under their hidden names."""
+
+    def __init__(self, folder: str, tarball: str, size: int) -> None:
+        super().__init__()
+        self.folder, self.tarball, self.size = os.fspath(folder), tarball, size
+        self.paths: list[str] = []
+        self.sizes: list[int] = []
+        self._fh: Any = None
+        self._hashes = _Hashes()
+        self._done: tuple[str, list[str]] | None = None
+
+    def hidden(self, index: int) -> str:
+        return os.path.join(
+            self.folder, f".{volume_name(self.tarball, index)}.partial-{os.getpid()}"
+        )
+
+    def writable(self) -> bool:
+        return True
+
+    def _close_volume(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+            self._hashes.cut()
+
+    def _next(self) -> None:
+        self._close_volume()
+        if len(self.paths) == MAX_VOLUMES:
+            raise StepError(
+                f"--split-size {self.size} makes more than {MAX_VOLUMES} volumes; give a larger size"
+            )
+        path = self.hidden(len(self.paths))
+        self._fh = open(path, "wb")  # noqa: SIM115 - closed by _close_volume
+        self.paths.append(path)
+        self.sizes.append(0)
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        done = 0
+        while done < len(view):
+            if self._fh is None or self.sizes[-1] == self.size:
+                self._next()
+            n = min(len(view) - done, self.size - self.sizes[-1])
+            piece = bytes(view[done : done + n])
+            self._fh.write(piece)
+            self._hashes.give(piece)
+            self.sizes[-1] += n
+            done += n
+        return done
+
+    def finish(self) -> tuple[str, list[tuple[str, str, int]]]:
+        """(the joined stream's sha256, [(hidden path, sha256, size)] of each volume); also
+        stops the threads after a failure."""
+        self._close_volume()
+        if self._done is None:
+            self._done = self._hashes.finish()
+        whole, digests = self._done
+        return whole, list(zip(self.paths, digests, self.sizes))
+
+    def discard(self) -> None:
+        self.finish()
+        for path in self.paths:
+            if os.path.lexists(path):
+                os.unlink(path)

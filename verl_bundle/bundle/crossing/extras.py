@@ -9,10 +9,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from verl_bundle.airgap.contract import manifest as mf
+from verl_bundle.airgap.verify import delta
 from verl_bundle.bundle.entries import BundlePlan, Entry, made_here
 
 if TYPE_CHECKING:
-    from verl_bundle.bundle.crossing.sign import Signer
+    from verl_bundle.airgap.verify.signature import Signer
 
 
 @dataclass(frozen=True)
@@ -43,11 +44,14 @@ def delta_of(
     manifest: mf.Manifest, base: Base, payload: list[Entry]
 ) -> tuple[mf.Manifest, str, list[Entry]]:
     """The delta's manifest, its name (its own top directory, so that it never unpacks over
-    the base's) and the payload files its base already has, by sha256."""
-    have = {f.sha256 for f in base.manifest.files}
-    omitted = [e for e in payload if e.sha256 in have]
-    delta = mf.Delta(base.manifest.name, base.manifest_sha256, tuple(e.arcname for e in omitted))
-    return dataclasses.replace(manifest, delta=delta), f"{manifest.name}-delta", omitted
+    the base's) and the payload files it leaves to its base (airgap/verify/delta.py's rule:
+    the ones the server will find there and check)."""
+    left = set(
+        delta.left_to_base(base.manifest.files, [(e.arcname, e.sha256, e.size) for e in payload])
+    )
+    omitted = [e for e in payload if e.arcname in left]
+    record = mf.Delta(base.manifest.name, base.manifest_sha256, tuple(e.arcname for e in omitted))
+    return dataclasses.replace(manifest, delta=record), f"{manifest.name}-delta", omitted
 
 
 def finish(
@@ -68,7 +72,11 @@ def finish(
     if base is not None:
         manifest, name, omitted = delta_of(manifest, base, payload)
     manifest_entry = made_here(mf.MANIFEST, mf.dumps(manifest).encode())
-    signed = [] if signer is None else [signer.sign_manifest(manifest_entry.data or b"")]
+    signed = (
+        []
+        if signer is None
+        else [made_here(*signer.manifest_signature(manifest_entry.data or b""))]
+    )
     everything = [manifest_entry, *signed, *generated, *payload, *carried]
     sums = "".join(
         f"{e.sha256}  {e.arcname}\n" for e in sorted(everything, key=lambda e: e.arcname)

@@ -5,24 +5,13 @@ the licences, the signer, the lock's hash, and what changed since the bundle app
 
 from __future__ import annotations
 
-import tempfile
-from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
 from verl_bundle.airgap.contract import manifest as mf
-from verl_bundle.airgap.verify.signature import check, ssh_key_of
-from verl_bundle.bundle.crossing.sbom import PYTHON_LICENSE
+from verl_bundle.airgap.verify.signature import check_copy, signature_in, ssh_key_of
+from verl_bundle.bundle.crossing.sbom import LicenceGroup, licences
 from verl_bundle.bundle.read import Opened, open_bundle
-from verl_bundle.wheel.licenses import judge
-
-
-@dataclass(frozen=True)
-class LicenceGroup:
-    name: str
-    open: bool
-    why: str
-    components: tuple[str, ...]  # "name version"
 
 
 @dataclass(frozen=True)
@@ -62,24 +51,6 @@ class Inspection:
         return self.signer.state != "refused"
 
 
-def licences(m: mf.Manifest) -> tuple[LicenceGroup, ...]:
-    """The components grouped by licence; those to review first, then by size of group."""
-    groups: dict[str, list[str]] = defaultdict(list)
-    verdicts = {}
-    items = [(f.name, f.version, f.license) for f in m.files]
-    if m.interpreter is not None:
-        items.append(("cpython", m.interpreter.version, PYTHON_LICENSE))
-    for name, version, license in items:
-        v = judge(license)
-        verdicts[v.name] = v
-        groups[v.name].append(f"{name} {version}")
-    ordered = sorted(groups, key=lambda n: (verdicts[n].open, -len(groups[n]), n))
-    return tuple(
-        LicenceGroup(n, verdicts[n].open, verdicts[n].why, tuple(sorted(groups[n])))
-        for n in ordered
-    )
-
-
 def changes(old: mf.Manifest, new: mf.Manifest) -> tuple[Change, ...]:
     """Packages added, removed and changed between two bundles, by name."""
     before = {f.name: f.version for f in old.files}
@@ -93,20 +64,16 @@ def changes(old: mf.Manifest, new: mf.Manifest) -> tuple[Change, ...]:
 
 
 def _signer(opened: Opened, allowed: Path | None) -> Signer:
-    sig = opened.texts.get(mf.SIGNATURE) or opened.texts.get(mf.SIGNATURE_GPG)
-    if sig is None:
+    found = signature_in(opened.texts, mf.MANIFEST)
+    if found is None:
         return Signer("unsigned", "not signed (build --sign KEY signs a bundle)")
+    suffix, sig = found
     key = ssh_key_of(sig) or "a GPG key"
     if allowed is None:
         return Signer(
             "unchecked", f"signed with {key}; not checked: pass --allowed-signers FILE to check"
         )
-    with tempfile.TemporaryDirectory(prefix="verl-bundle-inspect-") as tmp:
-        signed = Path(tmp) / mf.MANIFEST
-        signed.write_bytes(opened.texts[mf.MANIFEST])
-        suffix = ".sig" if mf.SIGNATURE in opened.texts else ".asc"
-        signed.with_name(mf.MANIFEST + suffix).write_bytes(sig)
-        verdict = check(str(signed), str(allowed))
+    verdict = check_copy(mf.MANIFEST, opened.texts[mf.MANIFEST], sig, suffix, str(allowed))
     return Signer("verified" if verdict.ok else "refused", verdict.line)
 
 

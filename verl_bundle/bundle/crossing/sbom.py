@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections import defaultdict
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
@@ -185,9 +186,19 @@ def document(m: mf.Manifest, lock_sha256: str) -> bytes:
     return (JsonV1Dot6(bom).output_as_string(indent=2) + "\n").encode()
 
 
-def report(m: mf.Manifest) -> str:
-    """LICENSES.txt: the components grouped by licence, the ones to review first, so that an
-    approver reads one page."""
+@dataclass(frozen=True)
+class LicenceGroup:
+    """The components ("name version") that declare one licence, and its judgement."""
+
+    name: str
+    open: bool
+    why: str
+    components: tuple[str, ...]
+
+
+def licences(m: mf.Manifest) -> tuple[LicenceGroup, ...]:
+    """The bundle's components (every payload file and the bundled CPython) grouped by licence,
+    as LICENSES.txt and `inspect` show them: those to review first, then by size of group."""
     groups: dict[str, list[str]] = defaultdict(list)
     verdicts: dict[str, Verdict] = {}
     items = [(f.name, f.version, f.license) for f in m.files]
@@ -197,24 +208,36 @@ def report(m: mf.Manifest) -> str:
         v = judge(license)
         verdicts[v.name] = v
         groups[v.name].append(f"{name} {version}")
-    review = sorted(n for n in groups if not verdicts[n].open)
-    good = sorted(n for n in groups if verdicts[n].open)
+    ordered = sorted(groups, key=lambda n: (verdicts[n].open, -len(groups[n]), n))
+    return tuple(
+        LicenceGroup(n, verdicts[n].open, verdicts[n].why, tuple(sorted(groups[n])))
+        for n in ordered
+    )
+
+
+def report(m: mf.Manifest) -> str:
+    """LICENSES.txt: the components grouped by licence, the ones to review first, so that an
+    approver reads one page."""
+    groups = licences(m)
+    review = sorted((g for g in groups if not g.open), key=lambda g: g.name)
+    good = sorted((g for g in groups if g.open), key=lambda g: g.name)
     lines = [
-        f"Licences of {m.name} (profile {m.profile.name}): {len(items)} components, "
-        f"{sum(len(groups[n]) for n in review)} to review.",
+        f"Licences of {m.name} (profile {m.profile.name}): "
+        f"{sum(len(g.components) for g in groups)} components, "
+        f"{sum(len(g.components) for g in review)} to review.",
         "Each component's licence is the one its metadata declares (License-Expression, else",
         "License, else its classifiers); sbom.cdx.json has the same, with hashes and URLs.",
         "",
     ]
     if review:
         lines += ["TO REVIEW (not a licence known as open source):", ""]
-        for name in review:
-            lines.append(f"{name}  [{verdicts[name].why}]")
-            lines += [f"    {c}" for c in sorted(groups[name])]
+        for g in review:
+            lines.append(f"{g.name}  [{g.why}]")
+            lines += [f"    {c}" for c in g.components]
         lines.append("")
     if good:
         lines += ["OPEN SOURCE:", ""]
-        for name in good:
-            lines.append(f"{name}  ({len(groups[name])})")
-            lines += [f"    {c}" for c in sorted(groups[name])]
+        for g in good:
+            lines.append(f"{g.name}  ({len(g.components)})")
+            lines += [f"    {c}" for c in g.components]
     return "\n".join(lines).rstrip("\n") + "\n"

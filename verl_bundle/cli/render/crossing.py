@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from verl_bundle.airgap.contract import manifest as mf
+from verl_bundle.airgap.verify.signature import gate_command
+from verl_bundle.airgap.verify.volumes import volumes_glob
 from verl_bundle.cli.render.shown import Shown, human_size
 
 if TYPE_CHECKING:
@@ -40,7 +42,7 @@ def build_lines(result: BuildResult) -> list[str]:
         lines.append(
             f"{len(b.volumes)} volumes of at most {human_size(max(v.size for v in b.volumes))}: "
             f"{b.volumes[0].path.name} .. {b.volumes[-1].path.name}; check them with "
-            f"`cat {b.path.name}.[0-9][0-9][0-9] | sha256sum -c {b.sidecar.name}`"
+            f"`cat {volumes_glob(b.path.name)} | sha256sum -c {b.sidecar.name}`"
         )
     if b.signature is not None:
         lines.append(f"signed: {b.signature.name} (and manifest.json inside)")
@@ -60,16 +62,10 @@ def gate(result: BuildResult) -> list[str]:
     b = result.bundle
     if b.signature is None:
         return []
-    sums, sig = b.sidecar.name, b.signature.name
-    if sig.endswith(".asc"):
-        first = f"gpgv --keyring ./allowed.gpg {sig} {sums}"
-    else:
-        first = (
-            f"ssh-keygen -Y verify -f allowed_signers -I PRINCIPAL -n {mf.SIGNING_NAMESPACE} "
-            f"-s {sig} < {sums}"
-        )
+    sums = b.sidecar.name
+    first = gate_command(b.signature.name, sums)
     if b.volumes:
-        return [first, f"cat {b.path.name}.[0-9][0-9][0-9] | sha256sum -c {sums}"]
+        return [first, f"cat {volumes_glob(b.path.name)} | sha256sum -c {sums}"]
     return [first, f"sha256sum -c {sums}"]
 
 
