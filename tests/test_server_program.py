@@ -24,7 +24,13 @@ AIRGAP = ROOT / "verl_bundle" / "airgap"
 # wrapper in the venv's python, the --from fetcher before any of lib/ exists on the node, and
 # the installed verifier (its own small command, so that what checks a bundle is never the
 # program that bundle carries).
-STANDALONE = {"inside/probe.py", "inside/dryrun_entry.py", "verify/served.py", "trust/verifier.py"}
+STANDALONE = {
+    "inside/probe.py",
+    "inside/dryrun_entry.py",
+    "inside/dryrun_workers.py",
+    "verify/served.py",
+    "trust/verifier.py",
+}
 
 
 def modules() -> dict[str, ast.Module]:
