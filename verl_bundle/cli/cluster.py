@@ -43,10 +43,20 @@ def fleet_report_cmd(
             metavar="NODES",
         ),
     ] = None,
+    doctor_only: Annotated[
+        bool,
+        typer.Option(
+            "--doctor-only",
+            help="Also read plain doctor --json results gathered by hand (no install record): "
+            "their doctor checks, fingerprints and hosts are compared, their installs are not, "
+            "and the verdict says so. Without it such a result is refused (exit 2).",
+        ),
+    ] = False,
     json_out: Json = False,
 ) -> None:
     """One table of nodes by checks, then each node that is missing, stale (from another run or
-    bundle) or failed (its install exit code, its doctor's verdict), and what differs between
+    bundle) or failed (its install exit code, each doctor check, no live fingerprint, no or
+    another bundle hash), and what differs between
     nodes that breaks Ray or NCCL (driver, CUDA, GPUs, glibc, Python patch, environment
     fingerprint, the bundle, ulimit -n, /dev/shm, NCCL/GLOO interfaces, and the variables that
     change a run: HF_*, TRANSFORMERS_OFFLINE, PYTHONPATH, LD_LIBRARY_PATH, NCCL_*, GLOO_*,
@@ -55,7 +65,7 @@ def fleet_report_cmd(
     from verl_bundle.cli.render import results as render
     from verl_bundle.cluster.fleet.report import fleet_report
 
-    show(ctx, render.fleet(fleet_report(directory, expect)), json_out)
+    show(ctx, render.fleet(fleet_report(directory, expect, doctor_only)), json_out)
 
 
 def preflight_cmd(

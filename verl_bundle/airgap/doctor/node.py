@@ -125,7 +125,11 @@ def _environment(node: Node, prefix: str | None, deep: bool) -> Node:
     its install (unchanged without an environment there)."""
     if not prefix or not fingerprint.site_dirs(prefix):
         return node
-    now = fingerprint.examine(prefix, deep)
+    image = provided(prefix)
+    # A read-only image mount has other inodes and times than the directory it was packed
+    # from, and nothing in it can change in place: sizes only there (the image is FILE.sha256).
+    since = fingerprint.read_stats(prefix) if image == "directory" else None
+    now = fingerprint.examine(prefix, deep, since)
     entries = now.entries()
     before = fingerprint.read_entries(prefix)
     return replace(
@@ -134,7 +138,7 @@ def _environment(node: Node, prefix: str | None, deep: bool) -> Node:
         distributions=entries,
         installed_fingerprint=fingerprint.read(prefix),
         changed=tuple(fingerprint.changes(before, entries)) if before is not None else (),
-        image=provided(prefix),
+        image=image,
     )
 
 

@@ -307,7 +307,8 @@ def fleet(report: FleetReport) -> Shown:
     ]
     lines = [header, *rows]
     for p in report.problems:
-        lines += ["", f"FAIL {p.node}: {p.what}", f"  fix: {p.fix}"]
+        lines += ["", f"FAIL {p.node}: {p.what}" if p.node else f"FAIL {p.what}"]
+        lines.append(f"  fix: {p.fix}")
     for d in report.drift:
         lines += ["", f"DRIFT {d.fact.label}: {d.fact.why}"]
         lines += [f"  {value}: {', '.join(names)}" for value, names in d.groups]
@@ -315,6 +316,17 @@ def fleet(report: FleetReport) -> Shown:
         lines.append(f"  fix: {d.fact.fix}")
     if report.ok:
         verdict = f"fleet: {len(report.nodes)} node(s) agree"
+        if report.uncompared:
+            verdict += (
+                f" on their doctor results ({len(report.uncompared)} with no install record "
+                "(--doctor-only): their installs were not compared"
+                + (
+                    ""
+                    if report.expected is not None
+                    else "; no --expect: a node that never reported is not seen"
+                )
+                + ")"
+            )
     else:
         failed = len({p.node for p in report.problems})
         verdict = (
@@ -329,6 +341,7 @@ def fleet(report: FleetReport) -> Shown:
         "run": report.run,
         "expected": list(report.expected) if report.expected is not None else None,
         "missing": list(report.missing),
+        "uncompared": list(report.uncompared),
         "nodes": [
             {
                 "name": n.name,

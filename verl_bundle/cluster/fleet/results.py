@@ -57,8 +57,8 @@ class NodeResult:
     install_log: str | None = None
     doctor_rc: int | None = None
     env: dict[str, str] | None = None  # None: not recorded
-    mtime: float = 0.0
     doctor_error: str | None = None  # why its doctor output is not a doctor's result
+    engine: bool = True  # written by the slurm or ansible install; False: a plain doctor result
 
 
 @dataclass(frozen=True)
@@ -258,14 +258,13 @@ def read_node(path: Path) -> NodeResult:
     doc = read_json(path)
     f = Fields(path.name)
     envelope = f.mapping(doc, "the document")
-    mtime = path.stat().st_mtime
     if envelope.get("command") == "doctor":
         # A plain doctor result is named by its file (results/$(hostname).json): host names
         # need not be unique (containers, one test machine), file names are.
         ok, checks, host = _doctor(f, envelope, "the document")
         name = _node_name(f, path.stem, "its file name")
         env = host["env"] if isinstance(host.get("env"), dict) else None
-        return NodeResult(name, path.name, ok, checks, host, env=env, mtime=mtime)
+        return NodeResult(name, path.name, ok, checks, host, env=env, engine=False)
     if envelope.get("command") != "node":
         raise FleetError(
             f"{path.name}: not a node's result; gather each node's result as the slurm or "
@@ -298,7 +297,6 @@ def read_node(path: Path) -> NodeResult:
         install_log=f.text(install.get("log"), "result.install.log"),
         doctor_rc=f.integer(r.get("doctor_rc"), "result.doctor_rc"),
         env=env,
-        mtime=mtime,
         doctor_error=doctor_error,
     )
 
