@@ -413,7 +413,7 @@ def test_a_node_result_with_no_doctor_or_another_bundle_fails(
     assert fails == [
         "FAIL n2: install failed: exit 127 (not one of install.sh's exit codes: read its log)",
         "FAIL n2: no doctor result (doctor exit 127)",
-        "FAIL n3: installed bundle cccccccccccc, not the run's bbbbbbbbbbbb",
+        "FAIL n3: its bundle cccccccccccc is not the run's bbbbbbbbbbbb",
     ]
     assert "DRIFT bundle (its SHA256SUMS)" in r.out and "  cccccccccccc: n3" in r.out
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import socket
 import subprocess
+import sys
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -90,6 +92,14 @@ def test_the_script_is_written_and_names_its_submit_command(
     assert f"SOURCE={tarball}  #" in out.read_text()
     missing = run(["slurm", "install", str(tmp_path / "nope.tar"), "-o", str(out)], capsys)
     assert missing.code == 2 and "no such tarball" in missing.err
+    # No SHA256SUMS, so no identity for the nodes to check before they install: refused.
+    bare = tmp_path / "bare.tar"
+    with tarfile.open(bare, "w") as tf:
+        tf.add(tarball.with_suffix("") / "install.sh", arcname="verl-bundle-fake/install.sh")
+    for extra in ([], ["--shared-path", str(bare)]):
+        unpinned = run(["slurm", "install", str(bare), *extra, "-o", str(out)], capsys)
+        assert unpinned.code == 2 and len(unpinned.err.splitlines()) == 1, unpinned.err
+        assert "no verl-bundle-fake/SHA256SUMS among its first members" in unpinned.err
 
 
 def test_the_served_mode_fetches_on_every_node_and_needs_an_http_url(
@@ -241,6 +251,75 @@ def test_a_tarball_the_batch_node_cannot_read_is_one_line(
     job = submit(slurm, out, tmp_path)
     log = sorted(gather.glob("slurm-*.out"))[-1].read_text()
     assert job.returncode != 0 and "is not the tarball this script was written for" in log
+
+
+def job_log(gather: Path) -> str:
+    """The newest job's output."""
+    return max(gather.glob("slurm-*.out"), key=lambda p: int(p.stem.split("-")[1])).read_text()
+
+
+@pytest.mark.slow
+def test_the_job_ends_with_the_fleet_reports_exit_code(
+    slurm: Slurm, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 34 F4: both nodes install and pass; a result the report cannot read (a stray
+    notes.json in --gather) ends the job with the report's exit 2, never 0; with no reporter
+    reachable from the batch node the nodes were not compared: exit 5, said in one line."""
+    tarball = fake_bundle(tmp_path / "b")
+    gather, out = tmp_path / "results", tmp_path / "install.sbatch"
+    args = ["--prefix", str(tmp_path / "p-%n"), "--gather", str(gather), "-o", str(out)]
+    assert run(["slurm", "install", str(tarball), "--nodes", "2", *args], capsys).code == 0
+    job = submit(slurm, out, tmp_path)
+    assert job.returncode == 0, job_log(gather)
+    assert job_log(gather).splitlines()[-1] == "fleet: 2 node(s) agree"
+    (gather / "notes.json").write_text("not json\n")
+    unreadable = submit(slurm, out, tmp_path)
+    log = job_log(gather)
+    assert unreadable.returncode == 2, log
+    assert "notes.json: not readable JSON" in log.splitlines()[-1], log
+    (gather / "notes.json").unlink()
+    text = out.read_text()
+    out.write_text(text.replace(f"REPORTER={sys.executable}", "REPORTER=/nonexistent/python3"))
+    alone = submit(slurm, out, tmp_path)
+    log = job_log(gather)
+    assert alone.returncode == 5, log
+    assert log.splitlines()[-1] == (
+        "verl-bundle: the nodes were not compared (verl-bundle is not reachable from "
+        f"{socket.gethostname()}): run verl-bundle fleet report {gather}"
+    )
+
+
+@pytest.mark.slow
+def test_a_node_checks_the_bundle_before_it_installs(
+    slurm: Slurm, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 34 F8: the script is written for v1 on shared storage; v2 is there by the time the
+    job runs: no node installs it or runs its doctor, each says so with both hashes."""
+    tarball = fake_bundle(tmp_path / "b", "v1")
+    gather, out = tmp_path / "results", tmp_path / "install.sbatch"
+    prefix = tmp_path / "p-%n"
+    args = ["--shared-path", str(tarball), "--prefix", str(prefix), "--gather", str(gather)]
+    assert (
+        run(["slurm", "install", str(tarball), "--nodes", "2", *args, "-o", str(out)], capsys).code
+        == 0
+    )
+    want = bundle_id(tarball)
+    fake_bundle(tmp_path / "b", "v2")  # another bundle at the same path
+    got = bundle_id(tarball)
+    job = submit(slurm, out, tmp_path)
+    log = job_log(gather)
+    assert job.returncode == 1, log
+    for node in NODES:
+        assert not Path(str(prefix).replace("%n", node)).exists()  # nothing installed
+        said = (gather / f"{node}.install.log").read_text()
+        assert (
+            f"the bundle read here (SHA256SUMS {got}) is not the one this script was written for ({want})"
+            in said
+        )
+        record = json.loads((gather / f"{node}.json").read_text())["result"]
+        assert record["install"]["rc"] == 3 and record["doctor_rc"] is None
+        assert record["bundle"] == got and not (gather / f"{node}.doctor.err").exists()
+    assert f"FAIL n1: its bundle {got[:12]} is not the run's {want[:12]}" in log
 
 
 @pytest.mark.slow
@@ -398,6 +477,7 @@ def test_paths_in_the_script_and_the_submit_line_are_resolved(
     """`../` in what the user typed is not carried into the script (issue 26)."""
     (tmp_path / "cluster").mkdir()
     (tmp_path / "bundles" / "verl-bundle-x").mkdir(parents=True)
+    (tmp_path / "bundles" / "verl-bundle-x" / "SHA256SUMS").write_text("")
     tarball = tmp_path / "bundles" / "b.tar"
     subprocess.run(["tar", "-cf", str(tarball), "-C", str(tmp_path / "bundles"), "verl-bundle-x"])
     up = tmp_path / "cluster" / ".."

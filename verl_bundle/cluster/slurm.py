@@ -65,8 +65,20 @@ def bundle_id_of_dir(bundle: Path) -> str:
         return ""
 
 
+def pinned(bundle: str, where: Path, lacks: str) -> str:
+    """`bundle` (the id of a tarball or directory), refused in one line when there is none: the
+    nodes check it before they install, so a script is never written without it."""
+    if not bundle:
+        raise UsageError(
+            f"{where}: {lacks}: not a bundle `verl-bundle build` wrote (its identity, the sha256 "
+            f"of {SUMS}, is what each node checks before it installs)"
+        )
+    return bundle
+
+
 def _source(req: SlurmInstall) -> tuple[str, str, str, str]:
-    """(mode, source path, bundle name, bundle id) for the request, each checked."""
+    """(mode, source path, bundle name, bundle id) for the request, each checked; the id is
+    '' only for an unpinned served bundle."""
     if req.from_url:
         url = values.url_value(req.from_url.rstrip("/"), "--from-url")
         if req.no_network:
@@ -79,16 +91,39 @@ def _source(req: SlurmInstall) -> tuple[str, str, str, str]:
         shared = Path(values.path_value(req.shared_path.absolute(), "--shared-path"))
         if shared.is_dir():
             name = values.plain_name(shared.name, "--shared-path: its directory name")
-            return "shared-dir", str(shared), name, bundle_id_of_dir(shared)
+            return (
+                "shared-dir",
+                str(shared),
+                name,
+                pinned(bundle_id_of_dir(shared), shared, f"no {SUMS} in it"),
+            )
         if not shared.is_file():
             raise UsageError(f"--shared-path {shared}: no such tarball or bundle directory")
         name = values.tarball_name(shared)
-        return "shared-tar", str(shared), name, bundle_id_of_tarball(shared, name)
+        return (
+            "shared-tar",
+            str(shared),
+            name,
+            pinned(
+                bundle_id_of_tarball(shared, name),
+                shared,
+                f"no {name}/{SUMS} among its first members",
+            ),
+        )
     tarball = Path(values.path_value(req.tarball.absolute(), "the tarball"))
     if not tarball.is_file():
         raise UsageError(f"{req.tarball}: no such tarball")
     name = values.tarball_name(tarball)
-    return "sbcast", str(tarball), name, bundle_id_of_tarball(tarball, name)
+    return (
+        "sbcast",
+        str(tarball),
+        name,
+        pinned(
+            bundle_id_of_tarball(tarball, name),
+            tarball,
+            f"no {name}/{SUMS} among its first members",
+        ),
+    )
 
 
 def write_script(output: Path, text: str, secret: bool) -> None:

@@ -470,7 +470,7 @@ def _bundle(node: NodeResult, run: Run | None) -> list[Problem]:
         return [
             Problem(
                 node.name,
-                f"installed bundle {node.bundle[:12]}, not the run's {run.bundle[:12]}",
+                f"its bundle {node.bundle[:12]} is not the run's {run.bundle[:12]}",
                 "the tarball that node read is another bundle's: put the tarball on storage "
                 "every node sees and install again",
             )
