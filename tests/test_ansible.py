@@ -21,7 +21,7 @@ from conftest import clean_environ
 from support.airgap import extract, python310
 from support.bundlefix import replace_wheel
 from support.cli import run
-from support.fakebundle import fake_bundle
+from support.fakebundle import bundle_id, fake_bundle, fingerprint_of
 
 HOSTS = ("node-a", "node-b")
 LOOKUP = "{{ lookup('pipe', 'touch PWNED') }}"
@@ -211,7 +211,7 @@ def test_hostile_values_travel_as_data_and_a_taken_work_directory_stops_the_host
     done = ansible(tmp_path, "-i", str(hosts), str(out))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert not list(tmp_path.rglob("PWNED")) and not (Path.cwd() / "PWNED").exists()
-    assert (prefix / ".verl-bundle" / "fingerprint").read_text() == "v1\n"
+    assert (prefix / ".verl-bundle" / "fingerprint").read_text() == fingerprint_of("v1") + "\n"
     assert json.loads((gather / "node-a.json").read_text())["result"]["install"]["rc"] == 0
     assert "fleet: 1 node(s) agree" in done.stdout  # the play's own report, on the controller
     # A result the play did not write (another run's host): the report fails the play.
@@ -232,6 +232,50 @@ def test_hostile_values_travel_as_data_and_a_taken_work_directory_stops_the_host
     assert stopped.returncode != 0
     assert f"verl-bundle: {theirs} belongs to uid 12345, not to this user" in stopped.stdout
     assert recap(stopped)["node-a"]["failed"] == 1
+
+
+@pytest.mark.slow
+def test_the_play_ends_with_the_report_and_a_host_checks_the_bundle_first(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 34 F3, F4, F8 on the real ansible-playbook: the run's record names the bundle the
+    playbook was written for; a result the report cannot read fails the play, and so does a
+    controller with no verl-bundle to compare the hosts; another bundle under the tarball's
+    name is refused by every host before anything of it runs."""
+    tarball = fake_bundle(tmp_path / "b", "v1")
+    out = playbook(tmp_path, tarball, capsys)
+    hosts = inventory(tmp_path)
+    results = tmp_path / "results"
+    first = ansible(tmp_path, "-i", str(hosts), str(out))
+    assert first.returncode == 0, first.stdout[-3000:]
+    assert "fleet: 2 node(s) agree" in first.stdout
+    run_record = json.loads((results / ".run.json").read_text())["result"]
+    assert run_record["bundle"] == bundle_id(tarball)
+    (results / "notes.json").write_text("not json\n")
+    unreadable = ansible(tmp_path, "-i", str(hosts), str(out))
+    assert unreadable.returncode != 0 and recap(unreadable)["localhost"]["failed"] == 1
+    assert "the fleet report (above) exited 2: error: notes.json: not readable JSON" in (
+        unreadable.stdout
+    ), unreadable.stdout[-3000:]
+    (results / "notes.json").unlink()
+    alone = tmp_path / "alone.yml"
+    alone.write_text(out.read_text().replace(json.dumps(sys.executable), '"/nonexistent/python3"'))
+    uncompared = ansible(tmp_path, "-i", str(hosts), str(alone))
+    assert uncompared.returncode != 0 and recap(uncompared)["localhost"]["failed"] == 1
+    assert "the hosts were not compared: /nonexistent/python3" in uncompared.stdout
+    want = bundle_id(tarball)
+    fake_bundle(tmp_path / "b", "v2")  # another bundle under the same name
+    got = bundle_id(tarball)
+    refused = ansible(tmp_path, "-i", str(hosts), str(out))
+    assert refused.returncode != 0
+    said = f"(SHA256SUMS {got}) is not the one this playbook was written for ({want})"
+    for host in HOSTS:
+        assert recap(refused)[host]["failed"] == 1 and said in refused.stdout
+        prefix = tmp_path / f"prefix-{host}"
+        assert (prefix / ".verl-bundle" / "fingerprint").read_text() == fingerprint_of("v1") + "\n"
+        assert (prefix / ".verl-bundle" / "installed-from").read_text().count("\n") == 1
+        record = json.loads((results / f"{host}.json").read_text())["result"]
+        assert (record["install"]["rc"], record["doctor_rc"], record["bundle"]) == (3, None, got)
 
 
 def retar(root: Path, tarball: Path) -> Path:
@@ -256,10 +300,22 @@ def test_a_rebuilt_bundle_is_installed_and_a_second_run_changes_nothing(
     site = "lib/python3.10/site-packages"
     for host in HOSTS:
         assert (tmp_path / f"prefix-{host}" / site / "aioprometheus-1.0.0.dist-info").is_dir()
-    # The same name, another bundle: the new one is copied, unpacked and installed.
+    # The same name, another bundle: the playbook pinned the first, so no host installs it
+    # (issue 34 F8); written again for it, it is copied, unpacked and installed.
     rebuilt = extract(built_bundle[0], tmp_path / "rebuild")
     replace_wheel(rebuilt, "aioprometheus", version="1.0.1")
     retar(rebuilt, tarball)
+    refused = ansible(tmp_path, "-i", str(hosts), str(out))
+    assert refused.returncode != 0
+    for host in HOSTS:
+        prefix = tmp_path / f"prefix-{host}"
+        assert [p.name for p in (prefix / site).glob("aioprometheus-*.dist-info")] == [
+            "aioprometheus-1.0.0.dist-info"
+        ]
+        assert "is not the one this playbook was written for" in refused.stdout
+        record = json.loads((tmp_path / "results" / f"{host}.json").read_text())["result"]
+        assert record["install"]["rc"] == 3 and record["doctor_rc"] is None
+    out = playbook(tmp_path, tarball, capsys)
     second = ansible(tmp_path, "-i", str(hosts), str(out))
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-2000:]
     for host in HOSTS:
@@ -268,7 +324,7 @@ def test_a_rebuilt_bundle_is_installed_and_a_second_run_changes_nothing(
             "aioprometheus-1.0.1.dist-info"
         ]
         assert len(list((tmp_path / f"work-{host}").iterdir())) == 1  # the old copy pruned
-        assert recap(second)[host]["changed"] >= 3
+        assert recap(second)[host]["changed"] >= 2  # installed, pruned (unpacked when refused)
     logs = {h: (tmp_path / f"prefix-{h}" / ".verl-bundle" / "install.log") for h in HOSTS}
     before = {h: log.stat().st_mtime_ns for h, log in logs.items()}
     third = ansible(tmp_path, "-i", str(hosts), str(out))

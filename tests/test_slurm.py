@@ -99,7 +99,7 @@ def test_the_script_is_written_and_names_its_submit_command(
     for extra in ([], ["--shared-path", str(bare)]):
         unpinned = run(["slurm", "install", str(bare), *extra, "-o", str(out)], capsys)
         assert unpinned.code == 2 and len(unpinned.err.splitlines()) == 1, unpinned.err
-        assert "no verl-bundle-fake/SHA256SUMS among its first members" in unpinned.err
+        assert "no verl-bundle-fake/SHA256SUMS in it: not a bundle" in unpinned.err
 
 
 def test_the_served_mode_fetches_on_every_node_and_needs_an_http_url(

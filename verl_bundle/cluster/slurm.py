@@ -42,14 +42,12 @@ class Written:
 
 
 def bundle_id_of_tarball(tarball: Path, name: str) -> str:
-    """sha256 of the bundle's SHA256SUMS (its first member; every file's hash, so the bundle's
-    identity), read from the tarball's head; '' when it is not among the first members."""
+    """sha256 of the bundle's SHA256SUMS (every file's hash, so the bundle's identity): the
+    first member of that name, found by its header (a built bundle has it first; the headers
+    of a plain tar are read by seeking past each member); '' when there is none."""
     try:
         with tarfile.open(tarball) as tf:
-            for _ in range(4):
-                member = tf.next()
-                if member is None:
-                    break
+            for member in tf:
                 if member.isfile() and member.name == f"{name}/{SUMS}":
                     fh = tf.extractfile(member)
                     return hashlib.sha256(fh.read()).hexdigest() if fh else ""
@@ -107,7 +105,7 @@ def _source(req: SlurmInstall) -> tuple[str, str, str, str]:
             pinned(
                 bundle_id_of_tarball(shared, name),
                 shared,
-                f"no {name}/{SUMS} among its first members",
+                f"no {name}/{SUMS} in it",
             ),
         )
     tarball = Path(values.path_value(req.tarball.absolute(), "the tarball"))
@@ -121,7 +119,7 @@ def _source(req: SlurmInstall) -> tuple[str, str, str, str]:
         pinned(
             bundle_id_of_tarball(tarball, name),
             tarball,
-            f"no {name}/{SUMS} among its first members",
+            f"no {name}/{SUMS} in it",
         ),
     )
 
