@@ -198,6 +198,23 @@ def test_under_ray_no_torchrun_variable_is_asked_for(tmp_path: Path) -> None:
     )
 
 
+def test_under_ray_a_contradicting_rank_set_fails(tmp_path: Path) -> None:
+    """Issue 34 S4: RANK=3 WORLD_SIZE=1 where Ray starts reaches every worker that does not set
+    its own; a complete, consistent set stays named as ignored."""
+    code, checks = preflight(node(tmp_path), tmp_path, *GOOD, RANK="3", WORLD_SIZE="1")
+    ranks = checks["ranks"]
+    assert code == 1 and ranks["status"] == "fail", ranks
+    assert ranks["summary"].startswith(
+        "RANK=3 WORLD_SIZE=1 set where Ray starts: every worker that does not set its own "
+        "inherits them (RANK, WORLD_SIZE set but MASTER_ADDR, MASTER_PORT not"
+    ), ranks
+    assert "RANK=3 is not below WORLD_SIZE=1" in ranks["detail"]
+    assert ranks["fix"].startswith("unset RANK WORLD_SIZE before ray start")
+    consistent = {**RENDEZVOUS, "WORLD_SIZE": "2", "RANK": "1"}
+    code, checks = preflight(node(tmp_path), tmp_path, *GOOD, "trainer.nnodes=2", **consistent)
+    assert checks["ranks"]["status"] == "ok" and "set here, ignored" in checks["ranks"]["summary"]
+
+
 @pytest.mark.parametrize(
     ("args", "env", "problem"),
     [

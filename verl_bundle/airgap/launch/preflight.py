@@ -173,10 +173,21 @@ def check_nvlink(launch: Launch) -> Check:
 @check("ranks")
 def check_ranks(launch: Launch) -> Check:
     env = launch.env
-    if launch.launcher == "ray":
-        return ok(ranks.ray_summary(env))
     visible, _ = launch.visible()
     count = len(visible) if launch.gpus.gpus else None
+    if launch.launcher == "ray":
+        inherited = ranks.ray_problems(env, count)
+        if not inherited:
+            return ok(ranks.ray_summary(env))
+        set_here = [k for k in ranks.SHOWN if k in env]
+        return found(
+            "fail",
+            f"{ranks.shown(env)} set where Ray starts: every worker that does not set its own "
+            f"inherits them ({inherited[0]})",
+            "\n".join(inherited),
+            f"unset {' '.join(set_here)} before ray start (verl's workers are ranked by Ray, "
+            "not by these variables)",
+        )
     nnodes, per_node = launch.number(NNODES) or 1, launch.number(NGPUS) or 0
     problems = ranks.torchrun_launch_problems(
         env, count, nnodes, per_node, launch.nproc_per_node, NNODES, NGPUS

@@ -23,6 +23,15 @@ def shown(env: Mapping[str, str]) -> str:
     return " ".join(f"{k}={env[k]}" for k in SHOWN if k in env)
 
 
+def ray_problems(env: Mapping[str, str], visible: int | None) -> list[str]:
+    """Under Ray: the torchrun variables set here that contradict each other (a partial set,
+    RANK not below WORLD_SIZE): `ray start` passes this environment to every worker, and a
+    worker that does not set its own (torch.distributed in a user's task) inherits them."""
+    if not any(env.get(k) for k in (*RENDEZVOUS, "LOCAL_RANK")):
+        return []
+    return torchrun_problems(env, visible)
+
+
 def ray_summary(env: Mapping[str, str]) -> str:
     """Under Ray: nothing to ask; the torchrun variables set are named as unused."""
     unused = [k for k in RENDEZVOUS if env.get(k)]
