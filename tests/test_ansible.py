@@ -63,12 +63,15 @@ def playbook(tmp: Path, tarball: Path, capsys: pytest.CaptureFixture[str], *extr
     return out
 
 
-def ansible(tmp: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def ansible(
+    tmp: Path, *args: str, cwd: Path | None = None, **extra: str
+) -> subprocess.CompletedProcess[str]:
     env = {
         **clean_environ(tmp),
         "LC_ALL": "C.UTF-8",
         "ANSIBLE_LOCAL_TEMP": str(tmp / "ansible-tmp"),
         "ANSIBLE_HOME": str(tmp / "ansible-home"),
+        **extra,
     }
     return subprocess.run(
         [ansible_playbook(), *args],
@@ -246,9 +249,13 @@ def test_the_play_ends_with_the_report_and_a_host_checks_the_bundle_first(
     out = playbook(tmp_path, tarball, capsys)
     hosts = inventory(tmp_path)
     results = tmp_path / "results"
-    first = ansible(tmp_path, "-i", str(hosts), str(out))
+    first = ansible(tmp_path, "-i", str(hosts), str(out), VLLM_USE_V1="1", HF_TOKEN="hf_secret")  # noqa: S106 - a test value
     assert first.returncode == 0, first.stdout[-3000:]
     assert "fleet: 2 node(s) agree" in first.stdout
+    # The variables that change a run, from the doctor's list; a secret as its hash only.
+    env = json.loads((results / "node-a.json").read_text())["result"]["env"]
+    assert env["VLLM_USE_V1"] == "1" and env["HF_TOKEN"].startswith("sha256:"), env
+    assert "hf_secret" not in "".join(p.read_text() for p in results.glob("*.json"))
     run_record = json.loads((results / ".run.json").read_text())["result"]
     assert run_record["bundle"] == bundle_id(tarball)
     (results / "notes.json").write_text("not json\n")

@@ -858,3 +858,44 @@ def test_only_distributions_whose_files_changed_are_hashed(tmp_path: Path) -> No
     assert set(edited.hashed) == {"pylatexenc", "ray"}
     assert edited.damaged() == ["ray: ray/__init__.py differs from its RECORD"]
     assert fingerprint.examine(str(prefix)).damaged() == []  # sizes only, without the record
+
+
+# -- the variables that change a run (issue 37) ------------------------------------------------
+@pytest.mark.parametrize(
+    ("var", "why"),
+    [
+        ("VLLM_ATTENTION_BACKEND", "vLLM reads it at start-up"),
+        ("VLLM_USE_V1", "vLLM reads it at start-up"),
+        ("PYTORCH_CUDA_ALLOC_CONF", "the CUDA caching allocator's settings"),
+        ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "torch's NCCL process-group settings"),
+        ("WANDB_MODE", "wandb is online"),
+        ("OMP_NUM_THREADS", "CPU threads per process"),
+        ("NVIDIA_VISIBLE_DEVICES", "which GPUs the container runtime gives a node"),
+        ("RAY_DEDUP_LOGS", "Ray reads its settings from the environment"),
+    ],
+)
+def test_each_variable_that_changes_a_run_is_compared_with_why(
+    var: str, why: str, tmp_path: Path, doctor_json: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    results = tmp_path / "results"
+    record(results, "n1", doctor_json, env={var: "1"})
+    record(results, "n2", doctor_json, env={var: "2"})
+    run_file(results, "7-aa", "n[1-2]", bundle="b" * 64)
+    r = run(["fleet", "report", str(results), "--json"], capsys)
+    (drift,) = json.loads(r.out)["result"]["drift"]
+    assert r.code == 1 and drift["fact"] == f"env:{var}" and why in drift["why"], drift
+
+
+def test_a_secret_is_compared_by_its_hash_and_never_shown(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """HF_TOKEN and RAY_AUTH_TOKEN differ: drift, shown as hashes; the value is in no output."""
+    node(tmp_path, "n1", HF_TOKEN="hf_secret_one", RAY_AUTH_TOKEN="a" * 64)  # noqa: S106
+    node(tmp_path, "n2", HF_TOKEN="hf_secret_two", RAY_AUTH_TOKEN="a" * 64)  # noqa: S106
+    gathered = tmp_path / "gathered"
+    assert "hf_secret" not in "".join(p.read_text() for p in gathered.iterdir())
+    code, result = report(gathered, capsys)
+    assert code == 1 and [d["fact"] for d in result["drift"]] == ["env:HF_TOKEN"]
+    assert all(v["value"].startswith("sha256:") for v in result["drift"][0]["values"])
+    text = run(["fleet", "report", str(gathered), "--doctor-only"], capsys)
+    assert "hf_secret" not in text.out + text.err and "a" * 64 not in text.out

@@ -35,12 +35,12 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Slurm]:
         yield cluster
 
 
-def submit(slurm: Slurm, script: Path, tmp: Path) -> subprocess.CompletedProcess[str]:
+def submit(slurm: Slurm, script: Path, tmp: Path, **env: str) -> subprocess.CompletedProcess[str]:
     """sbatch --wait, with the nodes' TMPDIR under `tmp` (nothing left in /tmp)."""
     (tmp / "node-tmp").mkdir(exist_ok=True)
     return subprocess.run(
         ["sbatch", "--wait", "--chdir", str(tmp), str(script)],
-        env={**slurm.env, "TMPDIR": str(tmp / "node-tmp")},
+        env={**slurm.env, "TMPDIR": str(tmp / "node-tmp"), **env},
         capture_output=True,
         text=True,
         timeout=1200,
@@ -269,9 +269,13 @@ def test_the_job_ends_with_the_fleet_reports_exit_code(
     gather, out = tmp_path / "results", tmp_path / "install.sbatch"
     args = ["--prefix", str(tmp_path / "p-%n"), "--gather", str(gather), "-o", str(out)]
     assert run(["slurm", "install", str(tarball), "--nodes", "2", *args], capsys).code == 0
-    job = submit(slurm, out, tmp_path)
+    job = submit(slurm, out, tmp_path, VLLM_USE_V1="1", HF_TOKEN="hf_secret_value")  # noqa: S106 - a test value
     assert job.returncode == 0, job_log(gather)
     assert job_log(gather).splitlines()[-1] == "fleet: 2 node(s) agree"
+    # The variables that change a run are gathered from the doctor's list; a secret as a hash.
+    env = json.loads((gather / "n1.json").read_text())["result"]["env"]
+    assert env["VLLM_USE_V1"] == "1" and env["HF_TOKEN"].startswith("sha256:")
+    assert "hf_secret_value" not in "".join(p.read_text() for p in gather.glob("*.json"))
     (gather / "notes.json").write_text("not json\n")
     unreadable = submit(slurm, out, tmp_path)
     log = job_log(gather)

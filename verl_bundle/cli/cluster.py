@@ -60,8 +60,9 @@ def fleet_report_cmd(
     nodes that breaks Ray or NCCL (driver, CUDA, GPUs, glibc, Python patch, environment
     fingerprint, the bundle, ulimit -n, /dev/shm, NCCL/GLOO interfaces, and the variables that
     change a run: HF_*, TRANSFORMERS_OFFLINE, PYTHONPATH, LD_LIBRARY_PATH, NCCL_*, GLOO_*,
-    CUDA_*). Exit 0 when every expected node reported, passed and agrees; 1 when not; 2 when
-    the results cannot be read."""
+    TORCH_NCCL_*, CUDA_*, VLLM_*, PYTORCH_CUDA_ALLOC_CONF, WANDB_MODE, OMP_NUM_THREADS,
+    NVIDIA_VISIBLE_DEVICES, RAY_*; secrets compared by a hash). Exit 0 when every expected node
+    reported, passed and agrees; 1 when not; 2 when the results cannot be read."""
     from verl_bundle.cli.render import results as render
     from verl_bundle.cluster.fleet.report import fleet_report
 

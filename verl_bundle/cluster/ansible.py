@@ -13,6 +13,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from verl_bundle.airgap.doctor.node import run_var_regexes
 from verl_bundle.cluster import values
 from verl_bundle.cluster.slurm import SUMS, Written, bundle_id_of_tarball, pinned
 from verl_bundle.errors import UsageError
@@ -87,6 +88,8 @@ def write_playbook(req: AnsibleInstall) -> Written:
             "gather": values.path_value(req.gather.absolute(), "--gather"),
             "prefix": values.path_value(req.prefix, "--prefix"),
             "reporter": values.path_value(sys.executable, "this Python"),
+            "run_vars": run_var_regexes()[0],
+            "secrets": run_var_regexes()[1],
         },
     )
     req.gather.mkdir(parents=True, exist_ok=True)

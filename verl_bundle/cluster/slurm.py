@@ -14,6 +14,7 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from verl_bundle.airgap.doctor.node import run_var_patterns
 from verl_bundle.cluster import values
 from verl_bundle.errors import UsageError
 
@@ -153,6 +154,8 @@ def write_install(req: SlurmInstall) -> Written:
             "repair": "1" if req.repair else "",
             "from_url": req.from_url.rstrip("/"),
             "reporter": values.path_value(sys.executable, "this Python"),
+            "run_vars": run_var_patterns()[0],
+            "secrets": run_var_patterns()[1],
         },
     )
     # Slurm opens the job's output file there before the script runs: it must exist.

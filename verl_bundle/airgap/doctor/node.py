@@ -5,7 +5,9 @@ facts and reported in the doctor's JSON `host`; no check reads them."""
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import socket
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -14,10 +16,86 @@ from typing import Mapping
 from verl_bundle.airgap.doctor import fingerprint
 
 IFNAME_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
-# The variables that change a run: a node where one differs loads other files or code, uses
-# other GPUs, or talks another transport (the fleet report compares them; unset is a value).
-RUN_VAR_PREFIXES = ("HF_", "NCCL_", "GLOO_", "CUDA_")
-RUN_VAR_NAMES = ("TRANSFORMERS_OFFLINE", "PYTHONPATH", "LD_LIBRARY_PATH")
+
+
+@dataclass(frozen=True)
+class RunVar:
+    """A variable (or, ending in `_`, a prefix of variables) that changes a run, and why: a
+    node where one differs loads other files or code, uses other GPUs, talks another transport
+    or behaves otherwise (the fleet report compares them; unset is a value)."""
+
+    name: str
+    why: str
+
+    def matches(self, var: str) -> bool:
+        return var.startswith(self.name) if self.name.endswith("_") else var == self.name
+
+
+# Knowledge as data: the slurm and ansible installs gather the same list (rendered from it).
+RUN_VARS = (
+    RunVar("HF_", "a node online, or with another cache, loads other files (or fails offline)"),
+    RunVar("TRANSFORMERS_OFFLINE", "a node online loads other files (or waits for the network)"),
+    RunVar("PYTHONPATH", "a node with it imports other code than the bundle's venv"),
+    RunVar("LD_LIBRARY_PATH", "a node with it loads other libraries than the bundle's"),
+    RunVar(
+        "NCCL_", "collectives need one transport setting on every node; a mismatch hangs or slows"
+    ),
+    RunVar("GLOO_", "collectives need one transport setting on every node; a mismatch hangs"),
+    RunVar("CUDA_", "it changes which GPUs and CUDA libraries a node uses"),
+    RunVar(
+        "TORCH_NCCL_",
+        "torch's NCCL process-group settings (async error handling, timeouts, blocking wait): "
+        "a node that differs aborts or hangs on its own",
+    ),
+    RunVar(
+        "VLLM_",
+        "vLLM reads it at start-up (attention backend, engine version, memory): a node that "
+        "differs rolls out differently, or fails there",
+    ),
+    RunVar(
+        "PYTORCH_CUDA_ALLOC_CONF",
+        "the CUDA caching allocator's settings: one node fragments or runs out of GPU memory "
+        "where the others do not",
+    ),
+    RunVar(
+        "WANDB_MODE",
+        "a node where wandb is online waits for the network (offline here: it hangs) or logs "
+        "elsewhere",
+    ),
+    RunVar(
+        "OMP_NUM_THREADS",
+        "CPU threads per process: a node that differs tokenizes and loads data slower, or "
+        "oversubscribes its cores",
+    ),
+    RunVar(
+        "NVIDIA_VISIBLE_DEVICES",
+        "which GPUs the container runtime gives a node: another set changes what Ray counts",
+    ),
+    RunVar(
+        "RAY_",
+        "Ray reads its settings from the environment on every node (timeouts, memory, "
+        "authentication): a node that differs behaves otherwise, or cannot join",
+    ),
+)
+# Never shown: compared by a hash of the value (a name holding one of these words, or ending
+# in _KEY).
+SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
+SECRET = re.compile("|".join(SECRET_WORDS) + "|_KEY$")
+
+
+def run_var_patterns() -> tuple[str, str]:
+    """(run variables, secrets) as `case` patterns of sh, for the cluster scripts."""
+    names = " | ".join(r.name + "*" if r.name.endswith("_") else r.name for r in RUN_VARS)
+    return names, " | ".join([*(f"*{w}*" for w in SECRET_WORDS), "*_KEY"])
+
+
+def run_var_regexes() -> tuple[str, str]:
+    """(run variables, secrets) as regular expressions, for Ansible's `match` and `search`."""
+    prefixes = "|".join(r.name for r in RUN_VARS if r.name.endswith("_"))
+    names = "|".join(r.name for r in RUN_VARS if not r.name.endswith("_"))
+    return f"^({prefixes})|^({names})$", SECRET.pattern
+
+
 SHM = "/dev/shm"  # noqa: S108 - only its size is read
 SYS_NET = "/sys/class/net"
 
@@ -89,13 +167,22 @@ def _resolves(host: str) -> bool:
         return False
 
 
+def run_var(var: str) -> RunVar | None:
+    """The entry of RUN_VARS `var` is one of (the longest name), or None."""
+    found = [r for r in RUN_VARS if r.matches(var)] if var not in IFNAME_VARS else []
+    return max(found, key=lambda r: len(r.name)) if found else None
+
+
+def shown_value(var: str, value: str) -> str:
+    """`value` as it may be recorded and shown: a secret's (a token, a password) as its hash."""
+    if SECRET.search(var) and not value.startswith("sha256:"):
+        return "sha256:" + hashlib.sha256(value.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    return value
+
+
 def run_vars(env: Mapping[str, str]) -> dict[str, str]:
-    """The variables that change a run, as set here."""
-    return {
-        k: v
-        for k, v in sorted(env.items())
-        if (k.startswith(RUN_VAR_PREFIXES) or k in RUN_VAR_NAMES) and k not in IFNAME_VARS
-    }
+    """The variables that change a run, as set here (secrets as their hash)."""
+    return {k: shown_value(k, v) for k, v in sorted(env.items()) if run_var(k) is not None}
 
 
 SQUASHFS = ("squashfs", "fuse.squashfuse", "fuse.squashfuse_ll")

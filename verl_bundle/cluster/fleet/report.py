@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from verl_bundle.airgap.checks import STATUSES
-from verl_bundle.airgap.doctor.node import IFNAME_VARS, RUN_VAR_NAMES, RUN_VAR_PREFIXES
+from verl_bundle.airgap.doctor.node import run_var, shown_value
 from verl_bundle.airgap.errors import EXIT_CODES, EXIT_NOT_READY
 from verl_bundle.cluster.fleet import hostlist
 from verl_bundle.cluster.fleet.results import FleetError, NodeResult, Run, load
@@ -29,11 +29,6 @@ __all__ = ["FleetError", "FleetReport", "NodeResult", "compare", "exit_words", "
 
 GIB = 1 << 30
 SHA256 = re.compile(r"[0-9a-f]{64}")
-# The variables that change a run, as the doctor reports them (NCCL/GLOO_SOCKET_IFNAME are the
-# doctor's socket_ifnames).
-ENV_PREFIXES = RUN_VAR_PREFIXES
-ENV_NAMES = RUN_VAR_NAMES
-ENV_SKIP = IFNAME_VARS
 SHOWN = 120  # characters of a value shown in a drift line
 SHOWN_DISTS = 10  # distributions named under a fingerprint drift
 
@@ -254,14 +249,10 @@ def _changed(node: NodeResult) -> list[Problem]:
 
 
 def _env_fact(var: str) -> Fact:
-    if var.startswith("HF_") or var == "TRANSFORMERS_OFFLINE":
-        why = "a node online, or with another cache, loads other files (or fails offline)"
-    elif var in ("PYTHONPATH", "LD_LIBRARY_PATH"):
-        why = "a node with it imports or loads other code than the bundle's venv"
-    elif var.startswith(("NCCL_", "GLOO_")):
-        why = "collectives need one transport setting on every node; a mismatch hangs or slows"
-    else:
-        why = "it changes which GPUs and CUDA libraries a node uses"
+    """A run-changing variable as a fact, with the why of its entry in the doctor's table
+    (doctor/node.py RUN_VARS)."""
+    entry = run_var(var)
+    why = entry.why if entry else "it changes a run"
     fix = (
         f"set {var} the same on every node (in the job script, not one node's profile) or unset it"
     )
@@ -269,20 +260,16 @@ def _env_fact(var: str) -> Fact:
 
 
 def _env_drift(nodes: list[NodeResult]) -> list[Drift]:
-    """One drift per run-changing variable that differs (unset counts as a value)."""
+    """One drift per run-changing variable that differs (unset counts as a value); a secret's
+    value is compared and shown as its hash (NCCL/GLOO_SOCKET_IFNAME are the doctor's
+    socket_ifnames)."""
     recorded = [n for n in nodes if n.env is not None]
-    names = sorted(
-        {
-            var
-            for n in recorded
-            for var in n.env or {}
-            if (var.startswith(ENV_PREFIXES) or var in ENV_NAMES) and var not in ENV_SKIP
-        }
-    )
-    found = [
-        _groups(_env_fact(var), [(n.name, (n.env or {}).get(var)) for n in recorded], "unset")
-        for var in names
-    ]
+    names = sorted({var for n in recorded for var in n.env or {} if run_var(var) is not None})
+    found = []
+    for var in names:
+        values = [(n.name, (n.env or {}).get(var)) for n in recorded]
+        shown = [(name, None if v is None else shown_value(var, v)) for name, v in values]
+        found.append(_groups(_env_fact(var), shown, "unset"))
     return [d for d in found if d is not None]
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from verl_bundle.airgap.doctor.node import shown_value
 from verl_bundle.cluster.fleet import hostlist
 from verl_bundle.errors import UsageError
 
@@ -285,6 +286,8 @@ def read_node(path: Path) -> NodeResult:
     env = f.text_map(r.get("env"), "result.env", limit=4096)
     if env is None and isinstance(host.get("env"), dict):
         env = host["env"]
+    if env is not None:
+        env = {k: shown_value(k, v) for k, v in env.items()}  # a secret never shown
     return NodeResult(
         _node_name(f, r.get("node"), "result.node"),
         path.name,
