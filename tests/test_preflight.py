@@ -248,6 +248,106 @@ def test_torchrun_partial_sets_are_caught(
         assert ranks["fix"] == "torchrun --nproc_per_node=8"
 
 
+@pytest.mark.parametrize(
+    ("flags", "env", "summary"),
+    [
+        (["--rdzv-endpoint", "localhost:29400"], {}, "torchrun: rendezvous at localhost:29400"),
+        (
+            ["--master-addr", "localhost", "--master-port", "29500", "--node-rank", "1"],
+            {},
+            "torchrun: static master localhost:29500, node rank 1",
+        ),
+        ([], {"PET_RDZV_ENDPOINT": "localhost:29400"}, "torchrun: rendezvous at localhost:29400"),
+    ],
+    ids=["rdzv-endpoint", "master-flags", "pet-variables"],
+)
+def test_torchrun_with_a_rendezvous_needs_no_rank_variables(
+    tmp_path: Path, flags: list[str], env: dict[str, str], summary: str
+) -> None:
+    """Issue 37: torchrun's rendezvous forms set each process's ranks themselves, so two nodes
+    with no RANK/WORLD_SIZE/MASTER_* exported are not a failure."""
+    _, checks = preflight(
+        node(tmp_path), tmp_path, *GOOD, "trainer.nnodes=2", "--launcher", "torchrun", *flags, **env
+    )
+    assert checks["ranks"]["status"] == "ok" and checks["ranks"]["summary"].startswith(summary), (
+        checks["ranks"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("flags", "problem", "fix"),
+    [
+        (
+            ["--rdzv-endpoint", "no-such-head.invalid:29400"],
+            "--rdzv_endpoint no-such-head.invalid:29400: no-such-head.invalid does not resolve",
+            "give the head node's address",
+        ),
+        (
+            ["--master-addr", "localhost"],
+            "--master_addr without --node_rank and trainer.nnodes=2: every node would be node 0",
+            "give each node its own --node_rank, from 0 (the head) to 1",
+        ),
+        (
+            ["--master-addr", "localhost", "--node-rank", "2"],
+            "--node_rank 2 is not one of 0-1",
+            "give each node its own --node_rank",
+        ),
+    ],
+    ids=["endpoint-unresolved", "no-node-rank", "node-rank-too-high"],
+)
+def test_a_wrong_rendezvous_fails_with_its_own_fix(
+    tmp_path: Path, flags: list[str], problem: str, fix: str
+) -> None:
+    _, checks = preflight(
+        node(tmp_path), tmp_path, *GOOD, "trainer.nnodes=2", "--launcher", "torchrun", *flags
+    )
+    ranks = checks["ranks"]
+    assert ranks["status"] == "fail" and ranks["summary"].startswith(problem), ranks
+    assert ranks["fix"].startswith(fix), ranks
+
+
+@pytest.mark.parametrize(
+    ("env", "fix"),
+    [
+        (
+            {**RENDEZVOUS, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "9"},
+            "unset LOCAL_RANK (torchrun sets it for each process), or make 10 GPUs visible",
+        ),
+        (
+            {**RENDEZVOUS, "RANK": "0", "WORLD_SIZE": "1", "MASTER_PORT": "99999"},
+            "export MASTER_PORT as a free port from 1024 to 65535, the same on every node",
+        ),
+        (
+            {**RENDEZVOUS, "RANK": "3", "WORLD_SIZE": "2"},
+            "export RANK as this node's number, from 0 to 1",
+        ),
+        ({"RANK": "0"}, "export WORLD_SIZE MASTER_ADDR MASTER_PORT as well"),
+    ],
+    ids=["local-rank-9", "master-port-99999", "rank-above-world", "partial"],
+)
+def test_each_torchrun_failure_has_its_own_fix(
+    tmp_path: Path, env: dict[str, str], fix: str
+) -> None:
+    """Issue 37: not the generic 'export RANK, WORLD_SIZE ...' for every failure."""
+    _, checks = preflight(node(tmp_path), tmp_path, *GOOD, "--launcher", "torchrun", **env)
+    ranks = checks["ranks"]
+    assert ranks["status"] == "fail" and ranks["fix"].startswith(fix), ranks
+    assert "export on every node RANK" not in ranks["fix"]
+
+
+def test_rendezvous_flags_are_torchruns(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for args, says in [
+        (["--rdzv-endpoint", "h:1"], "are torchrun's; give --launcher torchrun"),
+        (["--launcher", "torchrun", "--node-rank", "1"], "go with --master-addr"),
+        (
+            ["--launcher", "torchrun", "--rdzv-endpoint", "h:1", "--master-addr", "h"],
+            "give --rdzv-endpoint or --master-addr",
+        ),
+    ]:
+        r = run(["preflight", *args], capsys)
+        assert r.code == 2 and says in r.err and len(r.err.splitlines()) == 1, r.err
+
+
 def test_a_correct_torchrun_launch_passes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -242,6 +242,30 @@ def _assets(args: argparse.Namespace) -> int:
     return v.code
 
 
+def rendezvous_of(args: argparse.Namespace) -> Any:
+    """torchrun's rendezvous flags as preflight was given them (only with --launcher torchrun)."""
+    from verl_bundle.airgap.launch.ranks import Rendezvous
+
+    given = Rendezvous(
+        args.rdzv_endpoint or "",
+        args.master_addr or "",
+        args.master_port or "",
+        args.node_rank or "",
+    )
+    if (given.endpoint or given.master_addr or given.master_port or given.node_rank) and (
+        args.launcher != "torchrun"
+    ):
+        raise UsageError(
+            "preflight: --rdzv-endpoint, --master-addr, --master-port and --node-rank are "
+            "torchrun's; give --launcher torchrun"
+        )
+    if given.endpoint and given.master_addr:
+        raise UsageError("preflight: give --rdzv-endpoint or --master-addr, as torchrun takes one")
+    if (given.master_port or given.node_rank) and not given.master_addr:
+        raise UsageError("preflight: --master-port and --node-rank go with --master-addr")
+    return given
+
+
 def _preflight(args: argparse.Namespace) -> int:
     from verl_bundle.airgap.launch import preflight
 
@@ -258,6 +282,7 @@ def _preflight(args: argparse.Namespace) -> int:
         args.launcher,
         args.nproc_per_node,
         args.min_open_files,
+        rendezvous_of(args),
     )
     text = render.printable(preflight.render_text(result))
     show("preflight", result.ok, preflight.render_json(result), text, args.json)
@@ -424,6 +449,18 @@ def parser() -> Parser:
         metavar="N",
         help="the ulimit -n the launch needs (default 65536; the Ray sbatch passes its own)",
     )
+    for flag, text in (
+        ("--rdzv-endpoint", "HOST:PORT: torchrun's c10d rendezvous, as given to torchrun"),
+        ("--master-addr", "HOST: torchrun's static rendezvous (--master_addr)"),
+        ("--master-port", "PORT: with --master-addr (torchrun's --master_port)"),
+        ("--node-rank", "N: with --master-addr, this node's number (torchrun's --node_rank)"),
+    ):
+        p.add_argument(
+            flag,
+            metavar=text.split(":")[0],
+            help=f"{text}: torchrun then sets RANK, WORLD_SIZE and MASTER_* itself, so none is "
+            "asked of the environment (its PET_* variables are read too)",
+        )
     p.add_argument("--config", metavar="YAML", help="verl settings (nested maps of scalars)")
     p.add_argument("--json", action="store_true", help="print the versioned JSON envelope")
 

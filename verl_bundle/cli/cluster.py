@@ -89,6 +89,24 @@ def preflight_cmd(
         int | None,
         typer.Option(help="torchrun's --nproc_per_node, checked against trainer.n_gpus_per_node."),
     ] = None,
+    rdzv_endpoint: Annotated[
+        str,
+        typer.Option(
+            help="torchrun's c10d rendezvous (HOST:PORT, as given to torchrun): torchrun then "
+            "sets each process's ranks, so none is asked of the environment.",
+            metavar="HOST:PORT",
+        ),
+    ] = "",
+    master_addr: Annotated[
+        str,
+        typer.Option(help="torchrun's static rendezvous (--master_addr).", metavar="HOST"),
+    ] = "",
+    master_port: Annotated[
+        str, typer.Option(help="With --master-addr: torchrun's --master_port.", metavar="PORT")
+    ] = "",
+    node_rank: Annotated[
+        str, typer.Option(help="With --master-addr: this node's --node_rank.", metavar="N")
+    ] = "",
     json_out: Json = False,
 ) -> None:
     """Check this node right before `ray start` or torchrun: CUDA_VISIBLE_DEVICES against the
@@ -96,8 +114,11 @@ def preflight_cmd(
     the launcher's rank variables, ulimit -n, the offline variables, and verl's batch-size and
     tensor-parallel rules; a fix that proposes GPUs is checked against every rule first. Exit
     0 ready, 1 not, 2 on a bad override or YAML."""
+    import argparse
     import os
 
+    from verl_bundle.airgap.cli import rendezvous_of
+    from verl_bundle.airgap.errors import UsageError as ServerUsageError
     from verl_bundle.airgap.launch import preflight
     from verl_bundle.airgap.launch.verlconfig import ConfigError
     from verl_bundle.cli.render import results as render
@@ -109,6 +130,13 @@ def preflight_cmd(
         raise UsageError("--nproc-per-node is torchrun's; give --launcher torchrun")
     if nproc_per_node is not None and nproc_per_node < 1:
         raise UsageError("--nproc-per-node must be 1 or more")
+    flags = argparse.Namespace(
+        launcher=launcher,
+        rdzv_endpoint=rdzv_endpoint,
+        master_addr=master_addr,
+        master_port=master_port,
+        node_rank=node_rank,
+    )
     try:
         result = preflight.run_preflight(
             list(overrides or []),
@@ -116,9 +144,10 @@ def preflight_cmd(
             os.environ,
             launcher,
             nproc_per_node,
+            rendezvous=rendezvous_of(flags),
         )
-    except ConfigError as exc:
-        raise UsageError(str(exc)) from None
+    except (ConfigError, ServerUsageError) as exc:
+        raise UsageError(str(exc).removeprefix("preflight: ")) from None
     show(ctx, render.preflight(result), json_out)
 
 

@@ -189,14 +189,17 @@ def check_ranks(launch: Launch) -> Check:
             "not by these variables)",
         )
     nnodes, per_node = launch.number(NNODES) or 1, launch.number(NGPUS) or 0
+    rdzv = launch.rendezvous.with_env(env)
     problems = ranks.torchrun_launch_problems(
-        env, count, nnodes, per_node, launch.nproc_per_node, NNODES, NGPUS
+        env, count, nnodes, per_node, launch.nproc_per_node, NNODES, NGPUS, rdzv
     )
     if not problems:
+        if rdzv.given:
+            return ok(f"torchrun: {rdzv.shown()}: torchrun sets each process's ranks itself")
         return ok("torchrun: " + (ranks.shown(env) or "single node, no rank variables set"))
-    return found(
-        "fail", problems[0], "\n".join(problems), ranks.torchrun_fix(problems, per_node, count)
-    )
+    texts = [text for text, _ in problems]
+    fixes = list(dict.fromkeys(fix for _, fix in problems))
+    return found("fail", texts[0], "\n".join(texts), "; ".join(fixes))
 
 
 @check("open-files")
@@ -322,11 +325,12 @@ def run_preflight(
     launcher: str = "ray",
     nproc_per_node: int | None = None,
     min_open_files: int = MIN_OPEN_FILES,
+    rendezvous: ranks.Rendezvous = ranks.NO_RENDEZVOUS,
 ) -> Preflight:
     """Read verl's settings (ConfigError on a bad override or YAML), gather, check for this
-    `launcher` (ranks.LAUNCHERS)."""
+    `launcher` (ranks.LAUNCHERS) and, under torchrun, its rendezvous flags."""
     values = vc.settings(overrides, config)
-    return examine(gather(values, env, launcher, nproc_per_node, min_open_files))
+    return examine(gather(values, env, launcher, nproc_per_node, min_open_files, rendezvous))
 
 
 def render_text(result: Preflight) -> str:
