@@ -400,6 +400,9 @@ def test_every_option_a_fix_names_is_accepted_by_the_command_it_names() -> None:
 # Options of other tools that fixes name (uv, pip, nvcc, torchrun, ray, python -m venv, ...).
 TOOLS_OPTIONS = {
     "--nproc",  # torchrun's --nproc_per_node (the pattern stops at the underscore)
+    "--rdzv",  # torchrun's --rdzv_endpoint
+    "--master",  # torchrun's --master_addr, --master_port
+    "--node",  # torchrun's --node_rank
     "--version",
     "--no-deps",
     "--offline",

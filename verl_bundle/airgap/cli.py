@@ -451,9 +451,9 @@ def parser() -> Parser:
     )
     for flag, text in (
         ("--rdzv-endpoint", "HOST:PORT: torchrun's c10d rendezvous, as given to torchrun"),
-        ("--master-addr", "HOST: torchrun's static rendezvous (--master_addr)"),
-        ("--master-port", "PORT: with --master-addr (torchrun's --master_port)"),
-        ("--node-rank", "N: with --master-addr, this node's number (torchrun's --node_rank)"),
+        ("--master-addr", "HOST: torchrun's static rendezvous, its master address"),
+        ("--master-port", "PORT: with --master-addr, torchrun's master port"),
+        ("--node-rank", "N: with --master-addr, this node's number among the nodes"),
     ):
         p.add_argument(
             flag,
