@@ -234,7 +234,10 @@ def test_hostile_values_travel_as_data_and_a_taken_work_directory_stops_the_host
     stopped = ansible(tmp_path, "-i", str(hosts), str(out))
     assert stopped.returncode != 0
     assert f"verl-bundle: {theirs} belongs to uid 12345, not to this user" in stopped.stdout
-    assert recap(stopped)["node-a"]["failed"] == 1
+    assert recap(stopped)["node-a"]["rescued"] == 1 and recap(stopped)["localhost"]["failed"] == 1
+    assert "FAIL node-a: install failed: exit 1 (a step failed): Make the work directory" in (
+        stopped.stdout
+    ), stopped.stdout[-3000:]
 
 
 @pytest.mark.slow
@@ -276,13 +279,52 @@ def test_the_play_ends_with_the_report_and_a_host_checks_the_bundle_first(
     refused = ansible(tmp_path, "-i", str(hosts), str(out))
     assert refused.returncode != 0
     said = f"(SHA256SUMS {got}) is not the one this playbook was written for ({want})"
+    assert recap(refused)["localhost"]["failed"] == 1  # the report play ran, and failed
     for host in HOSTS:
-        assert recap(refused)[host]["failed"] == 1 and said in refused.stdout
+        assert f"FAILED {host}: verl-bundle: the bundle unpacked here" in refused.stdout
+        assert said in refused.stdout
         prefix = tmp_path / f"prefix-{host}"
         assert (prefix / ".verl-bundle" / "fingerprint").read_text() == fingerprint_of("v1") + "\n"
         assert (prefix / ".verl-bundle" / "installed-from").read_text().count("\n") == 1
         record = json.loads((results / f"{host}.json").read_text())["result"]
         assert (record["install"]["rc"], record["doctor_rc"], record["bundle"]) == (3, None, got)
+
+
+@pytest.mark.slow
+def test_a_dead_batch_still_runs_the_report_and_a_changed_host_installs_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 37: with --serial 1 and node-a's install failing, its batch ends the play (the
+    next batch would fail the same way) and the report play still runs, naming node-a failed
+    and node-b missing; the options reach every install.sh; once installed, a host whose live
+    environment changed (the fake's installed file edited) is installed again, not skipped on
+    its recorded fingerprint."""
+    tarball = fake_bundle(tmp_path / "b")
+    hosts = inventory(tmp_path)
+    (tmp_path / "prefix-node-a.fail").touch()
+    out = playbook(tmp_path, tarball, capsys, "--serial", "1", "--quick", "--repair")
+    dead = ansible(tmp_path, "-i", str(hosts), str(out))
+    assert dead.returncode != 0 and recap(dead)["localhost"]["failed"] == 1, dead.stdout[-3000:]
+    assert "node-b" not in recap(dead)  # its batch never ran
+    assert "FAILED node-a: install exit 3" in dead.stdout
+    assert "FAIL node-a: install failed: exit 3 (the bundle is damaged)" in dead.stdout
+    assert "FAIL node-b: missing: no result from this node" in dead.stdout
+    (tmp_path / "prefix-node-a.fail").unlink()
+    first = ansible(tmp_path, "-i", str(hosts), str(out))
+    assert first.returncode == 0 and "fleet: 2 node(s) agree" in first.stdout, first.stdout[-3000:]
+    for host in HOSTS:
+        given = (tmp_path / f"prefix-{host}" / ".verl-bundle" / "install-args").read_text()
+        assert given.splitlines()[-1].endswith(" --yes --quick --repair"), given
+    again = ansible(tmp_path, "-i", str(hosts), str(out))
+    assert {h: recap(again)[h]["changed"] for h in HOSTS} == dict.fromkeys(HOSTS, 0)
+    (tmp_path / "prefix-node-b" / "VERSION").write_text("edited\n")  # its live fingerprint
+    changed = ansible(tmp_path, "-i", str(hosts), str(out))
+    assert changed.returncode == 0, changed.stdout[-3000:]
+    runs = {
+        h: (tmp_path / f"prefix-{h}" / ".verl-bundle" / "install-args").read_text().count("\n")
+        for h in HOSTS
+    }
+    assert runs == {"node-a": 1, "node-b": 2}  # node-a's failed run recorded nothing
 
 
 def retar(root: Path, tarball: Path) -> Path:

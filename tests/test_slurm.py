@@ -102,6 +102,31 @@ def test_the_script_is_written_and_names_its_submit_command(
         assert "no verl-bundle-fake/SHA256SUMS in it: not a bundle" in unpinned.err
 
 
+def test_install_options_pass_through_both_engines_checked_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 37: --quick, --repair, --require-gpu and --skip-phase reach every node's
+    install.sh, from one list (cluster/values.py InstallOptions) both engines render."""
+    tarball = fake_bundle(tmp_path)
+    opts = ["--quick", "--repair", "--require-gpu", "--skip-phase", "flash-attn"]
+    out = tmp_path / "job.sbatch"
+    r = run(["slurm", "install", str(tarball), *opts, "-o", str(out)], capsys)
+    assert r.code == 0, r.err
+    want = "--quick --repair --require-gpu --skip-phase flash-attn"
+    assert f"INSTALL_OPTS='{want}'  #" in out.read_text()
+    lint(out)
+    book = tmp_path / "install.yml"
+    r = run(["ansible", "install", str(tarball), *opts, "-o", str(book)], capsys)
+    assert r.code == 0, r.err
+    listed = ", ".join(f'!unsafe "{w}"' for w in want.split())
+    assert f"verl_install_args: [{listed}]" in book.read_text()
+    for cmd in (["slurm", "install"], ["ansible", "install"]):
+        for bad in ("../x", "a b", "$(touch PWNED)"):
+            r = run([*cmd, str(tarball), "--skip-phase", bad, "-o", str(tmp_path / "x")], capsys)
+            assert r.code == 2 and "not a phase name" in r.err and len(r.err.splitlines()) == 1
+            assert not (tmp_path / "x").exists()
+
+
 def test_the_served_mode_fetches_on_every_node_and_needs_an_http_url(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -294,6 +319,22 @@ def test_the_job_ends_with_the_fleet_reports_exit_code(
 
 
 @pytest.mark.slow
+def test_quick_and_skip_phase_reach_every_nodes_install(
+    slurm: Slurm, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tarball = fake_bundle(tmp_path / "b")
+    gather, out = tmp_path / "results", tmp_path / "install.sbatch"
+    args = ["--prefix", str(tmp_path / "p-%n"), "--gather", str(gather), "-o", str(out)]
+    extra = ["--quick", "--skip-phase", "flash-attn"]
+    assert run(["slurm", "install", str(tarball), "--nodes", "2", *args, *extra], capsys).code == 0
+    job = submit(slurm, out, tmp_path)
+    assert job.returncode == 0, job_log(gather)
+    for node in NODES:
+        given = (tmp_path / f"p-{node}" / ".verl-bundle" / "install-args").read_text()
+        assert given.startswith("--quick --skip-phase flash-attn --prefix "), given
+
+
+@pytest.mark.slow
 def test_a_node_checks_the_bundle_before_it_installs(
     slurm: Slurm, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -410,7 +451,7 @@ def test_a_package_removed_on_one_node_is_named_and_repaired(
     repaired = job("--repair")
     log = "\n".join(p.read_text(errors="replace") for p in gather.glob("*.log"))
     assert repaired.returncode == 0, repaired.stdout + repaired.stderr + log
-    assert "REPAIR=1" in (tmp_path / "install.sbatch").read_text()
+    assert "INSTALL_OPTS=--repair  #" in (tmp_path / "install.sbatch").read_text()
     assert list((n2 / "lib").glob("python3*/site-packages/pylatexenc-*.dist-info"))
     report = run(["fleet", "report", str(gather)], capsys)
     assert report.code == 0 and report.last_line == "fleet: 2 node(s) agree", report.out

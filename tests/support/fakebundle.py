@@ -13,6 +13,7 @@ from pathlib import Path
 INSTALL = """#!/bin/sh
 here=$(cd "$(dirname "$0")" && pwd)
 prefix=""
+given="$*"
 while [ $# -gt 0 ]; do
   case "$1" in --prefix) prefix=$2; shift ;; esac
   shift
@@ -22,6 +23,7 @@ mkdir -p "$prefix/.verl-bundle" || exit 1
 cp "$here/VERSION" "$prefix/VERSION"
 sha256sum < "$prefix/VERSION" | cut -c1-64 > "$prefix/.verl-bundle/fingerprint"
 echo "$here" >> "$prefix/.verl-bundle/installed-from"
+echo "$given" >> "$prefix/.verl-bundle/install-args"
 echo "fake install: $(cat "$here/VERSION") into $prefix"
 """
 # The environment's live fingerprint is the sha256 of PREFIX/VERSION (what is installed there

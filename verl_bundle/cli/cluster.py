@@ -11,7 +11,11 @@ import typer
 from verl_bundle.cli.options import (
     Gather,
     Json,
+    NodeQuick,
+    NodeRepair,
+    NodeRequireGpu,
     Nodes,
+    NodeSkipPhase,
     NodeVenv,
     Tarball,
     Written,
@@ -204,15 +208,10 @@ def slurm_install_cmd(
     ] = "",
     from_url: FromUrl = "",
     bundle_sha256: BundleSha256 = "",
-    repair: Annotated[
-        bool,
-        typer.Option(
-            "--repair",
-            help="Each node runs install.sh --repair: reinstall, offline, exactly the "
-            "distributions whose files or versions differ from the bundle (what `fleet report` "
-            "names after a package was removed or a file deleted on a node).",
-        ),
-    ] = False,
+    quick: NodeQuick = False,
+    repair: NodeRepair = False,
+    require_gpu: NodeRequireGpu = False,
+    skip_phase: NodeSkipPhase = None,
     output: Written = Path("verl-bundle-install.sbatch"),
 ) -> None:
     """Write an sbatch script that copies the tarball onto every node (sbcast --compress, read
@@ -223,6 +222,7 @@ def slurm_install_cmd(
     fleet report`, removes each node's copy once installed (keeps it on failure, and says
     where) and fails the job when any node failed. Prints the command to submit it."""
     from verl_bundle.cluster.slurm import SlurmInstall, write_install
+    from verl_bundle.cluster.values import InstallOptions
 
     req = SlurmInstall(
         _tarball(tarball, from_url).resolve(),
@@ -235,7 +235,7 @@ def slurm_install_cmd(
         python,
         from_url,
         bundle_sha256,
-        repair,
+        InstallOptions(quick, repair, require_gpu, tuple(skip_phase or ())),
     )
     typer.echo(write_install(req).submit)
 
@@ -317,6 +317,10 @@ def ansible_install_cmd(
             help="Hosts per batch (a count, or a percentage such as 25%); default: all at once."
         ),
     ] = "",
+    quick: NodeQuick = False,
+    repair: NodeRepair = False,
+    require_gpu: NodeRequireGpu = False,
+    skip_phase: NodeSkipPhase = None,
     output: Written = Path("verl-bundle-install.yml"),
 ) -> None:
     """Write a playbook that copies the tarball to every host (or has each fetch it from --url,
@@ -327,6 +331,7 @@ def ansible_install_cmd(
     failed. Per-host inventory variables: verl_prefix, verl_python, verl_work. Prints the
     command to run it."""
     from verl_bundle.cluster.ansible import AnsibleInstall, write_playbook
+    from verl_bundle.cluster.values import InstallOptions
 
     req = AnsibleInstall(
         _tarball(tarball, from_url).resolve(),
@@ -338,6 +343,7 @@ def ansible_install_cmd(
         from_url,
         serial,
         bundle_sha256,
+        InstallOptions(quick, repair, require_gpu, tuple(skip_phase or ())),
     )
     typer.echo(write_playbook(req).submit)
 

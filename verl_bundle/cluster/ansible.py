@@ -30,6 +30,7 @@ class AnsibleInstall:
     from_url: str = ""  # a served, extracted bundle each host installs from (install.sh --from)
     serial: str = ""  # hosts per batch (a count or a percentage); '': all at once
     bundle_sha256: str = ""  # with from_url: the sha256 of the bundle's SHA256SUMS, its pin
+    install: values.InstallOptions = values.NO_OPTIONS  # passed to every host's install.sh
 
 
 def _sha256(path: Path) -> str:
@@ -88,6 +89,7 @@ def write_playbook(req: AnsibleInstall) -> Written:
             "gather": values.path_value(req.gather.absolute(), "--gather"),
             "prefix": values.path_value(req.prefix, "--prefix"),
             "reporter": values.path_value(sys.executable, "this Python"),
+            "install_args": req.install.argv(),
             "run_vars": run_var_regexes()[0],
             "secrets": run_var_regexes()[1],
         },

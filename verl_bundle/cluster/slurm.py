@@ -33,7 +33,7 @@ class SlurmInstall:
     python: str = ""  # the Python each node's venv is made from (default: install.sh's choice)
     from_url: str = ""  # a served, extracted bundle each node installs from (install.sh --from)
     bundle_sha256: str = ""  # with from_url: the sha256 of the bundle's SHA256SUMS, its pin
-    repair: bool = False  # install.sh --repair on every node: reinstall what differs
+    install: values.InstallOptions = values.NO_OPTIONS  # passed to every node's install.sh
 
 
 @dataclass(frozen=True)
@@ -151,7 +151,7 @@ def write_install(req: SlurmInstall) -> Written:
             "bundle": bundle,
             "python": values.path_value(req.python, "--python") if req.python else "",
             "no_network": "1" if req.no_network else "",
-            "repair": "1" if req.repair else "",
+            "install_args": " ".join(req.install.argv()),
             "from_url": req.from_url.rstrip("/"),
             "reporter": values.path_value(sys.executable, "this Python"),
             "run_vars": run_var_patterns()[0],

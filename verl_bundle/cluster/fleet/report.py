@@ -328,10 +328,11 @@ def _install(node: NodeResult) -> list[Problem]:
         return []
     rc = node.install_rc
     what = "installed, not ready to train" if rc == EXIT_NOT_READY else "install failed"
+    step = f": {node.install_error}" if node.install_error else ""
     return [
         Problem(
             node.name,
-            f"{what}: exit {rc} ({exit_words(rc)})",
+            f"{what}: exit {rc} ({exit_words(rc)}){step}",
             f"read its log{log}, fix what it names, and run the install again",
         )
     ]

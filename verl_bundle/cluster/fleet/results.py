@@ -8,7 +8,8 @@ A node's result, as the cluster scripts write it (schema 1):
   {"schema": 1, "command": "node", "result": {
      "node": NAME, "run": RUN, "engine": "slurm"|"ansible", "bundle": SHA256 of the installed
      bundle's SHA256SUMS or null, "prefix": PATH,
-     "install": {"rc": INT, "skipped": BOOL, "log": TEXT}, "doctor_rc": INT,
+     "install": {"rc": INT, "skipped": BOOL, "log": TEXT, "error": TEXT or null (the step that
+     failed before install.sh ran)}, "doctor_rc": INT or null (not run),
      "env": {VAR: VALUE}, "doctor_output": the doctor's --json output as text, or null}}
 (or "doctor": that document itself). Output that is not a doctor's JSON is the node's failure.
 The run's record: {"schema": 1, "command": "run", "result": {"run": RUN, "engine": ...,
@@ -56,6 +57,7 @@ class NodeResult:
     bundle: str | None = None
     install_rc: int | None = None  # None: a plain doctor result, no install record
     install_log: str | None = None
+    install_error: str | None = None  # the step that failed before install.sh ran, as recorded
     doctor_rc: int | None = None
     env: dict[str, str] | None = None  # None: not recorded
     doctor_error: str | None = None  # why its doctor output is not a doctor's result
@@ -298,6 +300,7 @@ def read_node(path: Path) -> NodeResult:
         bundle=f.text(r.get("bundle"), "result.bundle", limit=128),
         install_rc=f.integer(install.get("rc"), "result.install.rc"),
         install_log=f.text(install.get("log"), "result.install.log"),
+        install_error=f.text(install.get("error"), "result.install.error"),
         doctor_rc=f.integer(r.get("doctor_rc"), "result.doctor_rc"),
         env=env,
         doctor_error=doctor_error,
