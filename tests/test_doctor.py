@@ -64,6 +64,7 @@ IDS = [
     "placement",
     "disk",
     "memory",
+    "ray-token",
 ]
 
 # What the doctor reads of a real manifest (verl-bundle-cu118-cp310-manylinux_2_17_x86_64).

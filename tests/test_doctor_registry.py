@@ -18,6 +18,7 @@ from verl_bundle.airgap.doctor.commands import Run
 from verl_bundle.airgap.doctor.compilers import Compiler, Ninja
 from verl_bundle.airgap.doctor.devices import Gpu
 from verl_bundle.airgap.doctor.gpus import App, DriverProbe, GpuListing
+from verl_bundle.airgap.doctor.node import RayToken
 from verl_bundle.airgap.doctor.python import Interpreter
 from verl_bundle.airgap.doctor.registry import Registered, run_one
 from verl_bundle.airgap.doctor.resources import Memory, Place
@@ -130,6 +131,10 @@ BREAKAGES: dict[str, Change] = {
     "gcc dead": lambda f, t: _r(f, compilers=_gcc(None, run=HUNG)),
     "gcc 12": lambda f, t: _r(f, compilers=_gcc("12.2.0")),
     "no ninja": lambda f, t: _r(f, ninja=Ninja(None)),
+    "stale ray token": lambda f, t: _r(
+        f,
+        node=dataclasses.replace(f.node, ray_token=RayToken("/home/u/.ray/auth_token", 64, 0o644)),
+    ),
     "ninja dead": lambda f, t: _r(f, ninja=Ninja("/usr/bin/ninja", HUNG)),
     "no nvcc": lambda f, t: _tk(f, home=None, nvcc=None, run=None, version=None, libs=None),
     "nvcc silent": lambda f, t: _tk(f, version=None, run=HUNG),
@@ -226,7 +231,7 @@ def test_every_warning_and_failure_carries_a_fix(tmp_path: Path) -> None:
                         seen[c.id].add(c.status)
     # The walk reached a warning or a failure of every registered check.
     assert {k for k, v in seen.items() if not v} == set()
-    assert all("fail" in seen[k] for k in IDS if k not in ("headers", "memory"))
+    assert all("fail" in seen[k] for k in IDS if k not in ("headers", "memory", "ray-token"))
 
 
 def test_fixes_say_where_packages_come_from_offline(tmp_path: Path) -> None:
@@ -263,6 +268,7 @@ def test_checks_are_registered_once_in_the_report_order() -> None:
         "placement",
         "disk",
         "memory",
+        "ray-token",
     }
 
 

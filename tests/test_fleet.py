@@ -899,3 +899,15 @@ def test_a_secret_is_compared_by_its_hash_and_never_shown(
     assert all(v["value"].startswith("sha256:") for v in result["drift"][0]["values"])
     text = run(["fleet", "report", str(gathered), "--doctor-only"], capsys)
     assert "hf_secret" not in text.out + text.err and "a" * 64 not in text.out
+
+
+def test_the_doctor_names_a_ray_token_left_in_the_home(tmp_path: Path) -> None:
+    """Issue 37: the doctor warns of ~/.ray/auth_token (a head turns token mode on from it)."""
+    home = tmp_path / "home"
+    (home / ".ray").mkdir(parents=True)
+    (home / ".ray" / "auth_token").write_text("f" * 64)
+    doc = json.loads(node(tmp_path, "n1", HOME=str(home)).read_text())
+    (token,) = [c for c in doc["result"]["checks"] if c["id"] == "ray-token"]
+    assert token["status"] == "warn" and "left by an earlier ray.init()" in token["summary"]
+    clean = json.loads(node(tmp_path, "n2", HOME=str(tmp_path / "none")).read_text())
+    assert {c["id"]: c["status"] for c in clean["result"]["checks"]}["ray-token"] == "ok"

@@ -78,6 +78,7 @@ def preflight(
     base = clean_environ(tmp)
     for var in CLEARED:
         base.pop(var, None)
+    base["HOME"] = str(tmp / "home")  # never this machine's ~/.ray
     proc = subprocess.run(
         [sys.executable, "-m", "verl_bundle.airgap", "preflight", "--json", *args],
         env={**base, **machine.environ(), "PYTHONPATH": str(REPO), **OFFLINE, **env},
@@ -106,6 +107,7 @@ def test_a_good_node_passes_everything_it_controls(tmp_path: Path) -> None:
         "gpu-memory",
         "nvlink",
         "ranks",
+        "ray-token",
         "open-files",
         "offline",
         "batch",
@@ -213,6 +215,39 @@ def test_under_ray_a_contradicting_rank_set_fails(tmp_path: Path) -> None:
     consistent = {**RENDEZVOUS, "WORLD_SIZE": "2", "RANK": "1"}
     code, checks = preflight(node(tmp_path), tmp_path, *GOOD, "trainer.nnodes=2", **consistent)
     assert checks["ranks"]["status"] == "ok" and "set here, ignored" in checks["ranks"]["summary"]
+
+
+def test_a_ray_token_left_in_the_home_is_named(tmp_path: Path) -> None:
+    """Issue 37: a ~/.ray/auth_token an earlier ray.init() left turns a head's token mode on
+    where workers have none: a failure for two nodes, a warning for one, nothing when the run
+    sets its own token (as the Ray sbatch does)."""
+    stale = tmp_path / "home" / ".ray" / "auth_token"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("f" * 64)
+    stale.chmod(0o644)
+    _, checks = preflight(node(tmp_path), tmp_path, *GOOD, "trainer.nnodes=2")
+    token = checks["ray-token"]
+    assert token["status"] == "fail", token
+    assert token["summary"].startswith(
+        f"a Ray token in {stale} (64 bytes, mode 0644; readable by every user), left by an "
+        "earlier ray.init()"
+    )
+    assert "workers started without it cannot join" in token["summary"]
+    assert "RAY_AUTH_MODE=token" in token["fix"] and str(stale) in token["fix"]
+    _, one = preflight(node(tmp_path), tmp_path, *GOOD)
+    assert one["ray-token"]["status"] == "warn"
+    _, own = preflight(
+        node(tmp_path),
+        tmp_path,
+        *GOOD,
+        "trainer.nnodes=2",
+        RAY_AUTH_MODE="token",
+        RAY_AUTH_TOKEN="a" * 64,
+    )
+    assert (
+        own["ray-token"]["status"] == "ok" and "sets its own token" in own["ray-token"]["summary"]
+    )
+    assert stale.read_text() == "f" * 64  # read: its size and mode, never its bytes
 
 
 @pytest.mark.parametrize(

@@ -7,10 +7,10 @@ not listed here never runs, so a test walks doctor/ and proves every marked chec
 
 from __future__ import annotations
 
-from verl_bundle.airgap.doctor import compilers, cuda, gpus, python, resources, system
+from verl_bundle.airgap.doctor import compilers, cuda, gpus, python, ray, resources, system
 from verl_bundle.airgap.doctor.registry import Registered, collect
 
-DOMAINS = (system, python, compilers, cuda, gpus, resources)
+DOMAINS = (system, python, compilers, cuda, gpus, resources, ray)
 
 
 def registered() -> tuple[Registered, ...]:

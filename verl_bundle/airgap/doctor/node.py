@@ -100,6 +100,25 @@ SHM = "/dev/shm"  # noqa: S108 - only its size is read
 SYS_NET = "/sys/class/net"
 
 
+# Filesystems every node of a cluster may share: a home there is one home for all of them.
+NETWORK_FS = ("nfs", "nfs4", "lustre", "gpfs", "cifs", "smb3", "ceph", "fuse.ceph-fuse", "beegfs")
+
+
+@dataclass(frozen=True)
+class RayToken:
+    """A Ray token an earlier `ray.init()` or `ray get-auth-token --generate` left in
+    ~/.ray/auth_token, and the filesystem of that home."""
+
+    path: str
+    size: int
+    mode: int
+    fstype: str = ""
+
+    @property
+    def shared(self) -> bool:
+        return self.fstype in NETWORK_FS or self.fstype.startswith("nfs")
+
+
 @dataclass(frozen=True)
 class Node:
     hostname: str = ""
@@ -115,6 +134,7 @@ class Node:
     changed: tuple[str, ...] = ()  # what differs from what the install ended with
     env: dict[str, str] = field(default_factory=dict)  # the variables that change a run
     image: str | None = None  # how the prefix is provided: "directory", or the image's mount
+    ray_token: RayToken | None = None  # a token in ~/.ray/auth_token
 
     def missing_interfaces(self) -> dict[str, str]:
         """{variable: value} for each *_SOCKET_IFNAME that names no interface of this node."""
@@ -207,6 +227,69 @@ def provided(prefix: str, mountinfo: str = MOUNTINFO) -> str:
     return "directory"
 
 
+def fstype_of(path: str, mountinfo: str = MOUNTINFO) -> str:
+    """The filesystem type of the mount holding `path` ('' when it cannot be read)."""
+    where = os.path.realpath(path)
+    best, kind = "", ""
+    try:
+        with open(mountinfo, encoding="utf-8", errors="replace") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return ""
+    for line in lines:
+        head, _, tail = line.partition(" - ")
+        fields = head.split()
+        point = fields[4].replace("\\040", " ") if len(fields) > 4 else ""
+        inside = where == point or where.startswith(point.rstrip("/") + "/")
+        if point and inside and len(point) >= len(best) and tail.split():
+            best, kind = point, tail.split()[0]
+    return kind
+
+
+def probe_ray_token(env: Mapping[str, str]) -> RayToken | None:
+    """The token in $HOME/.ray/auth_token, if there is one (read: its size and mode only)."""
+    home = env.get("HOME")
+    if not home:
+        return None
+    path = os.path.join(home, ".ray", "auth_token")
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return RayToken(path, st.st_size, st.st_mode & 0o7777, fstype_of(path))
+
+
+def ray_token_finding(
+    token: RayToken | None, env: Mapping[str, str], nodes: int | None = None
+) -> tuple[str, str, str]:
+    """(status, summary, fix) for a Ray token left in ~/.ray: a head started without
+    RAY_AUTH_MODE turns token authentication on from it, and workers started without it cannot
+    join (a GCS connection error). A failure for a launch of more than one node (`nodes`),
+    else a warning; nothing to say when this run sets its own token."""
+    if token is None:
+        return "ok", "no Ray token in ~/.ray/auth_token", ""
+    own = env.get("RAY_AUTH_MODE") == "token" and (
+        env.get("RAY_AUTH_TOKEN") or env.get("RAY_AUTH_TOKEN_PATH")
+    )
+    if own or env.get("RAY_AUTH_MODE") == "disabled":
+        how = "its own token" if own else "RAY_AUTH_MODE=disabled"
+        return "ok", f"{token.path} is there, but this run sets {how}", ""
+    where = f", on {token.fstype}: every node with this home reads it" if token.shared else ""
+    readable = "; readable by every user" if token.mode & 0o004 else ""
+    summary = (
+        f"a Ray token in {token.path} ({token.size} bytes, mode {token.mode:04o}{readable}), "
+        f"left by an earlier ray.init(){where}: a head started without RAY_AUTH_MODE turns "
+        "token authentication on from it, and workers started without it cannot join (a GCS "
+        "connection error)"
+    )
+    fix = (
+        "start Ray with the script `verl-bundle slurm ray` writes (a token per job, the same "
+        "RAY_AUTH_MODE=token on every node, ~/.ray unused), or export RAY_AUTH_MODE=token and "
+        f"one RAY_AUTH_TOKEN_PATH on every node; or remove {token.path}"
+    )
+    return ("fail" if (nodes or 1) > 1 else "warn"), summary, fix
+
+
 def _environment(node: Node, prefix: str | None, deep: bool) -> Node:
     """`node` with the live fingerprint of the environment at `prefix` and what changed since
     its install (unchanged without an environment there)."""
@@ -240,5 +323,6 @@ def probe_node(env: Mapping[str, str], prefix: str | None, deep: bool = False) -
         master_addr=master,
         master_addr_resolves=_resolves(master) if master else None,
         env=run_vars(env),
+        ray_token=probe_ray_token(env),
     )
     return _environment(node, prefix, deep)

@@ -10,7 +10,7 @@ from typing import Mapping
 from verl_bundle.airgap.doctor.commands import Run, run
 from verl_bundle.airgap.doctor.devices import Gpu, visible_devices
 from verl_bundle.airgap.doctor.gpus import GpuListing, list_gpus
-from verl_bundle.airgap.doctor.node import _open_files
+from verl_bundle.airgap.doctor.node import RayToken, _open_files, probe_ray_token
 from verl_bundle.airgap.launch import verlconfig as vc
 from verl_bundle.airgap.launch.ranks import NO_RENDEZVOUS, Rendezvous
 
@@ -32,6 +32,7 @@ class Launch:
     proposal: bool = False  # a fix's proposed settings, being checked: propose nothing
     min_open_files: int = MIN_OPEN_FILES
     rendezvous: Rendezvous = NO_RENDEZVOUS  # torchrun's rendezvous flags, when given
+    ray_token: RayToken | None = None  # a token an earlier ray.init() left in ~/.ray
 
     def number(self, key: str) -> int | None:
         return vc.integer(self.values, key)
@@ -62,4 +63,5 @@ def gather(
         False,
         min_open_files,
         rendezvous,
+        probe_ray_token(env),
     )

@@ -28,6 +28,7 @@ from verl_bundle.airgap import render
 from verl_bundle.airgap.checks import Check
 from verl_bundle.airgap.doctor.devices import Gpu
 from verl_bundle.airgap.doctor.gpus import BUSY_MIB
+from verl_bundle.airgap.doctor.node import ray_token_finding
 from verl_bundle.airgap.doctor.registry import found, ok
 from verl_bundle.airgap.launch import proposals, ranks
 from verl_bundle.airgap.launch import verlconfig as vc
@@ -200,6 +201,15 @@ def check_ranks(launch: Launch) -> Check:
     texts = [text for text, _ in problems]
     fixes = list(dict.fromkeys(fix for _, fix in problems))
     return found("fail", texts[0], "\n".join(texts), "; ".join(fixes))
+
+
+@check("ray-token")
+def check_ray_token(launch: Launch) -> Check:
+    if launch.launcher != "ray":
+        return ok("not a Ray launch")
+    nnodes = launch.number(NNODES) or 1
+    status, summary, fix = ray_token_finding(launch.ray_token, launch.env, nnodes)
+    return found(status, summary, "", fix) if status != "ok" else ok(summary)
 
 
 @check("open-files")
