@@ -524,3 +524,51 @@ def test_a_partial_torchrun_set_fails_on_one_node(tmp_path: Path, partial: dict[
     assert code == 1 and ranks["status"] == "fail"
     unset = [k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k not in partial]
     assert ranks["summary"].startswith(", ".join(partial) + " set but " + ", ".join(unset))
+
+
+def entry(cwd: Path, module: str) -> tuple[int, str]:
+    """`python -m verl_bundle.airgap entry MODULE` run in `cwd`, as the Ray sbatch runs it."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "verl_bundle.airgap", "entry", module],
+        env={**clean_environ(cwd), "PYTHONPATH": str(REPO)},
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return proc.returncode, proc.stdout.strip()
+
+
+def test_a_recipes_entry_point_is_known_by_its_config_without_importing_it(
+    tmp_path: Path,
+) -> None:
+    """Issue 37: `python -m recipe.dapo.main_dapo` starts verl's trainer when its Hydra config
+    composes verl's trainer config (directly, or through a config of its own directory, or a
+    trainer: holding nnodes); its code never runs (it would write RAN)."""
+    pkg = tmp_path / "recipe" / "dapo"
+    (pkg / "config").mkdir(parents=True)
+    (pkg / "main_dapo.py").write_text(
+        "open('RAN', 'w')\nimport hydra\n\n"
+        '@hydra.main(config_path="config", config_name="dapo_trainer", version_base=None)\n'
+        "def main(config):\n    pass\n"
+    )
+    (pkg / "config" / "dapo_trainer.yaml").write_text(
+        "# DAPO\nhydra:\n  searchpath:\n    - file://verl/trainer/config\n"
+        "defaults:\n  - dapo_base\n  - _self_\n"
+    )
+    (pkg / "config" / "dapo_base.yaml").write_text("defaults:\n  - ppo_trainer@_here_\n")
+    code, said = entry(tmp_path, "recipe.dapo.main_dapo")
+    assert code == 0 and said.startswith("trainer: ") and "dapo_base.yaml" in said, said
+    assert "its defaults list ppo_trainer" in said and not (tmp_path / "RAN").exists()
+    (pkg / "config" / "dapo_base.yaml").write_text("trainer:\n  nnodes: 1\n")
+    assert entry(tmp_path, "recipe.dapo.main_dapo")[1].endswith("its trainer: holds nnodes")
+    (pkg / "config" / "dapo_base.yaml").write_text("data:\n  x: 1\n")
+    code, said = entry(tmp_path, "recipe.dapo.main_dapo")
+    assert code == 1 and "does not compose verl's trainer config" in said
+    assert entry(tmp_path, "verl.trainer.main_ppo") == (
+        0,
+        "trainer: verl.trainer.main_ppo: verl's own trainer",
+    )
+    code, said = entry(tmp_path, "json.tool")
+    assert code == 1 and "no @hydra.main(config_name=...)" in said
+    assert entry(tmp_path, "no.such.module")[1].endswith("not found on this python's path")

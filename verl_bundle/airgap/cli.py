@@ -116,6 +116,16 @@ def _doctor(args: argparse.Namespace) -> int:
     return v.code
 
 
+def _entry(args: argparse.Namespace) -> int:
+    from verl_bundle.airgap.launch.entry import examine
+
+    found = examine(args.module)
+    text = f"{'trainer' if found.trainer else 'not a trainer'}: {found.why}"
+    result = {"module": found.module, "trainer": found.trainer, "why": found.why}
+    show("entry", found.trainer, result, render.printable(text), args.json)
+    return EXIT_OK if found.trainer else EXIT_FAILED
+
+
 def _max_jobs(args: argparse.Namespace) -> int:
     from verl_bundle.airgap.doctor.resources import max_jobs
 
@@ -478,6 +488,15 @@ def parser() -> Parser:
         metavar="ADDR",
         help="the address to listen on (default: every interface)",
     )
+
+    p = command(
+        "entry",
+        _entry,
+        "whether `python -m MODULE` starts verl's trainer (its Hydra config composes verl's "
+        "trainer config), read without importing it; exit 0 yes, 1 no",
+    )
+    p.add_argument("module", metavar="MODULE")
+    p.add_argument("--json", action="store_true", help="print the versioned JSON envelope")
 
     p = command("max-jobs", _max_jobs, "the MAX_JOBS a source build should use on this machine")
     p.add_argument("--gib-per-job", type=float, default=9.0, metavar="F")

@@ -256,7 +256,14 @@ def slurm_ray_cmd(
         int, typer.Option(help="CPUs per node for Ray (0: all of the node's).")
     ] = 0,
     mem: Annotated[str, typer.Option(help="Memory per node, as sbatch --mem (0: all).")] = "0",
-    port: Annotated[int, typer.Option(help="The Ray head's port.")] = 6379,
+    port: Annotated[
+        int,
+        typer.Option(
+            help="The Ray head's port: 0 (the default) lets Ray choose a free one for each job, "
+            "so two jobs on one node never meet; a fixed one must lie outside Ray's own "
+            "(workers 10002-19999, 10001, 8265, 52365)."
+        ),
+    ] = 0,
     ifname: Annotated[
         str,
         typer.Option(
