@@ -275,3 +275,36 @@ def test_checks_are_registered_once_in_the_report_order() -> None:
 def test_a_phase_that_is_not_there_is_refused() -> None:
     with pytest.raises(UsageError, match="--skip-phase nope: no such phase"):
         Plan.of(from_dict(SAMPLE), ["nope"])
+
+
+def test_a_read_only_image_prefix_is_checked_as_a_mount_not_for_free_space(
+    tmp_path: Path,
+) -> None:
+    """Issue 37: an image mounted at the prefix (read-only, 0 bytes free) is not 'no free
+    space': nothing is installed there; an image that does not serve its python fails."""
+    base = good_facts(tmp_path)
+    full = (
+        Place("install prefix", "/opt/verl", "/opt/verl", 0, read_only=True),
+        Place("temp dir", "/tmp", "/tmp", 900 * GIB),
+    )
+    mounted = dataclasses.replace(
+        base,
+        disk=full,
+        node=dataclasses.replace(base.node, image="squashfs image (fuse.squashfuse, read-only)"),
+    )
+    disk = examine(Plan.of(from_dict(SAMPLE)), mounted, Options()).check("disk")
+    assert disk.status == "ok" and disk.summary.startswith(
+        "install prefix: a squashfs image (fuse.squashfuse, read-only): nothing is installed here"
+    ), disk
+    plain = dataclasses.replace(base, disk=full)
+    assert examine(Plan.of(from_dict(SAMPLE)), plain, Options()).check("disk").status == "fail"
+    dead = dataclasses.replace(
+        mounted,
+        node=dataclasses.replace(
+            mounted.node,
+            image_problem="the image's bin/python is /usr/bin/python3.10, outside the image, "
+            "and this node has no such interpreter",
+        ),
+    )
+    failed = examine(Plan.of(from_dict(SAMPLE)), dead, Options()).check("disk")
+    assert failed.status == "fail" and "outside the image" in failed.summary and failed.fix

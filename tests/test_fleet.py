@@ -911,3 +911,29 @@ def test_the_doctor_names_a_ray_token_left_in_the_home(tmp_path: Path) -> None:
     assert token["status"] == "warn" and "left by an earlier ray.init()" in token["summary"]
     clean = json.loads(node(tmp_path, "n2", HOME=str(tmp_path / "none")).read_text())
     assert {c["id"]: c["status"] for c in clean["result"]["checks"]}["ray-token"] == "ok"
+
+
+def test_nodes_on_a_read_only_image_agree_on_the_images_install_record(
+    tmp_path: Path, doctor_json: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 37: a node mounting the image an install made once carries that install's record
+    in its doctor result (installed_fingerprint): read without --doctor-only, and said."""
+
+    def on_image(result: dict) -> None:  # type: ignore[type-arg]
+        result["host"]["image"] = "squashfs image (fuse.squashfuse, read-only)"
+
+    results = tmp_path / "results"
+    results.mkdir()
+    image = doctor_variant(doctor_json, tmp_path, on_image)
+    for name in ("n1", "n2"):
+        shutil.copy(image, results / f"{name}.json")
+    r = run(["fleet", "report", str(results), "--expect", "n1,n2"], capsys)
+    assert r.code == 0 and r.last_line == (
+        "fleet: 2 node(s) agree (2 on a read-only image: installed once, its install record "
+        "checked on each)"
+    ), r.out + r.err
+    doc = json.loads(image.read_text())
+    del doc["result"]["host"]["installed_fingerprint"]
+    (results / "n2.json").write_text(json.dumps(doc))
+    r = run(["fleet", "report", str(results), "--expect", "n1,n2"], capsys)
+    assert r.code == 1 and "FAIL n2: its image holds no fingerprint" in r.out

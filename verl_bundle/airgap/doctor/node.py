@@ -134,6 +134,7 @@ class Node:
     changed: tuple[str, ...] = ()  # what differs from what the install ended with
     env: dict[str, str] = field(default_factory=dict)  # the variables that change a run
     image: str | None = None  # how the prefix is provided: "directory", or the image's mount
+    image_problem: str | None = None  # an image mount that does not serve the environment
     ray_token: RayToken | None = None  # a token in ~/.ray/auth_token
 
     def missing_interfaces(self) -> dict[str, str]:
@@ -290,12 +291,34 @@ def ray_token_finding(
     return ("fail" if (nodes or 1) > 1 else "warn"), summary, fix
 
 
+def image_problem(prefix: str) -> str | None:
+    """Why an image mounted at `prefix` does not serve the environment it holds (its python,
+    the fingerprint its install recorded), or None."""
+    python = os.path.join(prefix, "bin", "python")
+    real = os.path.realpath(python)
+    inside = real.startswith(os.path.realpath(prefix).rstrip(os.sep) + os.sep)
+    if not os.access(python, os.X_OK):
+        if not inside:
+            return (
+                f"the image's bin/python is {real}, outside the image, and this node has no "
+                "such interpreter"
+            )
+        return f"{python} cannot be run from the image mounted at {prefix}"
+    if fingerprint.read(prefix) is None:
+        return f"no install record in the image ({prefix}/.verl-bundle/fingerprint)"
+    return None
+
+
 def _environment(node: Node, prefix: str | None, deep: bool) -> Node:
     """`node` with the live fingerprint of the environment at `prefix` and what changed since
     its install (unchanged without an environment there)."""
-    if not prefix or not fingerprint.site_dirs(prefix):
+    if not prefix:
         return node
     image = provided(prefix)
+    if image != "directory":
+        node = replace(node, image=image, image_problem=image_problem(prefix))
+    if not fingerprint.site_dirs(prefix):
+        return node
     # A read-only image mount has other inodes and times than the directory it was packed
     # from, and nothing in it can change in place: sizes only there (the image is FILE.sha256).
     since = fingerprint.read_stats(prefix) if image == "directory" else None

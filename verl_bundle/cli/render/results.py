@@ -316,6 +316,11 @@ def fleet(report: FleetReport) -> Shown:
         lines.append(f"  fix: {d.fact.fix}")
     if report.ok:
         verdict = f"fleet: {len(report.nodes)} node(s) agree"
+        if report.images:
+            verdict += (
+                f" ({len(report.images)} on a read-only image: installed once, its install "
+                "record checked on each)"
+            )
         if report.uncompared:
             verdict += (
                 f" on their doctor results ({len(report.uncompared)} with no install record "
@@ -342,6 +347,7 @@ def fleet(report: FleetReport) -> Shown:
         "expected": list(report.expected) if report.expected is not None else None,
         "missing": list(report.missing),
         "uncompared": list(report.uncompared),
+        "images": list(report.images),
         "nodes": [
             {
                 "name": n.name,

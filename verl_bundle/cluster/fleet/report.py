@@ -72,6 +72,7 @@ class FleetReport:
     expected: tuple[str, ...] | None = None  # None: no list of nodes to expect
     missing: tuple[str, ...] = ()
     uncompared: tuple[str, ...] = ()  # --doctor-only: nodes with no install record to compare
+    images: tuple[str, ...] = ()  # nodes on a read-only image: the image's install record
 
     @property
     def ok(self) -> bool:
@@ -421,12 +422,13 @@ def _fingerprint(node: NodeResult) -> list[Problem]:
         ]
     recorded = node.host.get("installed_fingerprint")
     if recorded is None:
-        if not node.engine:
+        if not node.engine and not node.on_image:
             return []
+        where = "its image holds" if node.on_image else "its install recorded"
         return [
             Problem(
                 node.name,
-                "its install recorded no fingerprint (PREFIX/.verl-bundle/fingerprint)",
+                f"{where} no fingerprint (PREFIX/.verl-bundle/fingerprint)",
                 "run the install again: its last step records the environment it leaves",
             )
         ]
@@ -562,7 +564,8 @@ def compare(
         current,
         tuple(expected) if expected is not None else None,
         tuple(missing),
-        tuple(n.name for n in live if n.install_rc is None and not n.engine),
+        tuple(n.name for n in live if n.install_rc is None and not n.engine and not n.on_image),
+        tuple(n.name for n in live if n.on_image),
     )
 
 
@@ -574,7 +577,9 @@ def fleet_report(
     --json` results carry no install record: they are compared only with `doctor_only` (and
     the verdict says their installs were not), never agreed on silently."""
     gathered = load(directory)
-    plain = [n for n in gathered.nodes if not n.engine]
+    # A node on a read-only image is installed by the image: its doctor result carries the
+    # record the install wrote into it (checked against the live fingerprint).
+    plain = [n for n in gathered.nodes if not n.engine and not n.on_image]
     if plain and not doctor_only:
         raise FleetError(
             f"{plain[0].source}: a plain doctor result, with no install record: compare "

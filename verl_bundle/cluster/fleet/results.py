@@ -63,6 +63,12 @@ class NodeResult:
     doctor_error: str | None = None  # why its doctor output is not a doctor's result
     engine: bool = True  # written by the slurm or ansible install; False: a plain doctor result
 
+    @property
+    def on_image(self) -> bool:
+        """The node runs a read-only image its install made once (`install.sh --image`): the
+        image holds that install's record."""
+        return str(self.host.get("image") or "").startswith("squashfs image")
+
 
 @dataclass(frozen=True)
 class Run:
