@@ -216,11 +216,13 @@ def slurm_install_cmd(
 ) -> None:
     """Write an sbatch script that copies the tarball onto every node (sbcast --compress, read
     where the batch step runs: the path must be the same file there, else the job says so in
-    one line), reads it from --shared-path, or has each node install from --from-url; installs
-    and runs the doctor on every node (srun --ntasks-per-node=1), writes each node's result
-    (install exit code, doctor verdict, bundle, environment) into --gather for `verl-bundle
-    fleet report`, removes each node's copy once installed (keeps it on failure, and says
-    where) and fails the job when any node failed. Prints the command to submit it."""
+    one line), reads it from --shared-path, or has each node install from --from-url; each
+    node checks that the bundle is the one this script was written for before it installs;
+    installs and runs the doctor on every node (srun --ntasks-per-node=1), writes each node's
+    result (install exit code, doctor verdict, bundle, environment) into --gather, removes
+    each node's copy once installed (keeps it on failure, and says where) and ends with the
+    exit code of `verl-bundle fleet report` (5 when it cannot be reached from the batch
+    node). Prints the command to submit it."""
     from verl_bundle.cluster.slurm import SlurmInstall, write_install
     from verl_bundle.cluster.values import InstallOptions
 
@@ -331,12 +333,15 @@ def ansible_install_cmd(
     output: Written = Path("verl-bundle-install.yml"),
 ) -> None:
     """Write a playbook that copies the tarball to every host (or has each fetch it from --url,
-    or install from one served copy with --from-url, so this controller sends nothing), keyed
-    by the bundle's sha256: a rebuilt tarball is installed again, an installed one only
-    checked (a second run changes nothing). Runs the doctor on every host, gathers each host's
-    result here for `verl-bundle fleet report`, and fails a host whose install or doctor
-    failed. Per-host inventory variables: verl_prefix, verl_python, verl_work. Prints the
-    command to run it."""
+    or install from one served copy with --from-url, so this controller sends nothing). The
+    bundle is pinned now (the sha256 of its SHA256SUMS): each host checks it before it
+    installs, so a tarball rebuilt under the same name needs the playbook written again. A host
+    whose live environment is the one the install left is only checked (a second run changes
+    nothing); one that changed since is installed again (with --repair: what differs). Runs
+    the doctor on every host, gathers each host's result here and ends with `verl-bundle fleet
+    report` (a failed host is named there; a batch where every host failed ends the install,
+    never the report). Per-host inventory variables: verl_prefix, verl_python, verl_work.
+    Prints the command to run it."""
     from verl_bundle.cluster.ansible import AnsibleInstall, write_playbook
     from verl_bundle.cluster.values import InstallOptions
 
