@@ -389,6 +389,37 @@ def test_a_rebuilt_bundle_is_installed_and_a_second_run_changes_nothing(
 
 
 @pytest.mark.slow
+def test_a_package_removed_on_a_host_is_installed_again_and_repaired(
+    built_bundle: tuple[Path, Path, dict[str, object]],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 37: installed on both hosts (--quick); pylatexenc removed on node-b afterwards. The
+    installed marker compares the live fingerprint, so a plain rerun installs there again and
+    fails naming --repair (before, it only ran the doctor, identical every time); the playbook
+    written with --repair reinstalls it on node-b alone and the report agrees."""
+    from support.airgap import netns_prefix
+
+    hosts = inventory(tmp_path, python310())
+    out = playbook(tmp_path, built_bundle[0], capsys, "--quick")
+    first = ansible(tmp_path, "-i", str(hosts), str(out), "-f", "2")
+    assert first.returncode == 0, first.stdout[-3000:]
+    b = tmp_path / "prefix-node-b"
+    pip = [*netns_prefix(), str(b / "bin" / "python"), "-m", "pip", "uninstall", "-y"]
+    gone = subprocess.run([*pip, "pylatexenc"], capture_output=True, text=True, check=False)
+    assert gone.returncode == 0, gone.stderr
+    plain = ansible(tmp_path, "-i", str(hosts), str(out), "-f", "2")
+    assert plain.returncode != 0 and "--repair" in plain.stdout, plain.stdout[-3000:]
+    assert "FAILED node-b: install exit 1" in plain.stdout and "FAILED node-a" not in plain.stdout
+    out = playbook(tmp_path, built_bundle[0], capsys, "--quick", "--repair")
+    repaired = ansible(tmp_path, "-i", str(hosts), str(out), "-f", "2")
+    assert repaired.returncode == 0, repaired.stdout[-3000:]
+    assert list((b / "lib").glob("python3*/site-packages/pylatexenc-*.dist-info"))
+    assert "fleet: 2 node(s) agree" in repaired.stdout
+    assert (recap(repaired)["node-a"]["changed"], recap(repaired)["node-b"]["changed"]) == (0, 1)
+
+
+@pytest.mark.slow
 def test_two_hosts_install_from_one_served_copy_with_no_other_network(
     built_bundle: tuple[Path, Path, dict[str, object]],
     tmp_path: Path,
