@@ -223,6 +223,7 @@ def write_ray(tmp: Path, capsys: pytest.CaptureFixture[str], *extra: str, nodes:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # Ray's start-up on a loaded 2-core machine (retried, with the load said)
 def test_a_real_two_node_ray_cluster_in_token_mode_runs_a_recipe_in_each_nodes_venv(
     slurm: Slurm, tmp_path: Path, node_tmp: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -267,6 +268,7 @@ def test_a_real_two_node_ray_cluster_in_token_mode_runs_a_recipe_in_each_nodes_v
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # Ray's start-up on a loaded 2-core machine (retried, with the load said)
 def test_two_ray_jobs_on_one_node_do_not_collide(
     slurm: Slurm, tmp_path: Path, node_tmp: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
