@@ -21,7 +21,7 @@ from conftest import clean_environ
 from support.airgap import extract, python310
 from support.bundlefix import replace_wheel
 from support.cli import run
-from support.fakebundle import fake_bundle
+from support.fakebundle import bundle_id, fake_bundle, fingerprint_of
 
 HOSTS = ("node-a", "node-b")
 LOOKUP = "{{ lookup('pipe', 'touch PWNED') }}"
@@ -63,12 +63,15 @@ def playbook(tmp: Path, tarball: Path, capsys: pytest.CaptureFixture[str], *extr
     return out
 
 
-def ansible(tmp: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def ansible(
+    tmp: Path, *args: str, cwd: Path | None = None, **extra: str
+) -> subprocess.CompletedProcess[str]:
     env = {
         **clean_environ(tmp),
         "LC_ALL": "C.UTF-8",
         "ANSIBLE_LOCAL_TEMP": str(tmp / "ansible-tmp"),
         "ANSIBLE_HOME": str(tmp / "ansible-home"),
+        **extra,
     }
     return subprocess.run(
         [ansible_playbook(), *args],
@@ -211,7 +214,7 @@ def test_hostile_values_travel_as_data_and_a_taken_work_directory_stops_the_host
     done = ansible(tmp_path, "-i", str(hosts), str(out))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert not list(tmp_path.rglob("PWNED")) and not (Path.cwd() / "PWNED").exists()
-    assert (prefix / ".verl-bundle" / "fingerprint").read_text() == "v1\n"
+    assert (prefix / ".verl-bundle" / "fingerprint").read_text() == fingerprint_of("v1") + "\n"
     assert json.loads((gather / "node-a.json").read_text())["result"]["install"]["rc"] == 0
     assert "fleet: 1 node(s) agree" in done.stdout  # the play's own report, on the controller
     # A result the play did not write (another run's host): the report fails the play.
@@ -231,7 +234,97 @@ def test_hostile_values_travel_as_data_and_a_taken_work_directory_stops_the_host
     stopped = ansible(tmp_path, "-i", str(hosts), str(out))
     assert stopped.returncode != 0
     assert f"verl-bundle: {theirs} belongs to uid 12345, not to this user" in stopped.stdout
-    assert recap(stopped)["node-a"]["failed"] == 1
+    assert recap(stopped)["node-a"]["rescued"] == 1 and recap(stopped)["localhost"]["failed"] == 1
+    assert "FAIL node-a: install failed: exit 1 (a step failed): Make the work directory" in (
+        stopped.stdout
+    ), stopped.stdout[-3000:]
+
+
+@pytest.mark.slow
+def test_the_play_ends_with_the_report_and_a_host_checks_the_bundle_first(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 34 F3, F4, F8 on the real ansible-playbook: the run's record names the bundle the
+    playbook was written for; a result the report cannot read fails the play, and so does a
+    controller with no verl-bundle to compare the hosts; another bundle under the tarball's
+    name is refused by every host before anything of it runs."""
+    tarball = fake_bundle(tmp_path / "b", "v1")
+    out = playbook(tmp_path, tarball, capsys)
+    hosts = inventory(tmp_path)
+    results = tmp_path / "results"
+    first = ansible(tmp_path, "-i", str(hosts), str(out), VLLM_USE_V1="1", HF_TOKEN="hf_secret")  # noqa: S106 - a test value
+    assert first.returncode == 0, first.stdout[-3000:]
+    assert "fleet: 2 node(s) agree" in first.stdout
+    # The variables that change a run, from the doctor's list; a secret as its hash only.
+    env = json.loads((results / "node-a.json").read_text())["result"]["env"]
+    assert env["VLLM_USE_V1"] == "1" and env["HF_TOKEN"].startswith("sha256:"), env
+    assert "hf_secret" not in "".join(p.read_text() for p in results.glob("*.json"))
+    run_record = json.loads((results / ".run.json").read_text())["result"]
+    assert run_record["bundle"] == bundle_id(tarball)
+    (results / "notes.json").write_text("not json\n")
+    unreadable = ansible(tmp_path, "-i", str(hosts), str(out))
+    assert unreadable.returncode != 0 and recap(unreadable)["localhost"]["failed"] == 1
+    assert "the fleet report (above) exited 2: error: notes.json: not readable JSON" in (
+        unreadable.stdout
+    ), unreadable.stdout[-3000:]
+    (results / "notes.json").unlink()
+    alone = tmp_path / "alone.yml"
+    alone.write_text(out.read_text().replace(json.dumps(sys.executable), '"/nonexistent/python3"'))
+    uncompared = ansible(tmp_path, "-i", str(hosts), str(alone))
+    assert uncompared.returncode != 0 and recap(uncompared)["localhost"]["failed"] == 1
+    assert "the hosts were not compared: /nonexistent/python3" in uncompared.stdout
+    want = bundle_id(tarball)
+    fake_bundle(tmp_path / "b", "v2")  # another bundle under the same name
+    got = bundle_id(tarball)
+    refused = ansible(tmp_path, "-i", str(hosts), str(out))
+    assert refused.returncode != 0
+    said = f"(SHA256SUMS {got}) is not the one this playbook was written for ({want})"
+    assert recap(refused)["localhost"]["failed"] == 1  # the report play ran, and failed
+    for host in HOSTS:
+        assert f"FAILED {host}: verl-bundle: the bundle unpacked here" in refused.stdout
+        assert said in refused.stdout
+        prefix = tmp_path / f"prefix-{host}"
+        assert (prefix / ".verl-bundle" / "fingerprint").read_text() == fingerprint_of("v1") + "\n"
+        assert (prefix / ".verl-bundle" / "installed-from").read_text().count("\n") == 1
+        record = json.loads((results / f"{host}.json").read_text())["result"]
+        assert (record["install"]["rc"], record["doctor_rc"], record["bundle"]) == (3, None, got)
+
+
+@pytest.mark.slow
+def test_a_dead_batch_still_runs_the_report_and_a_changed_host_installs_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 37: with --serial 1 and node-a's install failing, its batch ends the play (the
+    next batch would fail the same way) and the report play still runs, naming node-a failed
+    and node-b missing; the options reach every install.sh; once installed, a host whose live
+    environment changed (the fake's installed file edited) is installed again, not skipped on
+    its recorded fingerprint."""
+    tarball = fake_bundle(tmp_path / "b")
+    hosts = inventory(tmp_path)
+    (tmp_path / "prefix-node-a.fail").touch()
+    out = playbook(tmp_path, tarball, capsys, "--serial", "1", "--quick", "--repair")
+    dead = ansible(tmp_path, "-i", str(hosts), str(out))
+    assert dead.returncode != 0 and recap(dead)["localhost"]["failed"] == 1, dead.stdout[-3000:]
+    assert "node-b" not in recap(dead)  # its batch never ran
+    assert "FAILED node-a: install exit 3" in dead.stdout
+    assert "FAIL node-a: install failed: exit 3 (the bundle is damaged)" in dead.stdout
+    assert "FAIL node-b: missing: no result from this node" in dead.stdout
+    (tmp_path / "prefix-node-a.fail").unlink()
+    first = ansible(tmp_path, "-i", str(hosts), str(out))
+    assert first.returncode == 0 and "fleet: 2 node(s) agree" in first.stdout, first.stdout[-3000:]
+    for host in HOSTS:
+        given = (tmp_path / f"prefix-{host}" / ".verl-bundle" / "install-args").read_text()
+        assert given.splitlines()[-1].endswith(" --yes --quick --repair"), given
+    again = ansible(tmp_path, "-i", str(hosts), str(out))
+    assert {h: recap(again)[h]["changed"] for h in HOSTS} == dict.fromkeys(HOSTS, 0)
+    (tmp_path / "prefix-node-b" / "VERSION").write_text("edited\n")  # its live fingerprint
+    changed = ansible(tmp_path, "-i", str(hosts), str(out))
+    assert changed.returncode == 0, changed.stdout[-3000:]
+    runs = {
+        h: (tmp_path / f"prefix-{h}" / ".verl-bundle" / "install-args").read_text().count("\n")
+        for h in HOSTS
+    }
+    assert runs == {"node-a": 1, "node-b": 2}  # node-a's failed run recorded nothing
 
 
 def retar(root: Path, tarball: Path) -> Path:
@@ -256,10 +349,22 @@ def test_a_rebuilt_bundle_is_installed_and_a_second_run_changes_nothing(
     site = "lib/python3.10/site-packages"
     for host in HOSTS:
         assert (tmp_path / f"prefix-{host}" / site / "aioprometheus-1.0.0.dist-info").is_dir()
-    # The same name, another bundle: the new one is copied, unpacked and installed.
+    # The same name, another bundle: the playbook pinned the first, so no host installs it
+    # (issue 34 F8); written again for it, it is copied, unpacked and installed.
     rebuilt = extract(built_bundle[0], tmp_path / "rebuild")
     replace_wheel(rebuilt, "aioprometheus", version="1.0.1")
     retar(rebuilt, tarball)
+    refused = ansible(tmp_path, "-i", str(hosts), str(out))
+    assert refused.returncode != 0
+    for host in HOSTS:
+        prefix = tmp_path / f"prefix-{host}"
+        assert [p.name for p in (prefix / site).glob("aioprometheus-*.dist-info")] == [
+            "aioprometheus-1.0.0.dist-info"
+        ]
+        assert "is not the one this playbook was written for" in refused.stdout
+        record = json.loads((tmp_path / "results" / f"{host}.json").read_text())["result"]
+        assert record["install"]["rc"] == 3 and record["doctor_rc"] is None
+    out = playbook(tmp_path, tarball, capsys)
     second = ansible(tmp_path, "-i", str(hosts), str(out))
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-2000:]
     for host in HOSTS:
@@ -268,7 +373,7 @@ def test_a_rebuilt_bundle_is_installed_and_a_second_run_changes_nothing(
             "aioprometheus-1.0.1.dist-info"
         ]
         assert len(list((tmp_path / f"work-{host}").iterdir())) == 1  # the old copy pruned
-        assert recap(second)[host]["changed"] >= 3
+        assert recap(second)[host]["changed"] >= 2  # installed, pruned (unpacked when refused)
     logs = {h: (tmp_path / f"prefix-{h}" / ".verl-bundle" / "install.log") for h in HOSTS}
     before = {h: log.stat().st_mtime_ns for h, log in logs.items()}
     third = ansible(tmp_path, "-i", str(hosts), str(out))
@@ -281,6 +386,37 @@ def test_a_rebuilt_bundle_is_installed_and_a_second_run_changes_nothing(
     result = json.loads(report.out)["result"]
     assert report.code == 0, report.out
     assert result["expected"] == list(HOSTS) and [n["name"] for n in result["nodes"]] == list(HOSTS)
+
+
+@pytest.mark.slow
+def test_a_package_removed_on_a_host_is_installed_again_and_repaired(
+    built_bundle: tuple[Path, Path, dict[str, object]],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 37: installed on both hosts (--quick); pylatexenc removed on node-b afterwards. The
+    installed marker compares the live fingerprint, so a plain rerun installs there again and
+    fails naming --repair (before, it only ran the doctor, identical every time); the playbook
+    written with --repair reinstalls it on node-b alone and the report agrees."""
+    from support.airgap import netns_prefix
+
+    hosts = inventory(tmp_path, python310())
+    out = playbook(tmp_path, built_bundle[0], capsys, "--quick")
+    first = ansible(tmp_path, "-i", str(hosts), str(out), "-f", "2")
+    assert first.returncode == 0, first.stdout[-3000:]
+    b = tmp_path / "prefix-node-b"
+    pip = [*netns_prefix(), str(b / "bin" / "python"), "-m", "pip", "uninstall", "-y"]
+    gone = subprocess.run([*pip, "pylatexenc"], capture_output=True, text=True, check=False)
+    assert gone.returncode == 0, gone.stderr
+    plain = ansible(tmp_path, "-i", str(hosts), str(out), "-f", "2")
+    assert plain.returncode != 0 and "--repair" in plain.stdout, plain.stdout[-3000:]
+    assert "FAILED node-b: install exit 1" in plain.stdout and "FAILED node-a" not in plain.stdout
+    out = playbook(tmp_path, built_bundle[0], capsys, "--quick", "--repair")
+    repaired = ansible(tmp_path, "-i", str(hosts), str(out), "-f", "2")
+    assert repaired.returncode == 0, repaired.stdout[-3000:]
+    assert list((b / "lib").glob("python3*/site-packages/pylatexenc-*.dist-info"))
+    assert "fleet: 2 node(s) agree" in repaired.stdout
+    assert (recap(repaired)["node-a"]["changed"], recap(repaired)["node-b"]["changed"]) == (0, 1)
 
 
 @pytest.mark.slow

@@ -65,6 +65,7 @@ IDS = [
     "disk",
     "memory",
     "unlisted",
+    "ray-token",
 ]
 
 # What the doctor reads of a real manifest (verl-bundle-cu118-cp310-manylinux_2_17_x86_64).

@@ -18,7 +18,7 @@ from verl_bundle.airgap.doctor.commands import Run
 from verl_bundle.airgap.doctor.compilers import Compiler, Ninja
 from verl_bundle.airgap.doctor.devices import Gpu
 from verl_bundle.airgap.doctor.gpus import App, DriverProbe, GpuListing
-from verl_bundle.airgap.doctor.node import Node
+from verl_bundle.airgap.doctor.node import Node, RayToken
 from verl_bundle.airgap.doctor.python import Interpreter
 from verl_bundle.airgap.doctor.registry import Registered, run_one
 from verl_bundle.airgap.doctor.resources import Memory, Place
@@ -131,6 +131,10 @@ BREAKAGES: dict[str, Change] = {
     "gcc dead": lambda f, t: _r(f, compilers=_gcc(None, run=HUNG)),
     "gcc 12": lambda f, t: _r(f, compilers=_gcc("12.2.0")),
     "no ninja": lambda f, t: _r(f, ninja=Ninja(None)),
+    "stale ray token": lambda f, t: _r(
+        f,
+        node=dataclasses.replace(f.node, ray_token=RayToken("/home/u/.ray/auth_token", 64, 0o644)),
+    ),
     "ninja dead": lambda f, t: _r(f, ninja=Ninja("/usr/bin/ninja", HUNG)),
     "no nvcc": lambda f, t: _tk(f, home=None, nvcc=None, run=None, version=None, libs=None),
     "nvcc silent": lambda f, t: _tk(f, version=None, run=HUNG),
@@ -232,7 +236,9 @@ def test_every_warning_and_failure_carries_a_fix(tmp_path: Path) -> None:
     # The walk reached a warning or a failure of every registered check.
     assert {k for k, v in seen.items() if not v} == set()
     # unlisted warns: the doctor runs before install.sh --repair, which removes what it names.
-    assert all("fail" in seen[k] for k in IDS if k not in ("headers", "memory", "unlisted"))
+    assert all(
+        "fail" in seen[k] for k in IDS if k not in ("headers", "memory", "unlisted", "ray-token")
+    )
 
 
 def test_fixes_say_where_packages_come_from_offline(tmp_path: Path) -> None:
@@ -270,9 +276,43 @@ def test_checks_are_registered_once_in_the_report_order() -> None:
         "disk",
         "memory",
         "unlisted",
+        "ray-token",
     }
 
 
 def test_a_phase_that_is_not_there_is_refused() -> None:
     with pytest.raises(UsageError, match="--skip-phase nope: no such phase"):
         Plan.of(from_dict(SAMPLE), ["nope"])
+
+
+def test_a_read_only_image_prefix_is_checked_as_a_mount_not_for_free_space(
+    tmp_path: Path,
+) -> None:
+    """Issue 37: an image mounted at the prefix (read-only, 0 bytes free) is not 'no free
+    space': nothing is installed there; an image that does not serve its python fails."""
+    base = good_facts(tmp_path)
+    full = (
+        Place("install prefix", "/opt/verl", "/opt/verl", 0, read_only=True),
+        Place("temp dir", "/tmp", "/tmp", 900 * GIB),
+    )
+    mounted = dataclasses.replace(
+        base,
+        disk=full,
+        node=dataclasses.replace(base.node, image="squashfs image (fuse.squashfuse, read-only)"),
+    )
+    disk = examine(Plan.of(from_dict(SAMPLE)), mounted, Options()).check("disk")
+    assert disk.status == "ok" and disk.summary.startswith(
+        "install prefix: a squashfs image (fuse.squashfuse, read-only): nothing is installed here"
+    ), disk
+    plain = dataclasses.replace(base, disk=full)
+    assert examine(Plan.of(from_dict(SAMPLE)), plain, Options()).check("disk").status == "fail"
+    dead = dataclasses.replace(
+        mounted,
+        node=dataclasses.replace(
+            mounted.node,
+            image_problem="the image's bin/python is /usr/bin/python3.10, outside the image, "
+            "and this node has no such interpreter",
+        ),
+    )
+    failed = examine(Plan.of(from_dict(SAMPLE)), dead, Options()).check("disk")
+    assert failed.status == "fail" and "outside the image" in failed.summary and failed.fix

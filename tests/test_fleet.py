@@ -13,6 +13,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import clean_environ
@@ -21,6 +22,8 @@ from support.toolchain import CLEARED, FakeGpu, FakeMachine
 
 from verl_bundle.airgap.doctor import fingerprint
 from verl_bundle.airgap.doctor.node import ifname_matches
+from verl_bundle.airgap.errors import EXIT_CODES
+from verl_bundle.cluster.fleet.report import exit_words
 
 REPO = Path(__file__).resolve().parents[1]
 H100 = "NVIDIA H100 80GB HBM3"
@@ -115,7 +118,8 @@ def node(
 
 
 def report(directory: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict]:  # type: ignore[type-arg]
-    r = run(["fleet", "report", str(directory), "--json"], capsys)
+    """The report's JSON over plain doctor results (hand-gathered: --doctor-only)."""
+    r = run(["fleet", "report", str(directory), "--doctor-only", "--json"], capsys)
     doc = json.loads(r.out)
     assert doc["command"] == "fleet" and doc["schema"] == 1
     return r.code, doc["result"]
@@ -153,7 +157,7 @@ def test_driver_python_and_fingerprint_drift_are_each_named(
     assert [nodes for nodes in drift["fingerprint"].values()] == [["n1", "n2", "n3"], ["n4"]]
     assert [n["name"] for n in result["nodes"]] == ["n1", "n2", "n3", "n4"]  # one host name
     assert result["nodes"][0]["checks"]["python"] in ("ok", "warn", "fail")
-    text = run(["fleet", "report", str(tmp_path / "gathered")], capsys)
+    text = run(["fleet", "report", str(tmp_path / "gathered"), "--doctor-only"], capsys)
     assert text.code == 1
     assert "DRIFT NVIDIA driver" in text.out and "  550.54.15: n2" in text.out
     assert "DRIFT Python patch version" in text.out and "  3.10.14: n3" in text.out
@@ -162,13 +166,30 @@ def test_driver_python_and_fingerprint_drift_are_each_named(
     assert "3 drift(s)" in text.last_line
 
 
-def test_nodes_that_agree_exit_0(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_hand_gathered_doctor_results_agree_only_with_doctor_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A plain doctor result holds no install record: without --doctor-only it is refused in
+    one line; with it the nodes agree, and the verdict says their installs were not compared
+    (and, with no --expect, that a node that never reported is not seen)."""
     node(tmp_path, "n1")
     node(tmp_path, "n2")
+    gathered = str(tmp_path / "gathered")
+    refused = run(["fleet", "report", gathered], capsys)
+    assert refused.code == 2 and len(refused.err.splitlines()) == 1, refused.err
+    assert "n1.json: a plain doctor result, with no install record" in refused.err
+    assert "--doctor-only" in refused.err
     code, result = report(tmp_path / "gathered", capsys)
     assert (code, result["ok"], result["drift"], result["problems"]) == (0, True, [], [])
-    text = run(["fleet", "report", str(tmp_path / "gathered")], capsys)
-    assert text.code == 0 and text.last_line == "fleet: 2 node(s) agree"
+    assert result["uncompared"] == ["n1", "n2"]
+    text = run(["fleet", "report", gathered, "--doctor-only"], capsys)
+    assert text.code == 0 and text.last_line == (
+        "fleet: 2 node(s) agree on their doctor results (2 with no install record "
+        "(--doctor-only): their installs were not compared; no --expect: a node that never "
+        "reported is not seen)"
+    )
+    expected = run(["fleet", "report", gathered, "--doctor-only", "--expect", "n1,n2"], capsys)
+    assert expected.code == 0 and "no --expect" not in expected.last_line
 
 
 def test_a_missing_interface_and_an_unresolved_master_are_node_problems(
@@ -266,7 +287,7 @@ def test_a_removed_package_and_a_deleted_file_are_named(
     assert changed["n3"].startswith("changed since its install: ray: 2.40.0 ")
     assert changed["n3"].endswith("(1 file(s) not as recorded: ray/__init__.py missing)")
     assert all("--repair" in p["fix"] for p in result["problems"])
-    text = run(["fleet", "report", str(tmp_path / "gathered")], capsys).out
+    text = run(["fleet", "report", str(tmp_path / "gathered"), "--doctor-only"], capsys).out
     assert "    pylatexenc: 2.10 " in text and "FAIL n2: changed since its install" in text
 
 
@@ -352,20 +373,31 @@ def test_missing_stale_and_failed_nodes_are_each_one_line(
     assert doc["expected"] == ["gpu01", "gpu02", "gpu03", "gpu04"]
 
 
-def test_the_newest_result_names_the_run_when_no_record_does(
+def test_a_run_is_never_chosen_by_a_files_time(
     tmp_path: Path, doctor_json: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """Issue 34 L3: without .run.json, results of two runs cannot tell which is this run's;
+    the newest file (here an old run's, its time set a year ahead) never decides it."""
     results = tmp_path / "results"
-    old = record(results, "n1", doctor_json, run_id="1-old")
-    os.utime(old, (1, 1))
-    record(results, "n2", doctor_json, run_id="2-new")
-    r = run(["fleet", "report", str(results), "--expect", "n1,n2"], capsys)
-    assert r.code == 1 and "FAIL n1: stale: a result of run 1-old, not of this run 2-new" in r.out
-    ok = run(["fleet", "report", str(results), "--expect", "n2"], capsys)
-    # A file of a node this run does not have is never silently agreed either.
-    assert (
-        ok.code == 1 and "FAIL n1: not one of the expected nodes (a result of run 1-old)" in ok.out
+    record(results, "n1", doctor_json, run_id="78-new")
+    record(results, "n2", doctor_json, run_id="78-new")
+    old = record(results, "n3", doctor_json, run_id="12-old")
+    os.utime(old, (old.stat().st_mtime + 365 * 86400,) * 2)
+    r = run(["fleet", "report", str(results), "--expect", "n[1-3]"], capsys)
+    fails = [ln for ln in r.out.splitlines() if ln.startswith("FAIL ")]
+    assert r.code == 1 and fails == [
+        "FAIL results of runs 12-old, 78-new and no .run.json: which is this run's cannot be told"
+    ], r.out
+    doc = json.loads(
+        run(["fleet", "report", str(results), "--expect", "n[1-3]", "--json"], capsys).out
     )
+    assert doc["result"]["run"] is None and doc["result"]["problems"][0]["node"] is None
+    # One run among the results: it is the run, and a node of another run is named.
+    old.unlink()
+    r = run(["fleet", "report", str(results), "--expect", "n1,n2"], capsys)
+    assert r.code == 0 and r.last_line == "fleet: 2 node(s) agree", r.out
+    ok = run(["fleet", "report", str(results), "--expect", "n2"], capsys)
+    assert ok.code == 1 and "FAIL n1: not one of the expected nodes" in ok.out
 
 
 def test_a_node_result_with_no_doctor_or_another_bundle_fails(
@@ -379,9 +411,9 @@ def test_a_node_result_with_no_doctor_or_another_bundle_fails(
     r = run(["fleet", "report", str(results)], capsys)
     fails = [ln for ln in r.out.splitlines() if ln.startswith("FAIL ")]
     assert fails == [
-        "FAIL n2: install failed: exit 127 (install.sh not found)",
+        "FAIL n2: install failed: exit 127 (not one of install.sh's exit codes: read its log)",
         "FAIL n2: no doctor result (doctor exit 127)",
-        "FAIL n3: installed bundle cccccccccccc, not the run's bbbbbbbbbbbb",
+        "FAIL n3: its bundle cccccccccccc is not the run's bbbbbbbbbbbb",
     ]
     assert "DRIFT bundle (its SHA256SUMS)" in r.out and "  cccccccccccc: n3" in r.out
 
@@ -475,7 +507,7 @@ def test_long_values_are_cut_with_a_marker(
     (tmp_path / "g").mkdir()
     (tmp_path / "g" / "n1.json").write_text(json.dumps(doc))
     (tmp_path / "g" / "n2.json").write_text(doctor_json.read_text())
-    r = run(["fleet", "report", str(tmp_path / "g"), "--json"], capsys)
+    r = run(["fleet", "report", str(tmp_path / "g"), "--doctor-only", "--json"], capsys)
     result = json.loads(r.out)["result"]
     host = result["nodes"][0]["host"]
     assert host["driver"] == "5" * 512 + "...[cut]" and host["kernel"].endswith("...[cut]")
@@ -598,6 +630,7 @@ def test_a_damaged_doctor_output_fails_its_node_not_the_report(
     results = tmp_path / "results"
     record(results, "n1", doctor_json)
     path = record(results, "n2", doctor_json)
+    run_file(results, "7-aa", "n[1-3]")
     doc = json.loads(path.read_text())
     doc["result"]["doctor_output"] = output
     path.write_text(json.dumps(doc))
@@ -607,3 +640,297 @@ def test_a_damaged_doctor_output_fails_its_node_not_the_report(
     fails = [ln for ln in r.out.splitlines() if ln.startswith("FAIL ")]
     assert r.code == 1 and len(fails) == 1, r.out + r.err
     assert fails[0].startswith("FAIL n2: its doctor output: ") and says in fails[0]
+
+
+# -- a fleet that cannot agree wrongly (issue 34: F1-F3, F5-F7, L2) --------------------------
+def doctor_variant(doctor_json: Path, tmp: Path, change: Callable[[dict], None]) -> Path:  # type: ignore[type-arg]
+    """A copy of the real doctor result with `change` applied to its `result`."""
+    doc = json.loads(doctor_json.read_text())
+    change(doc["result"])
+    path = tmp / f"doctor-{len(list(tmp.glob('doctor-*')))}.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def fails_of(r: Any) -> list[str]:
+    return [ln for ln in r.out.splitlines() if ln.startswith("FAIL ")]
+
+
+def test_a_doctor_result_that_says_ok_over_a_failed_check_fails(
+    tmp_path: Path, doctor_json: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """F1: each check counts, never the `ok` flag alone; an `ok` that contradicts its checks
+    is named as not the doctor's own result."""
+
+    def failed_driver(result: dict) -> None:  # type: ignore[type-arg]
+        result["ok"] = True
+        result["checks"].append({"id": "driver", "status": "fail"})
+
+    results = tmp_path / "results"
+    record(results, "n1", doctor_json)
+    record(results, "n2", doctor_variant(doctor_json, tmp_path, failed_driver))
+    run_file(results, "7-aa", "n[1-2]", bundle="b" * 64)
+    r = run(["fleet", "report", str(results)], capsys)
+    assert r.code == 1, r.out
+    assert fails_of(r) == [
+        "FAIL n2: the doctor found failures: driver",
+        "FAIL n2: the doctor result says ok over the failed check(s) driver: not the doctor's "
+        "own result",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        (lambda r: r.update(checks=[]), "the doctor result holds no checks"),
+        (
+            lambda r: r["checks"].append({"id": "gpus", "status": "FAILED"}),
+            "doctor check(s) with no known status: gpus ('FAILED')",
+        ),
+        (lambda r: r.update(ok=False), "the doctor result says not ok and names no failure"),
+        (
+            lambda r: r["host"].pop("fingerprint"),
+            "no live environment fingerprint: the doctor found no installed environment",
+        ),
+        (
+            lambda r: r["host"].update(fingerprint="e" * 64),
+            f"its live fingerprint {'e' * 12} is not the ",
+        ),
+        (
+            lambda r: r["host"].pop("installed_fingerprint"),
+            "its install recorded no fingerprint",
+        ),
+    ],
+)
+def test_a_node_agrees_only_on_evidence(
+    change: Callable[[dict], None],  # type: ignore[type-arg]
+    says: str,
+    tmp_path: Path,
+    doctor_json: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    results = tmp_path / "results"
+    record(results, "n1", doctor_variant(doctor_json, tmp_path, change))
+    run_file(results, "7-aa", "n1", bundle="b" * 64)
+    r = run(["fleet", "report", str(results)], capsys)
+    assert r.code == 1 and any(says in ln for ln in fails_of(r)), r.out
+    assert "agree" not in r.last_line
+
+
+def test_a_result_with_no_install_record_or_no_doctor_exit_fails(
+    tmp_path: Path, doctor_json: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """F2: an install's result must carry its install record and its doctor's exit code."""
+    results = tmp_path / "results"
+    record(results, "n1", doctor_json)
+    for name, drop in (("n2", "install"), ("n3", "doctor_rc")):
+        path = record(results, name, doctor_json)
+        doc = json.loads(path.read_text())
+        del doc["result"][drop]
+        path.write_text(json.dumps(doc))
+    run_file(results, "7-aa", "n[1-3]", bundle="b" * 64)
+    r = run(["fleet", "report", str(results)], capsys)
+    assert r.code == 1 and fails_of(r) == [
+        "FAIL n2: no install record (result.install.rc): what its install did cannot be told",
+        "FAIL n3: no doctor exit code recorded (result.doctor_rc)",
+    ], r.out
+
+
+def test_nodes_with_no_bundle_hash_fail_where_the_run_names_one(
+    tmp_path: Path, doctor_json: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """F3: `bundle: null` on every node is not agreement, pinned run or not."""
+    results = tmp_path / "results"
+    for name in ("n1", "n2"):
+        path = record(results, name, doctor_json)
+        doc = json.loads(path.read_text())
+        doc["result"]["bundle"] = None
+        path.write_text(json.dumps(doc))
+    for pin in ("b" * 64, None):
+        run_file(results, "7-aa", "n[1-2]", bundle=pin)
+        r = run(["fleet", "report", str(results)], capsys)
+        assert r.code == 1 and fails_of(r) == [
+            f"FAIL {n}: no bundle hash recorded (the install left no SHA256SUMS to hash)"
+            for n in ("n1", "n2")
+        ], r.out
+
+
+def test_a_lone_node_with_no_run_record_does_not_agree(
+    tmp_path: Path, doctor_json: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """F6: without .run.json or --expect a node that never reported cannot be seen."""
+    results = tmp_path / "results"
+    record(results, "n1", doctor_json)
+    r = run(["fleet", "report", str(results)], capsys)
+    assert r.code == 1 and fails_of(r) == [
+        "FAIL which nodes this run had is unknown (no .run.json and no --expect): a node that "
+        "never reported cannot be seen"
+    ], r.out
+    given = run(["fleet", "report", str(results), "--expect", "n1"], capsys)
+    assert given.code == 0 and given.last_line == "fleet: 1 node(s) agree", given.out
+
+
+@pytest.mark.parametrize("rc", [*sorted(set(EXIT_CODES) - {0}), 127, 137])
+def test_every_install_exit_code_reads_in_the_server_programs_words(
+    rc: int, tmp_path: Path, doctor_json: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """F7: one table of exit codes (airgap/errors.py's); 5 is installed but not ready, past 128
+    a signal, never a bare 'failed'."""
+    results = tmp_path / "results"
+    record(results, "n1", doctor_json, rc=rc)
+    run_file(results, "7-aa", "n1", bundle="b" * 64)
+    r = run(["fleet", "report", str(results)], capsys)
+    (line,) = fails_of(r)
+    words = {
+        5: "installed, not ready to train: exit 5 (installed as bundled, but not ready to train)",
+        137: "install failed: exit 137 (killed by SIGKILL)",
+        143: "install failed: exit 143 (terminated by SIGTERM (a scheduler's time limit, "
+        "`timeout`))",
+        127: "install failed: exit 127 (not one of install.sh's exit codes: read its log)",
+    }
+    want = words.get(rc, f"install failed: exit {rc} ({EXIT_CODES.get(rc, '').split(': ')[0]})")
+    assert r.code == 1 and line == f"FAIL n1: {want}", line
+    assert exit_words(rc) in line
+
+
+def test_expect_a_count_is_refused_in_one_line(
+    tmp_path: Path, doctor_json: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """L2: `--expect 2` is a count, not a node named 2."""
+    results = tmp_path / "results"
+    record(results, "n1", doctor_json)
+    r = run(["fleet", "report", str(results), "--expect", "2"], capsys)
+    assert r.code == 2 and len(r.err.splitlines()) == 1, r.err
+    assert "--expect 2: a count, not node names" in r.err
+
+
+def same_size_edit(site: Path) -> None:
+    """ray/__init__.py rewritten with one digit changed, as `sed -i` or an editor saves it (a
+    new file renamed over the old), its time set back to the original's (`touch -r`)."""
+    target = site / "ray" / "__init__.py"
+    st = target.stat()
+    edited = target.read_text().replace("2.40.0", "2.40.9")
+    tmp = target.with_name(".edit")
+    tmp.write_text(edited)
+    os.utime(tmp, ns=(st.st_atime_ns, st.st_mtime_ns))
+    tmp.replace(target)
+    assert target.stat().st_size == st.st_size
+
+
+def test_a_same_size_edit_is_seen_without_deep(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """F5: the cheap doctor hashes the distributions whose files' stat digest changed since the
+    install recorded it: n2's same-size edit is named on n2 only; n1 hashed nothing."""
+    node(tmp_path, "n1")
+    node(tmp_path, "n2", change=same_size_edit)
+    code, result = report(tmp_path / "gathered", capsys)
+    assert code == 1
+    problems = {(p["node"], p["what"]) for p in result["problems"]}
+    assert problems == {
+        (
+            "n2",
+            "changed since its install: ray: 2.40.0 "
+            + result["nodes"][1]["host"]["distributions"]["ray"].split()[1]
+            + " (1 file(s) not as recorded: ray/__init__.py differs from its RECORD)",
+        )
+    }, problems
+    assert [d["fact"] for d in result["drift"]] == ["fingerprint"]
+
+
+def test_only_distributions_whose_files_changed_are_hashed(tmp_path: Path) -> None:
+    prefix = tmp_path / "p"
+    site = environment(prefix)
+    fingerprint.write(str(prefix))
+    since = fingerprint.read_stats(str(prefix))
+    assert since is not None and len(since) == 2
+    same = fingerprint.examine(str(prefix), since=since)
+    assert same.hashed == () and same.fingerprint == fingerprint.read(str(prefix))
+    init = site / "pylatexenc" / "__init__.py"
+    os.utime(init, (1, 1))  # touched, not changed: hashed, and as recorded
+    touched = fingerprint.examine(str(prefix), since=since)
+    assert touched.hashed == ("pylatexenc",) and touched.fingerprint == same.fingerprint
+    same_size_edit(site)
+    edited = fingerprint.examine(str(prefix), since=since)
+    assert set(edited.hashed) == {"pylatexenc", "ray"}
+    assert edited.damaged() == ["ray: ray/__init__.py differs from its RECORD"]
+    assert fingerprint.examine(str(prefix)).damaged() == []  # sizes only, without the record
+
+
+# -- the variables that change a run (issue 37) ------------------------------------------------
+@pytest.mark.parametrize(
+    ("var", "why"),
+    [
+        ("VLLM_ATTENTION_BACKEND", "vLLM reads it at start-up"),
+        ("VLLM_USE_V1", "vLLM reads it at start-up"),
+        ("PYTORCH_CUDA_ALLOC_CONF", "the CUDA caching allocator's settings"),
+        ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "torch's NCCL process-group settings"),
+        ("WANDB_MODE", "wandb is online"),
+        ("OMP_NUM_THREADS", "CPU threads per process"),
+        ("NVIDIA_VISIBLE_DEVICES", "which GPUs the container runtime gives a node"),
+        ("RAY_DEDUP_LOGS", "Ray reads its settings from the environment"),
+    ],
+)
+def test_each_variable_that_changes_a_run_is_compared_with_why(
+    var: str, why: str, tmp_path: Path, doctor_json: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    results = tmp_path / "results"
+    record(results, "n1", doctor_json, env={var: "1"})
+    record(results, "n2", doctor_json, env={var: "2"})
+    run_file(results, "7-aa", "n[1-2]", bundle="b" * 64)
+    r = run(["fleet", "report", str(results), "--json"], capsys)
+    (drift,) = json.loads(r.out)["result"]["drift"]
+    assert r.code == 1 and drift["fact"] == f"env:{var}" and why in drift["why"], drift
+
+
+def test_a_secret_is_compared_by_its_hash_and_never_shown(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """HF_TOKEN and RAY_AUTH_TOKEN differ: drift, shown as hashes; the value is in no output."""
+    node(tmp_path, "n1", HF_TOKEN="hf_secret_one", RAY_AUTH_TOKEN="a" * 64)  # noqa: S106
+    node(tmp_path, "n2", HF_TOKEN="hf_secret_two", RAY_AUTH_TOKEN="a" * 64)  # noqa: S106
+    gathered = tmp_path / "gathered"
+    assert "hf_secret" not in "".join(p.read_text() for p in gathered.iterdir())
+    code, result = report(gathered, capsys)
+    assert code == 1 and [d["fact"] for d in result["drift"]] == ["env:HF_TOKEN"]
+    assert all(v["value"].startswith("sha256:") for v in result["drift"][0]["values"])
+    text = run(["fleet", "report", str(gathered), "--doctor-only"], capsys)
+    assert "hf_secret" not in text.out + text.err and "a" * 64 not in text.out
+
+
+def test_the_doctor_names_a_ray_token_left_in_the_home(tmp_path: Path) -> None:
+    """Issue 37: the doctor warns of ~/.ray/auth_token (a head turns token mode on from it)."""
+    home = tmp_path / "home"
+    (home / ".ray").mkdir(parents=True)
+    (home / ".ray" / "auth_token").write_text("f" * 64)
+    doc = json.loads(node(tmp_path, "n1", HOME=str(home)).read_text())
+    (token,) = [c for c in doc["result"]["checks"] if c["id"] == "ray-token"]
+    assert token["status"] == "warn" and "left by an earlier ray.init()" in token["summary"]
+    clean = json.loads(node(tmp_path, "n2", HOME=str(tmp_path / "none")).read_text())
+    assert {c["id"]: c["status"] for c in clean["result"]["checks"]}["ray-token"] == "ok"
+
+
+def test_nodes_on_a_read_only_image_agree_on_the_images_install_record(
+    tmp_path: Path, doctor_json: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 37: a node mounting the image an install made once carries that install's record
+    in its doctor result (installed_fingerprint): read without --doctor-only, and said."""
+
+    def on_image(result: dict) -> None:  # type: ignore[type-arg]
+        result["host"]["image"] = "squashfs image (fuse.squashfuse, read-only)"
+
+    results = tmp_path / "results"
+    results.mkdir()
+    image = doctor_variant(doctor_json, tmp_path, on_image)
+    for name in ("n1", "n2"):
+        shutil.copy(image, results / f"{name}.json")
+    r = run(["fleet", "report", str(results), "--expect", "n1,n2"], capsys)
+    assert r.code == 0 and r.last_line == (
+        "fleet: 2 node(s) agree (2 on a read-only image: installed once, its install record "
+        "checked on each)"
+    ), r.out + r.err
+    doc = json.loads(image.read_text())
+    del doc["result"]["host"]["installed_fingerprint"]
+    (results / "n2.json").write_text(json.dumps(doc))
+    r = run(["fleet", "report", str(results), "--expect", "n1,n2"], capsys)
+    assert r.code == 1 and "FAIL n2: its image holds no fingerprint" in r.out

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import clean_environ
 from support.airgap import READY, extract, install_into, netns_prefix, run_install
+from support.cli import run as cli
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
@@ -57,7 +58,11 @@ def mounted(tmp_path: Path) -> Iterator[list[Path]]:
 
 @pytest.mark.timeout(900)  # an install, bytecode and packing on a loaded machine
 def test_one_read_only_image_serves_the_installed_stack(
-    bundle: Path, home: Path, tmp_path: Path, mounted: list[Path]
+    bundle: Path,
+    home: Path,
+    tmp_path: Path,
+    mounted: list[Path],
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     fuse_mounts(tmp_path)
     prefix, image = tmp_path / "opt-verl", tmp_path / "shared" / "verl.sqfs"
@@ -71,6 +76,8 @@ def test_one_read_only_image_serves_the_installed_stack(
     out = proc.stdout
     assert proc.returncode == READY, out + proc.stderr
     assert f"squashfuse {image} {prefix}" in out
+    # No CPython in this bundle: the image's venv runs this host's, and the output says so.
+    assert "outside the image: every node that mounts it needs that interpreter at that path" in out
     digest = hashlib.sha256(image.read_bytes()).hexdigest()
     assert (tmp_path / "shared" / "verl.sqfs.sha256").read_text() == f"{digest}  verl.sqfs\n"
     assert not list(image.parent.glob("*.partial"))
@@ -104,10 +111,41 @@ def test_one_read_only_image_serves_the_installed_stack(
         text=True,
         env={**clean_environ(home), "PYTHONPATH": str(REPO)},
     )
-    host = json.loads(doctor.stdout)["result"]["host"]
+    result = json.loads(doctor.stdout)["result"]
+    host = result["host"]
     assert host["image"] == "squashfs image (fuse.squashfuse, read-only)"
     assert host["fingerprint"] == host["installed_fingerprint"] is not None
     assert host["changed_since_install"] == []
+    # The read-only mount (0 bytes free) is not a disk failure (issue 37): nothing is installed
+    # on a node that mounts it.
+    disk = next(c for c in result["checks"] if c["id"] == "disk")
+    assert disk["status"] == "ok" and "read-only): nothing is installed here" in disk["summary"]
+
+    # Two nodes, each a mount namespace of its own with the image at the prefix: both pass the
+    # doctor, and the fleet report reads them as nodes on the image (no --doctor-only needed).
+    gathered = tmp_path / "gathered"
+    gathered.mkdir()
+    script = (
+        'squashfuse "$1" "$2" || exit 9; "$3" -m verl_bundle.airgap doctor --json --prefix "$2" '
+        '> "$4"; rc=$?; fusermount -u "$2"; exit "$rc"'
+    )
+    for node in ("n1", "n2"):
+        ran = subprocess.run(
+            [
+                *("unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh"),
+                *(str(image), str(prefix), sys.executable, str(gathered / f"{node}.json")),
+            ],
+            capture_output=True,
+            text=True,
+            env={**clean_environ(home), "PYTHONPATH": str(REPO)},
+        )
+        assert ran.returncode == 0, ran.stderr + (gathered / f"{node}.json").read_text()[-2000:]
+    report = cli(["fleet", "report", str(gathered), "--expect", "n1,n2"], capsys)
+    assert report.code == 0, report.out + report.err
+    assert report.last_line == (
+        "fleet: 2 node(s) agree (2 on a read-only image: installed once, its install record "
+        "checked on each)"
+    )
 
 
 @pytest.mark.timeout(900)

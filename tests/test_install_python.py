@@ -129,6 +129,12 @@ def test_python_bundled_is_used_when_asked_and_a_damaged_archive_is_never_unpack
     assert dry.returncode == 0, dry.stderr
     assert "to be unpacked into" in dry.stdout and "--python bundled" in dry.stdout
     assert not (home / "d").exists()
+    # --image with no --python: the image carries the bundle's CPython (issue 37), though this
+    # server has a Python 3.10 of its own: the nodes that mount it need none at this path.
+    image = ["--prefix", str(home / "d"), "--image", str(home / "verl.sqfs"), "--dry-run"]
+    dry_image = server(bundle, home, path, None, *image)
+    assert dry_image.returncode == 0, dry_image.stdout[-2000:] + dry_image.stderr
+    assert "to be unpacked into" in dry_image.stdout and not (home / "d").exists()
     archive = bundle / mf.load(str(bundle)).interpreter.path  # type: ignore[union-attr]
     good = archive.read_bytes()
     archive.write_bytes(good[:-10] + bytes(10))

@@ -78,6 +78,7 @@ def preflight(
     base = clean_environ(tmp)
     for var in CLEARED:
         base.pop(var, None)
+    base["HOME"] = str(tmp / "home")  # never this machine's ~/.ray
     proc = subprocess.run(
         [sys.executable, "-m", "verl_bundle.airgap", "preflight", "--json", *args],
         env={**base, **machine.environ(), "PYTHONPATH": str(REPO), **OFFLINE, **env},
@@ -106,6 +107,7 @@ def test_a_good_node_passes_everything_it_controls(tmp_path: Path) -> None:
         "gpu-memory",
         "nvlink",
         "ranks",
+        "ray-token",
         "open-files",
         "offline",
         "batch",
@@ -198,6 +200,56 @@ def test_under_ray_no_torchrun_variable_is_asked_for(tmp_path: Path) -> None:
     )
 
 
+def test_under_ray_a_contradicting_rank_set_fails(tmp_path: Path) -> None:
+    """Issue 34 S4: RANK=3 WORLD_SIZE=1 where Ray starts reaches every worker that does not set
+    its own; a complete, consistent set stays named as ignored."""
+    code, checks = preflight(node(tmp_path), tmp_path, *GOOD, RANK="3", WORLD_SIZE="1")
+    ranks = checks["ranks"]
+    assert code == 1 and ranks["status"] == "fail", ranks
+    assert ranks["summary"].startswith(
+        "RANK=3 WORLD_SIZE=1 set where Ray starts: every worker that does not set its own "
+        "inherits them (RANK, WORLD_SIZE set but MASTER_ADDR, MASTER_PORT not"
+    ), ranks
+    assert "RANK=3 is not below WORLD_SIZE=1" in ranks["detail"]
+    assert ranks["fix"].startswith("unset RANK WORLD_SIZE before ray start")
+    consistent = {**RENDEZVOUS, "WORLD_SIZE": "2", "RANK": "1"}
+    code, checks = preflight(node(tmp_path), tmp_path, *GOOD, "trainer.nnodes=2", **consistent)
+    assert checks["ranks"]["status"] == "ok" and "set here, ignored" in checks["ranks"]["summary"]
+
+
+def test_a_ray_token_left_in_the_home_is_named(tmp_path: Path) -> None:
+    """Issue 37: a ~/.ray/auth_token an earlier ray.init() left turns a head's token mode on
+    where workers have none: a failure for two nodes, a warning for one, nothing when the run
+    sets its own token (as the Ray sbatch does)."""
+    stale = tmp_path / "home" / ".ray" / "auth_token"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("f" * 64)
+    stale.chmod(0o644)
+    _, checks = preflight(node(tmp_path), tmp_path, *GOOD, "trainer.nnodes=2")
+    token = checks["ray-token"]
+    assert token["status"] == "fail", token
+    assert token["summary"].startswith(
+        f"a Ray token in {stale} (64 bytes, mode 0644; readable by every user), left by an "
+        "earlier ray.init()"
+    )
+    assert "workers started without it cannot join" in token["summary"]
+    assert "RAY_AUTH_MODE=token" in token["fix"] and str(stale) in token["fix"]
+    _, one = preflight(node(tmp_path), tmp_path, *GOOD)
+    assert one["ray-token"]["status"] == "warn"
+    _, own = preflight(
+        node(tmp_path),
+        tmp_path,
+        *GOOD,
+        "trainer.nnodes=2",
+        RAY_AUTH_MODE="token",
+        RAY_AUTH_TOKEN="a" * 64,
+    )
+    assert (
+        own["ray-token"]["status"] == "ok" and "sets its own token" in own["ray-token"]["summary"]
+    )
+    assert stale.read_text() == "f" * 64  # read: its size and mode, never its bytes
+
+
 @pytest.mark.parametrize(
     ("args", "env", "problem"),
     [
@@ -229,6 +281,106 @@ def test_torchrun_partial_sets_are_caught(
     assert any(line.startswith(problem) for line in ranks["detail"].splitlines()), ranks
     if "nproc" in problem:
         assert ranks["fix"] == "torchrun --nproc_per_node=8"
+
+
+@pytest.mark.parametrize(
+    ("flags", "env", "summary"),
+    [
+        (["--rdzv-endpoint", "localhost:29400"], {}, "torchrun: rendezvous at localhost:29400"),
+        (
+            ["--master-addr", "localhost", "--master-port", "29500", "--node-rank", "1"],
+            {},
+            "torchrun: static master localhost:29500, node rank 1",
+        ),
+        ([], {"PET_RDZV_ENDPOINT": "localhost:29400"}, "torchrun: rendezvous at localhost:29400"),
+    ],
+    ids=["rdzv-endpoint", "master-flags", "pet-variables"],
+)
+def test_torchrun_with_a_rendezvous_needs_no_rank_variables(
+    tmp_path: Path, flags: list[str], env: dict[str, str], summary: str
+) -> None:
+    """Issue 37: torchrun's rendezvous forms set each process's ranks themselves, so two nodes
+    with no RANK/WORLD_SIZE/MASTER_* exported are not a failure."""
+    _, checks = preflight(
+        node(tmp_path), tmp_path, *GOOD, "trainer.nnodes=2", "--launcher", "torchrun", *flags, **env
+    )
+    assert checks["ranks"]["status"] == "ok" and checks["ranks"]["summary"].startswith(summary), (
+        checks["ranks"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("flags", "problem", "fix"),
+    [
+        (
+            ["--rdzv-endpoint", "no-such-head.invalid:29400"],
+            "--rdzv_endpoint no-such-head.invalid:29400: no-such-head.invalid does not resolve",
+            "give the head node's address",
+        ),
+        (
+            ["--master-addr", "localhost"],
+            "--master_addr without --node_rank and trainer.nnodes=2: every node would be node 0",
+            "give each node its own --node_rank, from 0 (the head) to 1",
+        ),
+        (
+            ["--master-addr", "localhost", "--node-rank", "2"],
+            "--node_rank 2 is not one of 0-1",
+            "give each node its own --node_rank",
+        ),
+    ],
+    ids=["endpoint-unresolved", "no-node-rank", "node-rank-too-high"],
+)
+def test_a_wrong_rendezvous_fails_with_its_own_fix(
+    tmp_path: Path, flags: list[str], problem: str, fix: str
+) -> None:
+    _, checks = preflight(
+        node(tmp_path), tmp_path, *GOOD, "trainer.nnodes=2", "--launcher", "torchrun", *flags
+    )
+    ranks = checks["ranks"]
+    assert ranks["status"] == "fail" and ranks["summary"].startswith(problem), ranks
+    assert ranks["fix"].startswith(fix), ranks
+
+
+@pytest.mark.parametrize(
+    ("env", "fix"),
+    [
+        (
+            {**RENDEZVOUS, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "9"},
+            "unset LOCAL_RANK (torchrun sets it for each process), or make 10 GPUs visible",
+        ),
+        (
+            {**RENDEZVOUS, "RANK": "0", "WORLD_SIZE": "1", "MASTER_PORT": "99999"},
+            "export MASTER_PORT as a free port from 1024 to 65535, the same on every node",
+        ),
+        (
+            {**RENDEZVOUS, "RANK": "3", "WORLD_SIZE": "2"},
+            "export RANK as this node's number, from 0 to 1",
+        ),
+        ({"RANK": "0"}, "export WORLD_SIZE MASTER_ADDR MASTER_PORT as well"),
+    ],
+    ids=["local-rank-9", "master-port-99999", "rank-above-world", "partial"],
+)
+def test_each_torchrun_failure_has_its_own_fix(
+    tmp_path: Path, env: dict[str, str], fix: str
+) -> None:
+    """Issue 37: not the generic 'export RANK, WORLD_SIZE ...' for every failure."""
+    _, checks = preflight(node(tmp_path), tmp_path, *GOOD, "--launcher", "torchrun", **env)
+    ranks = checks["ranks"]
+    assert ranks["status"] == "fail" and ranks["fix"].startswith(fix), ranks
+    assert "export on every node RANK" not in ranks["fix"]
+
+
+def test_rendezvous_flags_are_torchruns(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for args, says in [
+        (["--rdzv-endpoint", "h:1"], "are torchrun's; give --launcher torchrun"),
+        (["--launcher", "torchrun", "--node-rank", "1"], "go with --master-addr"),
+        (
+            ["--launcher", "torchrun", "--rdzv-endpoint", "h:1", "--master-addr", "h"],
+            "give --rdzv-endpoint or --master-addr",
+        ),
+    ]:
+        r = run(["preflight", *args], capsys)
+        assert r.code == 2 and says in r.err and len(r.err.splitlines()) == 1, r.err
 
 
 def test_a_correct_torchrun_launch_passes(
@@ -372,3 +524,51 @@ def test_a_partial_torchrun_set_fails_on_one_node(tmp_path: Path, partial: dict[
     assert code == 1 and ranks["status"] == "fail"
     unset = [k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k not in partial]
     assert ranks["summary"].startswith(", ".join(partial) + " set but " + ", ".join(unset))
+
+
+def entry(cwd: Path, module: str) -> tuple[int, str]:
+    """`python -m verl_bundle.airgap entry MODULE` run in `cwd`, as the Ray sbatch runs it."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "verl_bundle.airgap", "entry", module],
+        env={**clean_environ(cwd), "PYTHONPATH": str(REPO)},
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return proc.returncode, proc.stdout.strip()
+
+
+def test_a_recipes_entry_point_is_known_by_its_config_without_importing_it(
+    tmp_path: Path,
+) -> None:
+    """Issue 37: `python -m recipe.dapo.main_dapo` starts verl's trainer when its Hydra config
+    composes verl's trainer config (directly, or through a config of its own directory, or a
+    trainer: holding nnodes); its code never runs (it would write RAN)."""
+    pkg = tmp_path / "recipe" / "dapo"
+    (pkg / "config").mkdir(parents=True)
+    (pkg / "main_dapo.py").write_text(
+        "open('RAN', 'w')\nimport hydra\n\n"
+        '@hydra.main(config_path="config", config_name="dapo_trainer", version_base=None)\n'
+        "def main(config):\n    pass\n"
+    )
+    (pkg / "config" / "dapo_trainer.yaml").write_text(
+        "# DAPO\nhydra:\n  searchpath:\n    - file://verl/trainer/config\n"
+        "defaults:\n  - dapo_base\n  - _self_\n"
+    )
+    (pkg / "config" / "dapo_base.yaml").write_text("defaults:\n  - ppo_trainer@_here_\n")
+    code, said = entry(tmp_path, "recipe.dapo.main_dapo")
+    assert code == 0 and said.startswith("trainer: ") and "dapo_base.yaml" in said, said
+    assert "its defaults list ppo_trainer" in said and not (tmp_path / "RAN").exists()
+    (pkg / "config" / "dapo_base.yaml").write_text("trainer:\n  nnodes: 1\n")
+    assert entry(tmp_path, "recipe.dapo.main_dapo")[1].endswith("its trainer: holds nnodes")
+    (pkg / "config" / "dapo_base.yaml").write_text("data:\n  x: 1\n")
+    code, said = entry(tmp_path, "recipe.dapo.main_dapo")
+    assert code == 1 and "does not compose verl's trainer config" in said
+    assert entry(tmp_path, "verl.trainer.main_ppo") == (
+        0,
+        "trainer: verl.trainer.main_ppo: verl's own trainer",
+    )
+    code, said = entry(tmp_path, "json.tool")
+    assert code == 1 and "no @hydra.main(config_name=...)" in said
+    assert entry(tmp_path, "no.such.module")[1].endswith("not found on this python's path")

@@ -18,8 +18,9 @@ from verl_bundle.airgap.doctor import fingerprint
 pytestmark = pytest.mark.slow
 
 # What differs between two installs of one bundle into one prefix by design: the logs and the
-# run's own records, and bytecode (written when a module is first imported).
-RUN_RECORDS = ("install.log", "checks.json", "checks.log", "events.jsonl")
+# run's own records, the files' stat digests (a reinstalled file is a new inode), and bytecode
+# (written when a module is first imported).
+RUN_RECORDS = ("install.log", "checks.json", "checks.log", "events.jsonl", "fingerprint-stat.json")
 
 
 @pytest.fixture

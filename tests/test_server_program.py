@@ -452,6 +452,9 @@ def test_every_option_a_fix_names_is_accepted_by_the_command_it_names() -> None:
 TOOLS_OPTIONS = {
     "--keyring",  # gpgv's, in the gate's command (verify/signature.py)
     "--nproc",  # torchrun's --nproc_per_node (the pattern stops at the underscore)
+    "--rdzv",  # torchrun's --rdzv_endpoint
+    "--master",  # torchrun's --master_addr, --master_port
+    "--node",  # torchrun's --node_rank
     "--version",
     "--no-deps",
     "--offline",

@@ -9,7 +9,9 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import socket
 import subprocess
+import sys
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,12 +35,12 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Slurm]:
         yield cluster
 
 
-def submit(slurm: Slurm, script: Path, tmp: Path) -> subprocess.CompletedProcess[str]:
+def submit(slurm: Slurm, script: Path, tmp: Path, **env: str) -> subprocess.CompletedProcess[str]:
     """sbatch --wait, with the nodes' TMPDIR under `tmp` (nothing left in /tmp)."""
     (tmp / "node-tmp").mkdir(exist_ok=True)
     return subprocess.run(
         ["sbatch", "--wait", "--chdir", str(tmp), str(script)],
-        env={**slurm.env, "TMPDIR": str(tmp / "node-tmp")},
+        env={**slurm.env, "TMPDIR": str(tmp / "node-tmp"), **env},
         capture_output=True,
         text=True,
         timeout=1200,
@@ -90,6 +92,39 @@ def test_the_script_is_written_and_names_its_submit_command(
     assert f"SOURCE={tarball}  #" in out.read_text()
     missing = run(["slurm", "install", str(tmp_path / "nope.tar"), "-o", str(out)], capsys)
     assert missing.code == 2 and "no such tarball" in missing.err
+    # No SHA256SUMS, so no identity for the nodes to check before they install: refused.
+    bare = tmp_path / "bare.tar"
+    with tarfile.open(bare, "w") as tf:
+        tf.add(tarball.with_suffix("") / "install.sh", arcname="verl-bundle-fake/install.sh")
+    for extra in ([], ["--shared-path", str(bare)]):
+        unpinned = run(["slurm", "install", str(bare), *extra, "-o", str(out)], capsys)
+        assert unpinned.code == 2 and len(unpinned.err.splitlines()) == 1, unpinned.err
+        assert "no verl-bundle-fake/SHA256SUMS in it: not a bundle" in unpinned.err
+
+
+def test_install_options_pass_through_both_engines_checked_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 37: --quick, --repair, --require-gpu and --skip-phase reach every node's
+    install.sh, from one list (cluster/values.py InstallOptions) both engines render."""
+    tarball = fake_bundle(tmp_path)
+    opts = ["--quick", "--repair", "--require-gpu", "--skip-phase", "flash-attn"]
+    out = tmp_path / "job.sbatch"
+    r = run(["slurm", "install", str(tarball), *opts, "-o", str(out)], capsys)
+    assert r.code == 0, r.err
+    want = "--quick --repair --require-gpu --skip-phase flash-attn"
+    assert f"INSTALL_OPTS='{want}'  #" in out.read_text()
+    lint(out)
+    book = tmp_path / "install.yml"
+    r = run(["ansible", "install", str(tarball), *opts, "-o", str(book)], capsys)
+    assert r.code == 0, r.err
+    listed = ", ".join(f'!unsafe "{w}"' for w in want.split())
+    assert f"verl_install_args: [{listed}]" in book.read_text()
+    for cmd in (["slurm", "install"], ["ansible", "install"]):
+        for bad in ("../x", "a b", "$(touch PWNED)"):
+            r = run([*cmd, str(tarball), "--skip-phase", bad, "-o", str(tmp_path / "x")], capsys)
+            assert r.code == 2 and "not a phase name" in r.err and len(r.err.splitlines()) == 1
+            assert not (tmp_path / "x").exists()
 
 
 def test_the_served_mode_fetches_on_every_node_and_needs_an_http_url(
@@ -243,6 +278,95 @@ def test_a_tarball_the_batch_node_cannot_read_is_one_line(
     assert job.returncode != 0 and "is not the tarball this script was written for" in log
 
 
+def job_log(gather: Path) -> str:
+    """The newest job's output."""
+    return max(gather.glob("slurm-*.out"), key=lambda p: int(p.stem.split("-")[1])).read_text()
+
+
+@pytest.mark.slow
+def test_the_job_ends_with_the_fleet_reports_exit_code(
+    slurm: Slurm, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 34 F4: both nodes install and pass; a result the report cannot read (a stray
+    notes.json in --gather) ends the job with the report's exit 2, never 0; with no reporter
+    reachable from the batch node the nodes were not compared: exit 5, said in one line."""
+    tarball = fake_bundle(tmp_path / "b")
+    gather, out = tmp_path / "results", tmp_path / "install.sbatch"
+    args = ["--prefix", str(tmp_path / "p-%n"), "--gather", str(gather), "-o", str(out)]
+    assert run(["slurm", "install", str(tarball), "--nodes", "2", *args], capsys).code == 0
+    job = submit(slurm, out, tmp_path, VLLM_USE_V1="1", HF_TOKEN="hf_secret_value")  # noqa: S106 - a test value
+    assert job.returncode == 0, job_log(gather)
+    assert job_log(gather).splitlines()[-1] == "fleet: 2 node(s) agree"
+    # The variables that change a run are gathered from the doctor's list; a secret as a hash.
+    env = json.loads((gather / "n1.json").read_text())["result"]["env"]
+    assert env["VLLM_USE_V1"] == "1" and env["HF_TOKEN"].startswith("sha256:")
+    assert "hf_secret_value" not in "".join(p.read_text() for p in gather.glob("*.json"))
+    (gather / "notes.json").write_text("not json\n")
+    unreadable = submit(slurm, out, tmp_path)
+    log = job_log(gather)
+    assert unreadable.returncode == 2, log
+    assert "notes.json: not readable JSON" in log.splitlines()[-1], log
+    (gather / "notes.json").unlink()
+    text = out.read_text()
+    out.write_text(text.replace(f"REPORTER={sys.executable}", "REPORTER=/nonexistent/python3"))
+    alone = submit(slurm, out, tmp_path)
+    log = job_log(gather)
+    assert alone.returncode == 5, log
+    assert log.splitlines()[-1] == (
+        "verl-bundle: the nodes were not compared (verl-bundle is not reachable from "
+        f"{socket.gethostname()}): run verl-bundle fleet report {gather}"
+    )
+
+
+@pytest.mark.slow
+def test_quick_and_skip_phase_reach_every_nodes_install(
+    slurm: Slurm, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tarball = fake_bundle(tmp_path / "b")
+    gather, out = tmp_path / "results", tmp_path / "install.sbatch"
+    args = ["--prefix", str(tmp_path / "p-%n"), "--gather", str(gather), "-o", str(out)]
+    extra = ["--quick", "--skip-phase", "flash-attn"]
+    assert run(["slurm", "install", str(tarball), "--nodes", "2", *args, *extra], capsys).code == 0
+    job = submit(slurm, out, tmp_path)
+    assert job.returncode == 0, job_log(gather)
+    for node in NODES:
+        given = (tmp_path / f"p-{node}" / ".verl-bundle" / "install-args").read_text()
+        assert given.startswith("--quick --skip-phase flash-attn --prefix "), given
+
+
+@pytest.mark.slow
+def test_a_node_checks_the_bundle_before_it_installs(
+    slurm: Slurm, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 34 F8: the script is written for v1 on shared storage; v2 is there by the time the
+    job runs: no node installs it or runs its doctor, each says so with both hashes."""
+    tarball = fake_bundle(tmp_path / "b", "v1")
+    gather, out = tmp_path / "results", tmp_path / "install.sbatch"
+    prefix = tmp_path / "p-%n"
+    args = ["--shared-path", str(tarball), "--prefix", str(prefix), "--gather", str(gather)]
+    assert (
+        run(["slurm", "install", str(tarball), "--nodes", "2", *args, "-o", str(out)], capsys).code
+        == 0
+    )
+    want = bundle_id(tarball)
+    fake_bundle(tmp_path / "b", "v2")  # another bundle at the same path
+    got = bundle_id(tarball)
+    job = submit(slurm, out, tmp_path)
+    log = job_log(gather)
+    assert job.returncode == 1, log
+    for node in NODES:
+        assert not Path(str(prefix).replace("%n", node)).exists()  # nothing installed
+        said = (gather / f"{node}.install.log").read_text()
+        assert (
+            f"the bundle read here (SHA256SUMS {got}) is not the one this script was written for ({want})"
+            in said
+        )
+        record = json.loads((gather / f"{node}.json").read_text())["result"]
+        assert record["install"]["rc"] == 3 and record["doctor_rc"] is None
+        assert record["bundle"] == got and not (gather / f"{node}.doctor.err").exists()
+    assert f"FAIL n1: its bundle {got[:12]} is not the run's {want[:12]}" in log
+
+
 @pytest.mark.slow
 def test_two_nodes_install_offline_and_gather_their_results(
     slurm: Slurm,
@@ -327,7 +451,7 @@ def test_a_package_removed_on_one_node_is_named_and_repaired(
     repaired = job("--repair")
     log = "\n".join(p.read_text(errors="replace") for p in gather.glob("*.log"))
     assert repaired.returncode == 0, repaired.stdout + repaired.stderr + log
-    assert "REPAIR=1" in (tmp_path / "install.sbatch").read_text()
+    assert "INSTALL_OPTS=--repair  #" in (tmp_path / "install.sbatch").read_text()
     assert list((n2 / "lib").glob("python3*/site-packages/pylatexenc-*.dist-info"))
     report = run(["fleet", "report", str(gather)], capsys)
     assert report.code == 0 and report.last_line == "fleet: 2 node(s) agree", report.out
@@ -398,6 +522,7 @@ def test_paths_in_the_script_and_the_submit_line_are_resolved(
     """`../` in what the user typed is not carried into the script (issue 26)."""
     (tmp_path / "cluster").mkdir()
     (tmp_path / "bundles" / "verl-bundle-x").mkdir(parents=True)
+    (tmp_path / "bundles" / "verl-bundle-x" / "SHA256SUMS").write_text("")
     tarball = tmp_path / "bundles" / "b.tar"
     subprocess.run(["tar", "-cf", str(tarball), "-C", str(tmp_path / "bundles"), "verl-bundle-x"])
     up = tmp_path / "cluster" / ".."

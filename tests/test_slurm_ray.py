@@ -29,22 +29,53 @@ from test_slurm import lint
 pytestmark = pytest.mark.xdist_group("slurm")
 REPO = Path(__file__).resolve().parents[1]
 
-# The tiny job: a Ray task pinned to each node reports that node's Python and environment.
+# The tiny job, as a recipe of verl's would be (`python -m recipe.tiny.main_tiny`, its Hydra
+# config composing verl's ppo_trainer): a Ray task pinned to each node reports that node's
+# Python and environment, and the driver what ray.nodes() and Ray's authentication say.
 CHECK = """
 import json, os, sys
-import ray
-ray.init(logging_level="ERROR", log_to_driver=False)
 
-@ray.remote
-def where():
-    import os, sys
-    return {"prefix": sys.prefix, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE")}
+class hydra:  # the decorator verl's recipes carry, read by the script (Hydra is not needed)
+    @staticmethod
+    def main(**kw):
+        return lambda f: f
 
-nodes = {n: ray.get(where.options(resources={"verl_node_" + n: 0.01}).remote()) for n in ("n1", "n2")}
-env = {k: os.environ.get(k) for k in ("RAY_ADDRESS", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")}
-print("RESULT " + json.dumps({"driver": sys.prefix, "nodes": nodes, "argv": sys.argv[1:], **env}))
-sys.exit(3)
+@hydra.main(config_path="config", config_name="tiny_trainer", version_base=None)
+def main():
+    import ray
+    from ray._raylet import AuthenticationMode, get_authentication_mode
+    ray.init(logging_level="ERROR", log_to_driver=False)
+
+    @ray.remote
+    def where():
+        import os, sys
+        return {"prefix": sys.prefix, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE")}
+
+    nodes = {n: ray.get(where.options(resources={"verl_node_" + n: 0.01}).remote()) for n in NODES}
+    names = ("RAY_ADDRESS", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "RAY_AUTH_MODE")
+    env = {k: os.environ.get(k) for k in names}
+    alive = sorted(n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"])
+    token = get_authentication_mode() == AuthenticationMode.TOKEN
+    print("RESULT " + json.dumps({"driver": sys.prefix, "nodes": nodes, "argv": sys.argv[1:],
+                                  "alive": alive, "token": token, **env}))
+    sys.exit(3)
+
+NODES = os.environ.get("CHECK_NODES", "n1,n2").split(",")
+main()
 """
+
+
+def recipe(cwd: Path) -> tuple[str, str]:
+    """`python -m` of the tiny job as a recipe under `cwd` (the job's directory): its module,
+    its Hydra config listing verl's ppo_trainer among its defaults."""
+    package = cwd / "recipe" / "tiny"
+    (package / "config").mkdir(parents=True)
+    (package / "main_tiny.py").write_text(CHECK)
+    (package / "config" / "tiny_trainer.yaml").write_text(
+        "hydra:\n  searchpath:\n    - file://verl/trainer/config\n"
+        "defaults:\n  - ppo_trainer\n  - _self_\ndata:\n  gen_batch_size: 4\n"
+    )
+    return "-m", "recipe.tiny.main_tiny"
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +99,9 @@ def test_the_ray_script_follows_verls_recipe_and_states_its_resources(
     assert '--num-cpus="$cpus" --num-gpus="$gpus" --temp-dir="$tmp"' in text
     assert "export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1" in text
     assert "hostname --ip-address" not in text.split("# 127.0.1.1")[1]
+    assert "PORT=0  #" in text  # per job: Ray chooses a free port on the head
+    assert "--min-worker-port=0 --max-worker-port=0" in text and "unset RAY_AUTH_TOKEN_PATH" in text
+    assert "~/.ray/auth_token" in text and '"$HOME/.ray' not in text  # named, never used
     r = run(
         [
             *("slurm", "ray", "--gpus-per-node", "8", "--cpus-per-task", "64"),
@@ -84,7 +118,9 @@ def test_the_ray_script_follows_verls_recipe_and_states_its_resources(
         (["--gpus-per-node", "some"], "give a count (8), 0 for none, or all"),
         (["--mem", "lots"], "give sbatch's size"),
         (["--ifname", "eth0 -x"], "not a network interface name"),
-        (["--port", "0"], "give a TCP port"),
+        (["--port", "16379"], "inside Ray's worker-port range (10002-19999)"),
+        (["--port", "8265"], "Ray's default port for its dashboard"),
+        (["--port", "80"], "not a port Ray's head can take (1024-65535)"),
         (["--prefix", "/opt/v\n%n"], "control character"),
     ]:
         bad = run(["slurm", "ray", *args, "-o", str(out)], capsys)
@@ -135,7 +171,9 @@ def node_tmp() -> Iterator[Path]:
 def submit(
     slurm: Slurm, script: Path, tmp: Path, node_tmp: Path, *command: str, **extra: str
 ) -> subprocess.CompletedProcess[str]:
-    env = {**slurm.env, "TMPDIR": str(node_tmp), **extra}
+    # HOME is the test's own: Ray never reads or writes this machine's ~/.ray.
+    (tmp / "home").mkdir(exist_ok=True)
+    env = {**slurm.env, "TMPDIR": str(node_tmp), "HOME": str(tmp / "home"), **extra}
     env["RAY_DEFAULT_OBJECT_STORE_MEMORY_PROPORTION"] = "0.02"  # a small plasma store per node
     try:
         return subprocess.run(
@@ -168,17 +206,14 @@ def _stop_leftovers(node_tmp: Path) -> list[str]:
     return found
 
 
-def write_ray(tmp: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> Path:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+def write_ray(tmp: Path, capsys: pytest.CaptureFixture[str], *extra: str, nodes: int = 2) -> Path:
+    """The Ray script for `nodes` nodes on the loopback; the head's port per job (the
+    default) unless `extra` gives one."""
     out = tmp / "ray.sbatch"
     r = run(
         [
-            *("slurm", "ray", "--nodes", "2", "--prefix", str(tmp / "prefix-%n")),
-            *("--ifname", "lo", "--port", str(port), "--min-open-files", "4096"),
+            *("slurm", "ray", "--nodes", str(nodes), "--prefix", str(tmp / "prefix-%n")),
+            *("--ifname", "lo", "--min-open-files", "4096"),
             *("-o", str(out), *extra),
         ],
         capsys,
@@ -188,14 +223,26 @@ def write_ray(tmp: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> Pat
 
 
 @pytest.mark.slow
-def test_a_real_two_node_ray_cluster_runs_the_command_in_each_nodes_venv(
+@pytest.mark.timeout(900)  # Ray's start-up on a loaded 2-core machine (retried, with the load said)
+def test_a_real_two_node_ray_cluster_in_token_mode_runs_a_recipe_in_each_nodes_venv(
     slurm: Slurm, tmp_path: Path, node_tmp: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """Issue 37 on the real two-node Slurm with Ray 2.52+: a stale ~/.ray/auth_token in the
+    job's (shared) home, as any earlier ray.init() leaves it, made the workers' `ray start`
+    fail with a GCS connection error; the job's own token puts both nodes in token mode and
+    the home's token is neither used nor changed. The command is a recipe's entry point (its
+    config composes verl's trainer config): it gets the job's trainer.nnodes and
+    n_gpus_per_node; the head's address is the one Ray reports."""
     ray_installed()
     for node in ("n1", "n2"):
         node_venv(tmp_path / f"prefix-{node}")
+    kept_server_program(tmp_path / "prefix-n1")  # the head reads the recipe with it
+    stale = tmp_path / "home" / ".ray" / "auth_token"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("e" * 64)
+    stale.chmod(0o644)
     out = write_ray(tmp_path, capsys, "--wait", "300")
-    job = submit(slurm, out, tmp_path, node_tmp, "python", "-c", CHECK, "verl.trainer.tiny", "x=1")
+    job = submit(slurm, out, tmp_path, node_tmp, "python", *recipe(tmp_path), "x=1")
     log = next(tmp_path.glob("verl-ray-*.out")).read_text(errors="replace")
     assert job.returncode == 3, log[-4000:]  # the command's exit code is the job's
     line = next(ln for ln in log.splitlines() if ln.startswith("RESULT "))
@@ -204,17 +251,60 @@ def test_a_real_two_node_ray_cluster_runs_the_command_in_each_nodes_venv(
     assert result["nodes"] == {
         n: {"prefix": str(tmp_path / f"prefix-{n}"), "HF_HUB_OFFLINE": "1"} for n in ("n1", "n2")
     }
-    assert result["argv"] == [
-        "verl.trainer.tiny",
-        "x=1",
-        "trainer.nnodes=2",
-        "trainer.n_gpus_per_node=0",
-    ]
-    assert result["RAY_ADDRESS"].startswith("127.0.0.1:")
+    assert result["argv"] == ["x=1", "trainer.nnodes=2", "trainer.n_gpus_per_node=0"]
+    assert len(result["alive"]) == 2 and result["token"] and result["RAY_AUTH_MODE"] == "token"
+    reported = next(ln for ln in log.splitlines() if "(as Ray reports it)" in ln)
+    assert f"at {result['RAY_ADDRESS']} (as Ray reports it)" in reported
     assert result["NCCL_SOCKET_IFNAME"] == result["GLOO_SOCKET_IFNAME"] == "lo"
+    assert (
+        "python -m recipe.tiny.main_tiny: trainer: " in log
+        and "its defaults list ppo_trainer" in log
+    )
+    assert "token authentication, with a token of this job's own" in log
     assert "verl-ray: Ray is up: 2 node(s), 0 GPU(s) each" in log
     assert "verl-ray: n2: worker with 1 CPU(s), 0 GPU(s)" in log
-    assert not _stop_leftovers(node_tmp)
+    assert stale.read_text() == "e" * 64 and sorted(os.listdir(stale.parent)) == ["auth_token"]
+    assert not _stop_leftovers(node_tmp) and not list(node_tmp.iterdir())
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)  # Ray's start-up on a loaded 2-core machine (retried, with the load said)
+def test_two_ray_jobs_on_one_node_do_not_collide(
+    slurm: Slurm, tmp_path: Path, node_tmp: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 37: two one-node Ray jobs at once on this one machine (n1 and n2 are one host):
+    each head's port is its own (Ray chooses it), and every other port of Ray's too."""
+    ray_installed()
+    for node in ("n1", "n2"):
+        node_venv(tmp_path / f"prefix-{node}")
+    out = write_ray(tmp_path, capsys, "--wait", "300", nodes=1)
+    (tmp_path / "home").mkdir()
+    env = {**slurm.env, "TMPDIR": str(node_tmp), "HOME": str(tmp_path / "home")}
+    env["RAY_DEFAULT_OBJECT_STORE_MEMORY_PROPORTION"] = "0.02"
+    jobs = []
+    for i in (1, 2):
+        (tmp_path / f"job{i}").mkdir()
+        cmd = ["sbatch", "--wait", "--chdir", str(tmp_path / f"job{i}"), str(out), "python", "-c"]
+        code = "import os; os.environ['CHECK_NODES'] = os.environ['SLURMD_NODENAME']\n" + CHECK
+        jobs.append(subprocess.Popen([*cmd, code], env=env, stdout=subprocess.DEVNULL))
+    try:
+        for job in jobs:
+            job.wait(timeout=900)
+    finally:
+        for job in jobs:
+            if job.poll() is None:
+                job.kill()
+                job.wait()
+        _stop_leftovers(node_tmp)
+    results = []
+    for i in (1, 2):
+        log = next((tmp_path / f"job{i}").glob("verl-ray-*.out")).read_text(errors="replace")
+        assert jobs[i - 1].returncode == 3, log[-3000:]
+        line = next(ln for ln in log.splitlines() if ln.startswith("RESULT "))
+        results.append(json.loads(line[len("RESULT ") :]))
+    assert results[0]["RAY_ADDRESS"] != results[1]["RAY_ADDRESS"]
+    assert all(len(r["alive"]) == 1 for r in results)
+    assert not list(node_tmp.iterdir())
 
 
 @pytest.mark.slow
@@ -230,6 +320,7 @@ def test_a_node_that_never_registers_is_named_and_the_command_never_runs(
     assert job.returncode != 0 and not (tmp_path / "RAN").exists(), log[-3000:]
     assert f"verl-ray: n2: no {tmp_path}/prefix-n2/bin/ray: install the bundle there" in log
     assert "verl-ray: after 20s not registered with Ray: n2 (" in log, log[-3000:]
+    assert not list(node_tmp.iterdir())  # the head's temporary directory removed on failure
     # A trainer.nnodes that contradicts the job stops it before Ray starts.
     job = submit(
         slurm, out, tmp_path, node_tmp, "python", "-m", "verl.trainer.main_ppo", "trainer.nnodes=4"
@@ -307,11 +398,15 @@ def test_every_node_runs_preflight_in_ray_mode_before_ray_starts(
     assert busy and "2 of 8 visible GPUs are busy" in busy[0], log[-3000:]
     assert "preflight failed on a node" in log and "starting the Ray head" not in log
 
+    # A recipe's entry point (its config composes verl's trainer config) is preflighted too.
     path = f"{fake_gpus(tmp_path / 'gpus-free', {})}:{os.environ['PATH']}"
-    job = submit(slurm, out, tmp_path, node_tmp, *TRAINER, PATH=path)
+    entry = ("python", *recipe(tmp_path), *TRAINER[3:])
+    job = submit(slurm, out, tmp_path, node_tmp, *entry, PATH=path)
     log = sorted(tmp_path.glob("verl-ray-*.out"))[-1].read_text(errors="replace")
     assert job.returncode != 0  # no Ray in these venvs: the head cannot start
+    assert "python -m recipe.tiny.main_tiny: trainer: " in log, log[-3000:]
     for node in ("n1", "n2"):
         assert f"verl-ray: {node}: preflight: ready to launch" in log, log[-3000:]
         assert re.search(rf"verl-ray: {node}: ok +ranks +Ray launch: ", log), log[-3000:]
     assert "starting the Ray head on n1" in log
+    assert not list(node_tmp.iterdir())  # the failed head's temporary directory is gone

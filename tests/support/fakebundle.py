@@ -13,22 +13,40 @@ from pathlib import Path
 INSTALL = """#!/bin/sh
 here=$(cd "$(dirname "$0")" && pwd)
 prefix=""
+given="$*"
 while [ $# -gt 0 ]; do
   case "$1" in --prefix) prefix=$2; shift ;; esac
   shift
 done
 if [ -e "$prefix.fail" ]; then echo "fake install: failing as asked" >&2; exit 3; fi
 mkdir -p "$prefix/.verl-bundle" || exit 1
-cat "$here/VERSION" > "$prefix/.verl-bundle/fingerprint"
+cp "$here/VERSION" "$prefix/VERSION"
+sha256sum < "$prefix/VERSION" | cut -c1-64 > "$prefix/.verl-bundle/fingerprint"
 echo "$here" >> "$prefix/.verl-bundle/installed-from"
+echo "$given" >> "$prefix/.verl-bundle/install-args"
 echo "fake install: $(cat "$here/VERSION") into $prefix"
 """
+# The environment's live fingerprint is the sha256 of PREFIX/VERSION (what is installed there
+# now), the installed one what the install recorded; a check per run, as a doctor reports them.
 DOCTOR = """#!/bin/sh
-here=$(cd "$(dirname "$0")" && pwd)
+prefix=""
+while [ $# -gt 0 ]; do
+  case "$1" in --prefix) prefix=$2; shift ;; esac
+  shift
+done
+text() { if [ -n "$1" ]; then printf '"%s"' "$1"; else printf null; fi; }
+live=""
+[ ! -f "$prefix/VERSION" ] || live=$(sha256sum < "$prefix/VERSION" | cut -c1-64)
+installed=$(cat "$prefix/.verl-bundle/fingerprint" 2> /dev/null)
 printf '{"schema": 1, "command": "doctor", "result": {"ok": true, "checks": [{"id": "os", \
-"status": "ok"}], "host": {"hostname": "%s", "python": "3.10.12", "fingerprint": "%s"}}}\\n' \
-  "$(hostname)" "$(cat "$here/VERSION")"
+"status": "ok"}], "host": {"hostname": "%s", "python": "3.10.12", "fingerprint": %s, \
+"installed_fingerprint": %s}}}\\n' "$(hostname)" "$(text "$live")" "$(text "$installed")"
 """
+
+
+def fingerprint_of(version: str) -> str:
+    """The fingerprint the fake install records for `version` (and the doctor reports)."""
+    return hashlib.sha256(f"{version}\n".encode()).hexdigest()
 
 
 def fake_bundle(directory: Path, version: str = "v1", name: str = "verl-bundle-fake") -> Path:

@@ -112,6 +112,16 @@ def _doctor(args: argparse.Namespace) -> int:
     return v.code
 
 
+def _entry(args: argparse.Namespace) -> int:
+    from verl_bundle.airgap.launch.entry import examine
+
+    found = examine(args.module)
+    text = f"{'trainer' if found.trainer else 'not a trainer'}: {found.why}"
+    result = {"module": found.module, "trainer": found.trainer, "why": found.why}
+    show("entry", found.trainer, result, render.printable(text), args.json)
+    return EXIT_OK if found.trainer else EXIT_FAILED
+
+
 def _max_jobs(args: argparse.Namespace) -> int:
     from verl_bundle.airgap.doctor.resources import max_jobs
 
@@ -241,6 +251,30 @@ def _assets(args: argparse.Namespace) -> int:
     return v.code
 
 
+def rendezvous_of(args: argparse.Namespace) -> Any:
+    """torchrun's rendezvous flags as preflight was given them (only with --launcher torchrun)."""
+    from verl_bundle.airgap.launch.ranks import Rendezvous
+
+    given = Rendezvous(
+        args.rdzv_endpoint or "",
+        args.master_addr or "",
+        args.master_port or "",
+        args.node_rank or "",
+    )
+    if (given.endpoint or given.master_addr or given.master_port or given.node_rank) and (
+        args.launcher != "torchrun"
+    ):
+        raise UsageError(
+            "preflight: --rdzv-endpoint, --master-addr, --master-port and --node-rank are "
+            "torchrun's; give --launcher torchrun"
+        )
+    if given.endpoint and given.master_addr:
+        raise UsageError("preflight: give --rdzv-endpoint or --master-addr, as torchrun takes one")
+    if (given.master_port or given.node_rank) and not given.master_addr:
+        raise UsageError("preflight: --master-port and --node-rank go with --master-addr")
+    return given
+
+
 def _preflight(args: argparse.Namespace) -> int:
     from verl_bundle.airgap.launch import preflight
 
@@ -257,6 +291,7 @@ def _preflight(args: argparse.Namespace) -> int:
         args.launcher,
         args.nproc_per_node,
         args.min_open_files,
+        rendezvous_of(args),
     )
     text = render.printable(preflight.render_text(result))
     v = result.verdict
@@ -439,6 +474,18 @@ def parser() -> Parser:
         metavar="N",
         help="the ulimit -n the launch needs (default 65536; the Ray sbatch passes its own)",
     )
+    for flag, text in (
+        ("--rdzv-endpoint", "HOST:PORT: torchrun's c10d rendezvous, as given to torchrun"),
+        ("--master-addr", "HOST: torchrun's static rendezvous, its master address"),
+        ("--master-port", "PORT: with --master-addr, torchrun's master port"),
+        ("--node-rank", "N: with --master-addr, this node's number among the nodes"),
+    ):
+        p.add_argument(
+            flag,
+            metavar=text.split(":")[0],
+            help=f"{text}: torchrun then sets RANK, WORLD_SIZE and MASTER_* itself, so none is "
+            "asked of the environment (its PET_* variables are read too)",
+        )
     p.add_argument("--config", metavar="YAML", help="verl settings (nested maps of scalars)")
     p.add_argument("--json", action="store_true", help="print the versioned JSON envelope")
 
@@ -456,6 +503,15 @@ def parser() -> Parser:
         metavar="ADDR",
         help="the address to listen on (default: every interface)",
     )
+
+    p = command(
+        "entry",
+        _entry,
+        "whether `python -m MODULE` starts verl's trainer (its Hydra config composes verl's "
+        "trainer config), read without importing it; exit 0 yes, 1 no",
+    )
+    p.add_argument("module", metavar="MODULE")
+    p.add_argument("--json", action="store_true", help="print the versioned JSON envelope")
 
     p = command("max-jobs", _max_jobs, "the MAX_JOBS a source build should use on this machine")
     p.add_argument("--gib-per-job", type=float, default=9.0, metavar="F")

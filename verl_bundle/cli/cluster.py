@@ -11,7 +11,11 @@ import typer
 from verl_bundle.cli.options import (
     Gather,
     Json,
+    NodeQuick,
+    NodeRepair,
+    NodeRequireGpu,
     Nodes,
+    NodeSkipPhase,
     NodeVenv,
     Tarball,
     Written,
@@ -43,19 +47,30 @@ def fleet_report_cmd(
             metavar="NODES",
         ),
     ] = None,
+    doctor_only: Annotated[
+        bool,
+        typer.Option(
+            "--doctor-only",
+            help="Also read plain doctor --json results gathered by hand (no install record): "
+            "their doctor checks, fingerprints and hosts are compared, their installs are not, "
+            "and the verdict says so. Without it such a result is refused (exit 2).",
+        ),
+    ] = False,
     json_out: Json = False,
 ) -> None:
     """One table of nodes by checks, then each node that is missing, stale (from another run or
-    bundle) or failed (its install exit code, its doctor's verdict), and what differs between
+    bundle) or failed (its install exit code, each doctor check, no live fingerprint, no or
+    another bundle hash), and what differs between
     nodes that breaks Ray or NCCL (driver, CUDA, GPUs, glibc, Python patch, environment
     fingerprint, the bundle, ulimit -n, /dev/shm, NCCL/GLOO interfaces, and the variables that
     change a run: HF_*, TRANSFORMERS_OFFLINE, PYTHONPATH, LD_LIBRARY_PATH, NCCL_*, GLOO_*,
-    CUDA_*). Exit 0 when every expected node reported, passed and agrees; 1 when not; 2 when
-    the results cannot be read."""
+    TORCH_NCCL_*, CUDA_*, VLLM_*, PYTORCH_CUDA_ALLOC_CONF, WANDB_MODE, OMP_NUM_THREADS,
+    NVIDIA_VISIBLE_DEVICES, RAY_*; secrets compared by a hash). Exit 0 when every expected node
+    reported, passed and agrees; 1 when not; 2 when the results cannot be read."""
     from verl_bundle.cli.render import results as render
     from verl_bundle.cluster.fleet.report import fleet_report
 
-    show(ctx, render.fleet(fleet_report(directory, expect)), json_out)
+    show(ctx, render.fleet(fleet_report(directory, expect, doctor_only)), json_out)
 
 
 def preflight_cmd(
@@ -78,6 +93,24 @@ def preflight_cmd(
         int | None,
         typer.Option(help="torchrun's --nproc_per_node, checked against trainer.n_gpus_per_node."),
     ] = None,
+    rdzv_endpoint: Annotated[
+        str,
+        typer.Option(
+            help="torchrun's c10d rendezvous (HOST:PORT, as given to torchrun): torchrun then "
+            "sets each process's ranks, so none is asked of the environment.",
+            metavar="HOST:PORT",
+        ),
+    ] = "",
+    master_addr: Annotated[
+        str,
+        typer.Option(help="torchrun's static rendezvous (--master_addr).", metavar="HOST"),
+    ] = "",
+    master_port: Annotated[
+        str, typer.Option(help="With --master-addr: torchrun's --master_port.", metavar="PORT")
+    ] = "",
+    node_rank: Annotated[
+        str, typer.Option(help="With --master-addr: this node's --node_rank.", metavar="N")
+    ] = "",
     json_out: Json = False,
 ) -> None:
     """Check this node right before `ray start` or torchrun: CUDA_VISIBLE_DEVICES against the
@@ -85,8 +118,11 @@ def preflight_cmd(
     the launcher's rank variables, ulimit -n, the offline variables, and verl's batch-size and
     tensor-parallel rules; a fix that proposes GPUs is checked against every rule first. Exit
     0 ready, 1 not, 2 on a bad override or YAML."""
+    import argparse
     import os
 
+    from verl_bundle.airgap.cli import rendezvous_of
+    from verl_bundle.airgap.errors import UsageError as ServerUsageError
     from verl_bundle.airgap.launch import preflight
     from verl_bundle.airgap.launch.verlconfig import ConfigError
     from verl_bundle.cli.render import results as render
@@ -98,6 +134,13 @@ def preflight_cmd(
         raise UsageError("--nproc-per-node is torchrun's; give --launcher torchrun")
     if nproc_per_node is not None and nproc_per_node < 1:
         raise UsageError("--nproc-per-node must be 1 or more")
+    flags = argparse.Namespace(
+        launcher=launcher,
+        rdzv_endpoint=rdzv_endpoint,
+        master_addr=master_addr,
+        master_port=master_port,
+        node_rank=node_rank,
+    )
     try:
         result = preflight.run_preflight(
             list(overrides or []),
@@ -105,9 +148,10 @@ def preflight_cmd(
             os.environ,
             launcher,
             nproc_per_node,
+            rendezvous=rendezvous_of(flags),
         )
-    except ConfigError as exc:
-        raise UsageError(str(exc)) from None
+    except (ConfigError, ServerUsageError) as exc:
+        raise UsageError(str(exc).removeprefix("preflight: ")) from None
     show(ctx, render.preflight(result), json_out)
 
 
@@ -164,25 +208,23 @@ def slurm_install_cmd(
     ] = "",
     from_url: FromUrl = "",
     bundle_sha256: BundleSha256 = "",
-    repair: Annotated[
-        bool,
-        typer.Option(
-            "--repair",
-            help="Each node runs install.sh --repair: reinstall, offline, exactly the "
-            "distributions whose files or versions differ from the bundle (what `fleet report` "
-            "names after a package was removed or a file deleted on a node).",
-        ),
-    ] = False,
+    quick: NodeQuick = False,
+    repair: NodeRepair = False,
+    require_gpu: NodeRequireGpu = False,
+    skip_phase: NodeSkipPhase = None,
     output: Written = Path("verl-bundle-install.sbatch"),
 ) -> None:
     """Write an sbatch script that copies the tarball onto every node (sbcast --compress, read
     where the batch step runs: the path must be the same file there, else the job says so in
-    one line), reads it from --shared-path, or has each node install from --from-url; installs
-    and runs the doctor on every node (srun --ntasks-per-node=1), writes each node's result
-    (install exit code, doctor verdict, bundle, environment) into --gather for `verl-bundle
-    fleet report`, removes each node's copy once installed (keeps it on failure, and says
-    where) and fails the job when any node failed. Prints the command to submit it."""
+    one line), reads it from --shared-path, or has each node install from --from-url; each
+    node checks that the bundle is the one this script was written for before it installs;
+    installs and runs the doctor on every node (srun --ntasks-per-node=1), writes each node's
+    result (install exit code, doctor verdict, bundle, environment) into --gather, removes
+    each node's copy once installed (keeps it on failure, and says where) and ends with the
+    exit code of `verl-bundle fleet report` (5 when it cannot be reached from the batch
+    node). Prints the command to submit it."""
     from verl_bundle.cluster.slurm import SlurmInstall, write_install
+    from verl_bundle.cluster.values import InstallOptions
 
     req = SlurmInstall(
         _tarball(tarball, from_url).resolve(),
@@ -195,7 +237,7 @@ def slurm_install_cmd(
         python,
         from_url,
         bundle_sha256,
-        repair,
+        InstallOptions(quick, repair, require_gpu, tuple(skip_phase or ())),
     )
     typer.echo(write_install(req).submit)
 
@@ -216,7 +258,14 @@ def slurm_ray_cmd(
         int, typer.Option(help="CPUs per node for Ray (0: all of the node's).")
     ] = 0,
     mem: Annotated[str, typer.Option(help="Memory per node, as sbatch --mem (0: all).")] = "0",
-    port: Annotated[int, typer.Option(help="The Ray head's port.")] = 6379,
+    port: Annotated[
+        int,
+        typer.Option(
+            help="The Ray head's port: 0 (the default) lets Ray choose a free one for each job, "
+            "so two jobs on one node never meet; a fixed one must lie outside Ray's own "
+            "(workers 10002-19999, 10001, 8265, 52365)."
+        ),
+    ] = 0,
     ifname: Annotated[
         str,
         typer.Option(
@@ -277,16 +326,24 @@ def ansible_install_cmd(
             help="Hosts per batch (a count, or a percentage such as 25%); default: all at once."
         ),
     ] = "",
+    quick: NodeQuick = False,
+    repair: NodeRepair = False,
+    require_gpu: NodeRequireGpu = False,
+    skip_phase: NodeSkipPhase = None,
     output: Written = Path("verl-bundle-install.yml"),
 ) -> None:
     """Write a playbook that copies the tarball to every host (or has each fetch it from --url,
-    or install from one served copy with --from-url, so this controller sends nothing), keyed
-    by the bundle's sha256: a rebuilt tarball is installed again, an installed one only
-    checked (a second run changes nothing). Runs the doctor on every host, gathers each host's
-    result here for `verl-bundle fleet report`, and fails a host whose install or doctor
-    failed. Per-host inventory variables: verl_prefix, verl_python, verl_work. Prints the
-    command to run it."""
+    or install from one served copy with --from-url, so this controller sends nothing). The
+    bundle is pinned now (the sha256 of its SHA256SUMS): each host checks it before it
+    installs, so a tarball rebuilt under the same name needs the playbook written again. A host
+    whose live environment is the one the install left is only checked (a second run changes
+    nothing); one that changed since is installed again (with --repair: what differs). Runs
+    the doctor on every host, gathers each host's result here and ends with `verl-bundle fleet
+    report` (a failed host is named there; a batch where every host failed ends the install,
+    never the report). Per-host inventory variables: verl_prefix, verl_python, verl_work.
+    Prints the command to run it."""
     from verl_bundle.cluster.ansible import AnsibleInstall, write_playbook
+    from verl_bundle.cluster.values import InstallOptions
 
     req = AnsibleInstall(
         _tarball(tarball, from_url).resolve(),
@@ -298,6 +355,7 @@ def ansible_install_cmd(
         from_url,
         serial,
         bundle_sha256,
+        InstallOptions(quick, repair, require_gpu, tuple(skip_phase or ())),
     )
     typer.echo(write_playbook(req).submit)
 

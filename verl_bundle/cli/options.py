@@ -232,6 +232,38 @@ Gather = Annotated[
     ),
 ]
 Written = Annotated[Path, typer.Option("-o", "--output", help="The file to write.")]
+# install.sh's options every node's install is given (cluster/values.py InstallOptions).
+NodeQuick = Annotated[
+    bool,
+    typer.Option(
+        "--quick",
+        help="Each node runs install.sh --quick: no trainer dry run (it costs a minute or two "
+        "per node); each verdict then says the trainer's start is not proven there.",
+    ),
+]
+NodeRepair = Annotated[
+    bool,
+    typer.Option(
+        "--repair",
+        help="Each node runs install.sh --repair: reinstall, offline, exactly the "
+        "distributions whose files or versions differ from the bundle (what `fleet report` "
+        "names after a package was removed or a file changed on a node).",
+    ),
+]
+NodeRequireGpu = Annotated[
+    bool,
+    typer.Option(
+        "--require-gpu", help="Each node runs install.sh --require-gpu (no usable GPU fails)."
+    ),
+]
+NodeSkipPhase = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--skip-phase",
+        help="Each node runs install.sh --skip-phase NAME (repeatable): that phase is left out.",
+        metavar="NAME",
+    ),
+]
 
 
 class Compress(str, enum.Enum):

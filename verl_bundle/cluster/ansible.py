@@ -13,8 +13,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from verl_bundle.airgap.doctor.node import run_var_regexes
 from verl_bundle.cluster import values
-from verl_bundle.cluster.slurm import Written
+from verl_bundle.cluster.slurm import SUMS, Written, bundle_id_of_tarball, pinned
 from verl_bundle.errors import UsageError
 
 
@@ -29,6 +30,7 @@ class AnsibleInstall:
     from_url: str = ""  # a served, extracted bundle each host installs from (install.sh --from)
     serial: str = ""  # hosts per batch (a count or a percentage); '': all at once
     bundle_sha256: str = ""  # with from_url: the sha256 of the bundle's SHA256SUMS, its pin
+    install: values.InstallOptions = values.NO_OPTIONS  # passed to every host's install.sh
 
 
 def _sha256(path: Path) -> str:
@@ -39,43 +41,57 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _source(req: AnsibleInstall) -> tuple[str, str, str, str]:
-    """(mode, bundle name, tarball path, sha256: the tarball's in url mode, the pin of
-    SHA256SUMS in served mode), each checked."""
+@dataclass(frozen=True)
+class Source:
+    mode: str  # copy (from the controller), url (each host fetches the tarball) or served
+    name: str
+    tarball: str  # on the controller ('' when served)
+    sha256: str  # url mode: the tarball's sha256, which get_url checks
+    bundle: str  # the sha256 of the bundle's SHA256SUMS, each host's pin ('': served, unpinned)
+
+
+def _source(req: AnsibleInstall) -> Source:
+    """Where the hosts get the bundle, each value checked, and the bundle's identity when the
+    playbook is written (each host checks it before it installs)."""
     if req.from_url:
         url = values.url_value(req.from_url.rstrip("/"), "--from-url")
         pin = values.pin_value(req.bundle_sha256) if req.bundle_sha256 else ""
-        return "served", values.served_name(url), "", pin
+        return Source("served", values.served_name(url), "", "", pin)
     if req.bundle_sha256:
         raise UsageError("--bundle-sha256 pins a served bundle: give it with --from-url")
     tarball = Path(values.path_value(req.tarball.absolute(), "the tarball"))
     if not tarball.is_file():
         raise UsageError(f"{req.tarball}: no such tarball")
     name = values.tarball_name(tarball)
+    lacks = f"no {name}/{SUMS} in it"
+    bundle = pinned(bundle_id_of_tarball(tarball, name), tarball, lacks)
     if not req.url:
-        return "copy", name, str(tarball), ""
+        return Source("copy", name, str(tarball), "", bundle)
     values.url_value(req.url, "--url")
-    return "url", name, str(tarball), _sha256(tarball)
+    return Source("url", name, str(tarball), _sha256(tarball), bundle)
 
 
 def write_playbook(req: AnsibleInstall) -> Written:
-    mode, name, tarball, sha256 = _source(req)
+    src = _source(req)
     text = values.render(
         "ansible-install.yml.j2",
         {
-            "name": name,
-            "mode": mode,
+            "name": src.name,
+            "mode": src.mode,
             "playbook": values.path_value(req.output, "--output"),
             "hosts": values.host_pattern(req.hosts),
             "serial": values.serial_value(req.serial),
-            "tarball": tarball,
-            "sha256": sha256 if mode == "url" else "",
+            "tarball": src.tarball,
+            "sha256": src.sha256,
             "url": req.url,
             "from_url": req.from_url.rstrip("/"),
-            "pin": sha256 if mode == "served" else "",
+            "pin": src.bundle,
             "gather": values.path_value(req.gather.absolute(), "--gather"),
             "prefix": values.path_value(req.prefix, "--prefix"),
             "reporter": values.path_value(sys.executable, "this Python"),
+            "install_args": req.install.argv(),
+            "run_vars": run_var_regexes()[0],
+            "secrets": run_var_regexes()[1],
         },
     )
     req.gather.mkdir(parents=True, exist_ok=True)

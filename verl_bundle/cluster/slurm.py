@@ -14,6 +14,7 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from verl_bundle.airgap.doctor.node import run_var_patterns
 from verl_bundle.cluster import values
 from verl_bundle.errors import UsageError
 
@@ -32,7 +33,7 @@ class SlurmInstall:
     python: str = ""  # the Python each node's venv is made from (default: install.sh's choice)
     from_url: str = ""  # a served, extracted bundle each node installs from (install.sh --from)
     bundle_sha256: str = ""  # with from_url: the sha256 of the bundle's SHA256SUMS, its pin
-    repair: bool = False  # install.sh --repair on every node: reinstall what differs
+    install: values.InstallOptions = values.NO_OPTIONS  # passed to every node's install.sh
 
 
 @dataclass(frozen=True)
@@ -42,14 +43,12 @@ class Written:
 
 
 def bundle_id_of_tarball(tarball: Path, name: str) -> str:
-    """sha256 of the bundle's SHA256SUMS (its first member; every file's hash, so the bundle's
-    identity), read from the tarball's head; '' when it is not among the first members."""
+    """sha256 of the bundle's SHA256SUMS (every file's hash, so the bundle's identity): the
+    first member of that name, found by its header (a built bundle has it first; the headers
+    of a plain tar are read by seeking past each member); '' when there is none."""
     try:
         with tarfile.open(tarball) as tf:
-            for _ in range(4):
-                member = tf.next()
-                if member is None:
-                    break
+            for member in tf:
                 if member.isfile() and member.name == f"{name}/{SUMS}":
                     fh = tf.extractfile(member)
                     return hashlib.sha256(fh.read()).hexdigest() if fh else ""
@@ -65,8 +64,20 @@ def bundle_id_of_dir(bundle: Path) -> str:
         return ""
 
 
+def pinned(bundle: str, where: Path, lacks: str) -> str:
+    """`bundle` (the id of a tarball or directory), refused in one line when there is none: the
+    nodes check it before they install, so a script is never written without it."""
+    if not bundle:
+        raise UsageError(
+            f"{where}: {lacks}: not a bundle `verl-bundle build` wrote (its identity, the sha256 "
+            f"of {SUMS}, is what each node checks before it installs)"
+        )
+    return bundle
+
+
 def _source(req: SlurmInstall) -> tuple[str, str, str, str]:
-    """(mode, source path, bundle name, bundle id) for the request, each checked."""
+    """(mode, source path, bundle name, bundle id) for the request, each checked; the id is
+    '' only for an unpinned served bundle."""
     if req.from_url:
         url = values.url_value(req.from_url.rstrip("/"), "--from-url")
         if req.no_network:
@@ -79,16 +90,39 @@ def _source(req: SlurmInstall) -> tuple[str, str, str, str]:
         shared = Path(values.path_value(req.shared_path.absolute(), "--shared-path"))
         if shared.is_dir():
             name = values.plain_name(shared.name, "--shared-path: its directory name")
-            return "shared-dir", str(shared), name, bundle_id_of_dir(shared)
+            return (
+                "shared-dir",
+                str(shared),
+                name,
+                pinned(bundle_id_of_dir(shared), shared, f"no {SUMS} in it"),
+            )
         if not shared.is_file():
             raise UsageError(f"--shared-path {shared}: no such tarball or bundle directory")
         name = values.tarball_name(shared)
-        return "shared-tar", str(shared), name, bundle_id_of_tarball(shared, name)
+        return (
+            "shared-tar",
+            str(shared),
+            name,
+            pinned(
+                bundle_id_of_tarball(shared, name),
+                shared,
+                f"no {name}/{SUMS} in it",
+            ),
+        )
     tarball = Path(values.path_value(req.tarball.absolute(), "the tarball"))
     if not tarball.is_file():
         raise UsageError(f"{req.tarball}: no such tarball")
     name = values.tarball_name(tarball)
-    return "sbcast", str(tarball), name, bundle_id_of_tarball(tarball, name)
+    return (
+        "sbcast",
+        str(tarball),
+        name,
+        pinned(
+            bundle_id_of_tarball(tarball, name),
+            tarball,
+            f"no {name}/{SUMS} in it",
+        ),
+    )
 
 
 def write_script(output: Path, text: str, secret: bool) -> None:
@@ -117,9 +151,11 @@ def write_install(req: SlurmInstall) -> Written:
             "bundle": bundle,
             "python": values.path_value(req.python, "--python") if req.python else "",
             "no_network": "1" if req.no_network else "",
-            "repair": "1" if req.repair else "",
+            "install_args": " ".join(req.install.argv()),
             "from_url": req.from_url.rstrip("/"),
             "reporter": values.path_value(sys.executable, "this Python"),
+            "run_vars": run_var_patterns()[0],
+            "secrets": run_var_patterns()[1],
         },
     )
     # Slurm opens the job's output file there before the script runs: it must exist.

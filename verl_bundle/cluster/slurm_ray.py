@@ -18,6 +18,9 @@ from verl_bundle.errors import UsageError
 
 ALL = "all"
 MEM = re.compile(r"[0-9]{1,9}[KMGT]?")
+# Ray's own ports on a node (its defaults): a head port there meets another job's Ray.
+RAY_WORKER_PORTS = (10002, 19999)
+RAY_FIXED_PORTS = {10001: "its client server", 8265: "its dashboard", 52365: "its dashboard agent"}
 IFNAME = re.compile(r"[A-Za-z0-9._:-]{1,15}")  # Linux interface names: at most 15 bytes
 
 
@@ -29,7 +32,7 @@ class SlurmRay:
     gpus_per_node: str = ALL  # "all" (whole nodes), or a count (0: a CPU-only cluster)
     cpus_per_task: int = 0  # 0: every CPU of the node (the job takes whole nodes)
     mem: str = "0"  # sbatch --mem; 0: all of each node's memory
-    port: int = 6379
+    port: int = 0  # 0: a free one Ray chooses for each job
     ifname: str = ""  # the cluster network's interface; '': the head's first non-loopback
     wait: int = 600  # seconds for every node to register with Ray
     min_open_files: int = 65536
@@ -45,11 +48,28 @@ def _gpus(value: str) -> tuple[str, str]:
     return str(count), str(count) if count else ""
 
 
+def check_port(port: int) -> None:
+    """The head's port: 0 (Ray chooses a free one per job), or one outside Ray's own ranges
+    (its workers' 10002-19999 and its fixed defaults), refused in one line otherwise."""
+    low, high = RAY_WORKER_PORTS
+    keep = "give 0 (the default: a free port Ray chooses for each job) or a port outside it"
+    if port == 0:
+        return
+    if not 1024 <= port <= 65535:
+        raise UsageError(f"--port {port}: not a port Ray's head can take (1024-65535); {keep}")
+    if low <= port <= high:
+        raise UsageError(
+            f"--port {port}: inside Ray's worker-port range ({low}-{high}), where Ray binds its "
+            f"workers (another job's Ray on the node may hold it); {keep}"
+        )
+    if port in RAY_FIXED_PORTS:
+        raise UsageError(f"--port {port}: Ray's default port for {RAY_FIXED_PORTS[port]}; {keep}")
+
+
 def write_ray(req: SlurmRay) -> Written:
     if req.nodes < 1:
         raise UsageError(f"--nodes {req.nodes}: give at least 1")
-    if not 1 <= req.port <= 65535:
-        raise UsageError(f"--port {req.port}: give a TCP port (1-65535)")
+    check_port(req.port)
     if req.cpus_per_task < 0 or req.wait < 1 or req.min_open_files < 0:
         raise UsageError(
             "--cpus-per-task, --wait and --min-open-files take counts >= 0 (--wait >= 1)"

@@ -10,6 +10,7 @@ import json
 import re
 import shlex
 import tarfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -119,6 +120,34 @@ def served_name(url: str) -> str:
     bundle served at the server's root."""
     last = urlsplit(url).path.rstrip("/").rsplit("/", 1)[-1]
     return plain_name(last, f"--from-url {redact_url(url)}:") if last else ""
+
+
+@dataclass(frozen=True)
+class InstallOptions:
+    """The install.sh options a cluster install passes to every node's install.sh: one list for
+    both engines (slurm install, ansible install), checked once where it enters."""
+
+    quick: bool = False  # --quick: leave out the trainer dry run (minutes per node)
+    repair: bool = False  # --repair: reinstall exactly what differs from the bundle
+    require_gpu: bool = False  # --require-gpu: a node without a usable GPU fails
+    skip_phases: tuple[str, ...] = ()  # --skip-phase NAME (repeatable)
+
+    def argv(self) -> list[str]:
+        """install.sh's arguments for these options, each a plain word (checked)."""
+        out = ["--quick"] * self.quick + ["--repair"] * self.repair
+        out += ["--require-gpu"] * self.require_gpu
+        for phase in self.skip_phases:
+            if not PHASE.fullmatch(phase):
+                raise UsageError(
+                    f"--skip-phase {phase[:40]!r}: not a phase name (letters, digits, '.', '_', "
+                    "'-'; the bundle's phases are in its manifest)"
+                )
+            out += ["--skip-phase", phase]
+        return out
+
+
+PHASE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+NO_OPTIONS = InstallOptions()
 
 
 # -- leaving: the renderer and its filters ---------------------------------------------------

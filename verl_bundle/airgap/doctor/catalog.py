@@ -13,12 +13,13 @@ from verl_bundle.airgap.doctor import (
     environment,
     gpus,
     python,
+    ray,
     resources,
     system,
 )
 from verl_bundle.airgap.doctor.registry import Registered, collect
 
-DOMAINS = (system, python, compilers, cuda, gpus, resources, environment)
+DOMAINS = (system, python, compilers, cuda, gpus, resources, environment, ray)
 
 
 def registered() -> tuple[Registered, ...]:

@@ -84,50 +84,71 @@ def visible_devices(value: str | None, gpus: Sequence[Gpu]) -> tuple[list[Gpu], 
     return chosen, problems
 
 
-def torchrun_problems(env: Mapping[str, str], visible: int | None) -> list[str]:
-    """Inconsistencies among the torchrun/verl variables that are set; `visible` is the number
-    of GPUs this process would see (None when unknown)."""
-    problems: list[str] = []
+def torchrun_findings(env: Mapping[str, str], visible: int | None) -> list[tuple[str, str]]:
+    """Inconsistencies among the torchrun/verl variables that are set, each with its kind (what
+    a fix answers: "partial", "number", "zero", "rank", "local-rank", "local-world", "visible",
+    "local-visible", "port", "addr"); `visible` is the number of GPUs this process would see
+    (None when unknown)."""
+    problems: list[tuple[str, str]] = []
     given = [k for k in ENV_INIT if k in env]
     if ("RANK" in env or "WORLD_SIZE" in env) and len(given) < len(ENV_INIT):
         unset = [k for k in ENV_INIT if k not in env]
         problems.append(
-            f"{', '.join(given)} set but {', '.join(unset)} not: torch.distributed reads "
-            f"{', '.join(ENV_INIT)} together"
+            (
+                f"{', '.join(given)} set but {', '.join(unset)} not: torch.distributed reads "
+                f"{', '.join(ENV_INIT)} together",
+                "partial",
+            )
         )
     nums: dict[str, int] = {}
     for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
         if name in env:
             text = env[name].strip()
             if not re.fullmatch(r"\d+", text):
-                problems.append(f"{name}={env[name]!r} is not a whole number")
+                problems.append((f"{name}={env[name]!r} is not a whole number", "number"))
             else:
                 nums[name] = int(text)
     for name in ("WORLD_SIZE", "LOCAL_WORLD_SIZE"):
         if nums.get(name) == 0:
-            problems.append(f"{name}=0: there must be at least one process")
+            problems.append((f"{name}=0: there must be at least one process", "zero"))
     rank, world = nums.get("RANK"), nums.get("WORLD_SIZE")
     local, local_world = nums.get("LOCAL_RANK"), nums.get("LOCAL_WORLD_SIZE")
     if rank is not None and world and rank >= world:
-        problems.append(f"RANK={rank} is not below WORLD_SIZE={world}")
+        problems.append((f"RANK={rank} is not below WORLD_SIZE={world}", "rank"))
     if local is not None and local_world and local >= local_world:
-        problems.append(f"LOCAL_RANK={local} is not below LOCAL_WORLD_SIZE={local_world}")
+        problems.append(
+            (f"LOCAL_RANK={local} is not below LOCAL_WORLD_SIZE={local_world}", "local-rank")
+        )
     if local_world and world and local_world > world:
-        problems.append(f"LOCAL_WORLD_SIZE={local_world} is above WORLD_SIZE={world}")
+        problems.append(
+            (f"LOCAL_WORLD_SIZE={local_world} is above WORLD_SIZE={world}", "local-world")
+        )
     if visible is not None:
         if local is not None and local >= visible:
             problems.append(
-                f"LOCAL_RANK={local}, but only {visible} GPU(s) are visible: cuda:{local} does "
-                "not exist"
+                (
+                    f"LOCAL_RANK={local}, but only {visible} GPU(s) are visible: cuda:{local} "
+                    "does not exist",
+                    "visible",
+                )
             )
         if local_world and local_world > visible:
             problems.append(
-                f"LOCAL_WORLD_SIZE={local_world} processes, but only {visible} GPU(s) are visible"
+                (
+                    f"LOCAL_WORLD_SIZE={local_world} processes, but only {visible} GPU(s) are "
+                    "visible",
+                    "local-visible",
+                )
             )
     if "MASTER_PORT" in env:
         port = env["MASTER_PORT"].strip()
         if not (port.isdigit() and 1 <= int(port) <= 65535):
-            problems.append(f"MASTER_PORT={env['MASTER_PORT']!r} is not a port (1-65535)")
+            problems.append((f"MASTER_PORT={env['MASTER_PORT']!r} is not a port (1-65535)", "port"))
     if "MASTER_ADDR" in env and not env["MASTER_ADDR"].strip():
-        problems.append("MASTER_ADDR is set but empty")
+        problems.append(("MASTER_ADDR is set but empty", "addr"))
     return problems
+
+
+def torchrun_problems(env: Mapping[str, str], visible: int | None) -> list[str]:
+    """Inconsistencies among the torchrun/verl variables that are set, as lines."""
+    return [text for text, _ in torchrun_findings(env, visible)]

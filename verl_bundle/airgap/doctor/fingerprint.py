@@ -4,14 +4,19 @@ cluster must show the same one, so a package removed on one node or a file delet
 venv changes that node's fingerprint, and the fleet report names the distribution.
 
 Fast (the default): each file a RECORD lists must exist at its recorded size (a stat per file,
-under a second for the real stack). `deep`: each file is hashed against its RECORD (or another
-owner's hash of the same path, contract/records.py). What an installer writes itself and so
+under a second for the real stack). Given what the install recorded (`since`: per distribution,
+a digest of each file's path, inode, size, mtime and ctime), a distribution whose digest changed
+is also hashed against its RECORD: an edit that keeps a file's size is seen (a write changes
+the ctime, which no user can set back), and an untouched environment costs no read. `deep`:
+each file is hashed against its RECORD (or another owner's hash of the same path,
+contract/records.py). What an installer writes itself and so
 differs by node or installer is left out of the digest: the dist-info's INSTALLER, REQUESTED,
 direct_url.json, RECORD and uv's uv_cache.json (a time), bytecode, and the contents of files
 outside the site directory (console scripts carry the venv's absolute path in their first
 line; only their presence counts). The install writes the fingerprint it ended with into <prefix>/.verl-bundle/
 (`fingerprint`: the hash, the Ansible play's installed marker; `fingerprint.json`: per
-distribution), so the doctor also says what changed on this node since it was installed.
+distribution; `fingerprint-stat.json`: the stat digests), so the doctor also says what changed
+on this node since it was installed.
 Standard library only, Python 3.8+.
 """
 
@@ -32,6 +37,7 @@ from verl_bundle.airgap.contract.manifest import canonical
 
 FINGERPRINT = Path(".verl-bundle") / "fingerprint"
 RECORDED = Path(".verl-bundle") / "fingerprint.json"
+STATS = Path(".verl-bundle") / "fingerprint-stat.json"
 # Written by the installer, so they differ by node or run: uv's uv_cache.json holds a time.
 OWN = ("INSTALLER", "REQUESTED", "direct_url.json", "RECORD", "uv_cache.json", "uv_build.json")
 _DIST_INFO = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)\.dist-info$")
@@ -46,6 +52,8 @@ class Installed:
     version: str
     digest: str  # sha256 over the RECORD rows every node shares
     problems: tuple[str, ...] = ()  # "pkg/x.py missing", "pkg/y.so is 10 bytes, not 12"
+    where: str = ""  # its dist-info directory, relative to the prefix
+    stats: str = ""  # sha256 over each file's (path, inode, size, mtime, ctime): this node's own
 
     def entry(self) -> str:
         """What the doctor reports and the fleet report compares, in one line."""
@@ -66,6 +74,7 @@ class Environment:
 
     distributions: tuple[Installed, ...]
     deep: bool = False
+    hashed: tuple[str, ...] = ()  # distributions hashed because their files changed since install
 
     @property
     def fingerprint(self) -> str:
@@ -81,6 +90,10 @@ class Environment:
 
     def damaged(self) -> list[str]:
         return [f"{d.name}: {d.problems[0]}" for d in self.distributions if d.problems]
+
+    def stats(self) -> dict[str, str]:
+        """dist-info directory -> its stat digest, as `write` records them."""
+        return {d.where: d.stats for d in self.distributions if d.where}
 
 
 def site_dirs(prefix: str) -> list[str]:
@@ -121,15 +134,24 @@ def _shared(rows: list[tuple[str, str, str]], own: str) -> list[tuple[str, str, 
 
 
 def _check(
-    site: str, row: tuple[str, str, str], deep: bool, index: records.Owners, sizes: Sizes
+    site: str,
+    row: tuple[str, str, str],
+    deep: bool,
+    index: records.Owners,
+    sizes: Sizes,
+    seen: list[str] | None = None,
 ) -> str | None:
-    """Why the file a row lists is not as recorded, or None."""
+    """Why the file a row lists is not as recorded, or None; its stat line goes to `seen`."""
     rel, recorded, size = row
     path = os.path.normpath(os.path.join(site, rel))
     try:
         st = os.stat(path)
     except OSError:
+        if seen is not None:
+            seen.append(f"{rel}\0missing\n")
         return f"{rel} missing"
+    if seen is not None:
+        seen.append(f"{rel}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\n")
     if rel.startswith(".."):
         return None  # a script or data file outside site-packages: its presence counts
     if size.isdigit() and str(st.st_size) not in sizes.get(path, [size]):
@@ -143,8 +165,10 @@ def _check(
     return None
 
 
-def examine(prefix: str, deep: bool = False) -> Environment:
-    """The environment at `prefix` as it is now (every file stat'ed; hashed with `deep`)."""
+def examine(prefix: str, deep: bool = False, since: dict[str, str] | None = None) -> Environment:
+    """The environment at `prefix` as it is now: every file stat'ed; hashed with `deep`, and
+    with `since` (the stat digests its install recorded) each distribution's files whose
+    digest is not the recorded one."""
     infos = _dist_infos(site_dirs(prefix))
     table: list[tuple[str, str, str, str, list[tuple[str, str, str]]]] = []
     index: records.Owners = {}
@@ -163,20 +187,29 @@ def examine(prefix: str, deep: bool = False) -> Environment:
                 sizes.setdefault(path, []).append(size)
         table.append((site, info, name, version, rows))
     found = []
-    for site, _info, name, version, rows in table:
+    hashed = []
+    for site, info, name, version, rows in table:
         digest = hashlib.sha256()
         for rel, recorded, size in sorted(rows):
             outside = rel.startswith("..")
             digest.update(
                 f"{rel}\0{'' if outside else recorded}\0{'' if outside else size}\n".encode()
             )
+        where = os.path.relpath(os.path.join(site, info), prefix)
+        seen: list[str] = []
         if not rows:
             problems: tuple[str, ...] = ("no RECORD",)
         else:
-            checked = (_check(site, row, deep, index, sizes) for row in sorted(rows))
+            checked = [_check(site, row, deep, index, sizes, seen) for row in sorted(rows)]
             problems = tuple(p for p in checked if p)
-        found.append(Installed(name, version, digest.hexdigest(), problems))
-    return Environment(tuple(found), deep)
+        stats = hashlib.sha256("".join(seen).encode("utf-8", "surrogateescape")).hexdigest()
+        if since is not None and not deep and rows and since.get(where) != stats:
+            # Changed since install (or new): its files hashed, a same-size edit named.
+            hashed.append(name)
+            checked = [_check(site, row, True, index, sizes) for row in sorted(rows)]
+            problems = tuple(p for p in checked if p)
+        found.append(Installed(name, version, digest.hexdigest(), problems, where, stats))
+    return Environment(tuple(found), deep, tuple(hashed))
 
 
 # -- what the install left ----------------------------------------------------------------------
@@ -191,6 +224,7 @@ def write(prefix: str, env: Environment | None = None, into: Confined | None = N
     try:
         for path, text in (
             (RECORDED, json.dumps(env.entries(), indent=1, sort_keys=True)),
+            (STATS, json.dumps(env.stats(), indent=0, sort_keys=True)),
             (FINGERPRINT, env.fingerprint),
         ):  # the hash last: a marker is never ahead of its entries
             confined.write_atomic(path.as_posix(), text + "\n")
@@ -223,6 +257,18 @@ def read_entries(prefix: str) -> dict[str, str] | None:
     """The per-distribution entries the install wrote, or None (none, or not readable)."""
     try:
         doc = json.loads((Path(prefix) / RECORDED).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict):
+        return None
+    return {str(k): str(v) for k, v in doc.items()}
+
+
+def read_stats(prefix: str) -> dict[str, str] | None:
+    """The stat digests the install recorded, or None (none: an install before they were, or
+    not readable; the doctor then compares sizes only)."""
+    try:
+        doc = json.loads((Path(prefix) / STATS).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     if not isinstance(doc, dict):

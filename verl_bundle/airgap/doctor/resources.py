@@ -99,8 +99,31 @@ def _unwritable(p: Place) -> tuple[str, str] | None:
     return None
 
 
+def _image(facts: Facts) -> Check | None:
+    """The install prefix is a read-only image mount (`install.sh --image`): nothing is
+    installed on this node, so no free space is asked; the mount must serve the environment."""
+    image = facts.node.image
+    if not image or not image.startswith("squashfs image"):
+        return None
+    if facts.node.image_problem:
+        return found(
+            "fail",
+            facts.node.image_problem,
+            image,
+            "mount the image the install made (squashfuse FILE PREFIX, at the same path as "
+            "its --prefix; check FILE against FILE.sha256 first), with its interpreter inside "
+            "(--python bundled) or at the same path on every node",
+        )
+    temp = [p for p in facts.disk if p.label != "install prefix" and p.free is not None]
+    room = f"; temp dir {temp[0].name}: {_human(temp[0].free or 0)} free" if temp else ""
+    return ok(f"install prefix: a {image}: nothing is installed here{room}")
+
+
 @check("disk", generic=True)
 def check_disk(plan: Plan, facts: Facts, opts: Options) -> Check:
+    mounted = _image(facts)
+    if mounted is not None:
+        return mounted
     size = plan.installed_size
     need = int(size * DISK_MARGIN)
     have: list[str] = []

@@ -143,3 +143,11 @@ def pack(prefix: str, image: str, python: str) -> Packed:
         beside.commit("image", base)
         beside.commit("sha256", base + ".sha256")
     return Packed(image, digest, os.path.getsize(image), compiled, time.monotonic() - started)
+
+
+def interpreter_outside(prefix: str) -> str | None:
+    """The interpreter the venv at `prefix` runs, when it lies outside the prefix (so outside
+    the image: each node needs it at that path); None when it is inside (--python bundled)."""
+    real = os.path.realpath(os.path.join(prefix, "bin", "python"))
+    inside = real.startswith(os.path.realpath(prefix).rstrip(os.sep) + os.sep)
+    return None if inside else real

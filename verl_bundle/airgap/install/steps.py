@@ -715,6 +715,13 @@ class Installer(Steps):
                 f"    on each node, read-only at the same path: squashfuse {shlex.quote(path)} "
                 f"{mount}  (or: mount -t squashfs -o ro,loop {shlex.quote(path)} {mount})"
             )
+            base = image.interpreter_outside(self.target)
+            if base:
+                self.out.say(
+                    f"    its python is {base}, outside the image: every node that mounts it "
+                    f"needs that interpreter at that path (a bundle built --with-python carries "
+                    "its own, which --image then uses)"
+                )
             result["detail"] = f"{packed.path} sha256 {packed.sha256}"
 
 

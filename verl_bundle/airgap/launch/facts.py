@@ -10,8 +10,9 @@ from typing import Mapping
 from verl_bundle.airgap.doctor.commands import Run, run
 from verl_bundle.airgap.doctor.devices import Gpu, visible_devices
 from verl_bundle.airgap.doctor.gpus import GpuListing, list_gpus
-from verl_bundle.airgap.doctor.node import open_files_limit
+from verl_bundle.airgap.doctor.node import RayToken, open_files_limit, probe_ray_token
 from verl_bundle.airgap.launch import verlconfig as vc
+from verl_bundle.airgap.launch.ranks import NO_RENDEZVOUS, Rendezvous
 
 MIN_OPEN_FILES = 65536
 NGPUS, NNODES = "trainer.n_gpus_per_node", "trainer.nnodes"
@@ -30,6 +31,8 @@ class Launch:
     nproc_per_node: int | None = None  # torchrun's --nproc_per_node, when given
     proposal: bool = False  # a fix's proposed settings, being checked: propose nothing
     min_open_files: int = MIN_OPEN_FILES
+    rendezvous: Rendezvous = NO_RENDEZVOUS  # torchrun's rendezvous flags, when given
+    ray_token: RayToken | None = None  # a token an earlier ray.init() left in ~/.ray
 
     def number(self, key: str) -> int | None:
         return vc.integer(self.values, key)
@@ -44,6 +47,7 @@ def gather(
     launcher: str = "ray",
     nproc_per_node: int | None = None,
     min_open_files: int = MIN_OPEN_FILES,
+    rendezvous: Rendezvous = NO_RENDEZVOUS,
 ) -> Launch:
     smi = shutil.which("nvidia-smi")
     topo = run([smi, "topo", "-m"]) if smi else None
@@ -58,4 +62,6 @@ def gather(
         nproc_per_node,
         False,
         min_open_files,
+        rendezvous,
+        probe_ray_token(env),
     )

@@ -28,6 +28,7 @@ from verl_bundle.airgap import render
 from verl_bundle.airgap.checks import Check, Verdict, of_preflight
 from verl_bundle.airgap.doctor.devices import Gpu
 from verl_bundle.airgap.doctor.gpus import BUSY_MIB
+from verl_bundle.airgap.doctor.node import ray_token_finding
 from verl_bundle.airgap.doctor.registry import found, ok
 from verl_bundle.airgap.launch import proposals, ranks
 from verl_bundle.airgap.launch import verlconfig as vc
@@ -173,19 +174,42 @@ def check_nvlink(launch: Launch) -> Check:
 @check("ranks")
 def check_ranks(launch: Launch) -> Check:
     env = launch.env
-    if launch.launcher == "ray":
-        return ok(ranks.ray_summary(env))
     visible, _ = launch.visible()
     count = len(visible) if launch.gpus.gpus else None
+    if launch.launcher == "ray":
+        inherited = ranks.ray_problems(env, count)
+        if not inherited:
+            return ok(ranks.ray_summary(env))
+        set_here = [k for k in ranks.SHOWN if k in env]
+        return found(
+            "fail",
+            f"{ranks.shown(env)} set where Ray starts: every worker that does not set its own "
+            f"inherits them ({inherited[0]})",
+            "\n".join(inherited),
+            f"unset {' '.join(set_here)} before ray start (verl's workers are ranked by Ray, "
+            "not by these variables)",
+        )
     nnodes, per_node = launch.number(NNODES) or 1, launch.number(NGPUS) or 0
+    rdzv = launch.rendezvous.with_env(env)
     problems = ranks.torchrun_launch_problems(
-        env, count, nnodes, per_node, launch.nproc_per_node, NNODES, NGPUS
+        env, count, nnodes, per_node, launch.nproc_per_node, NNODES, NGPUS, rdzv
     )
     if not problems:
+        if rdzv.given:
+            return ok(f"torchrun: {rdzv.shown()}: torchrun sets each process's ranks itself")
         return ok("torchrun: " + (ranks.shown(env) or "single node, no rank variables set"))
-    return found(
-        "fail", problems[0], "\n".join(problems), ranks.torchrun_fix(problems, per_node, count)
-    )
+    texts = [text for text, _ in problems]
+    fixes = list(dict.fromkeys(fix for _, fix in problems))
+    return found("fail", texts[0], "\n".join(texts), "; ".join(fixes))
+
+
+@check("ray-token")
+def check_ray_token(launch: Launch) -> Check:
+    if launch.launcher != "ray":
+        return ok("not a Ray launch")
+    nnodes = launch.number(NNODES) or 1
+    status, summary, fix = ray_token_finding(launch.ray_token, launch.env, nnodes)
+    return found(status, summary, "", fix) if status != "ok" else ok(summary)
 
 
 @check("open-files")
@@ -315,11 +339,12 @@ def run_preflight(
     launcher: str = "ray",
     nproc_per_node: int | None = None,
     min_open_files: int = MIN_OPEN_FILES,
+    rendezvous: ranks.Rendezvous = ranks.NO_RENDEZVOUS,
 ) -> Preflight:
     """Read verl's settings (ConfigError on a bad override or YAML), gather, check for this
-    `launcher` ("ray" or "torchrun")."""
+    `launcher` ("ray" or "torchrun") and, under torchrun, its rendezvous flags."""
     values = vc.settings(overrides, config)
-    return examine(gather(values, env, launcher, nproc_per_node, min_open_files))
+    return examine(gather(values, env, launcher, nproc_per_node, min_open_files, rendezvous))
 
 
 def render_text(result: Preflight) -> str:

@@ -274,7 +274,8 @@ def fleet(report: FleetReport) -> Shown:
     ]
     lines = [header, *rows]
     for p in report.problems:
-        lines += ["", f"FAIL {p.node}: {p.what}", f"  fix: {p.fix}"]
+        lines += ["", f"FAIL {p.node}: {p.what}" if p.node else f"FAIL {p.what}"]
+        lines.append(f"  fix: {p.fix}")
     for d in report.drift:
         lines += ["", f"DRIFT {d.fact.label}: {d.fact.why}"]
         lines += [f"  {value}: {', '.join(names)}" for value, names in d.groups]
@@ -282,6 +283,22 @@ def fleet(report: FleetReport) -> Shown:
         lines.append(f"  fix: {d.fact.fix}")
     if report.ok:
         verdict = f"fleet: {len(report.nodes)} node(s) agree"
+        if report.images:
+            verdict += (
+                f" ({len(report.images)} on a read-only image: installed once, its install "
+                "record checked on each)"
+            )
+        if report.uncompared:
+            verdict += (
+                f" on their doctor results ({len(report.uncompared)} with no install record "
+                "(--doctor-only): their installs were not compared"
+                + (
+                    ""
+                    if report.expected is not None
+                    else "; no --expect: a node that never reported is not seen"
+                )
+                + ")"
+            )
     else:
         failed = len({p.node for p in report.problems})
         verdict = (
@@ -296,6 +313,8 @@ def fleet(report: FleetReport) -> Shown:
         "run": report.run,
         "expected": list(report.expected) if report.expected is not None else None,
         "missing": list(report.missing),
+        "uncompared": list(report.uncompared),
+        "images": list(report.images),
         "nodes": [
             {
                 "name": n.name,

@@ -107,6 +107,11 @@ def read_expect(value: str) -> list[str]:
         lines = data.decode("utf-8", errors="replace").splitlines()
         words = [w for ln in lines for w in ln.split("#", 1)[0].split()]
         names = expand(",".join(words))
+    elif value.strip().isdigit():
+        raise HostlistError(
+            f"--expect {value.strip()}: a count, not node names; give the names (n[1-2], "
+            "gpu01,gpu02) or a file of them: names are what show a node that never reported"
+        )
     else:
         names = expand(value)
     if not names:

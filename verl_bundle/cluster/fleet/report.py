@@ -1,40 +1,34 @@
 """The fleet report: the results gathered from every node of a cluster (one file per node, as the
-Slurm or Ansible install writes them, or a plain `doctor --json`), checked and compared. Each
-expected node must have reported, in this run, with its install and doctor passing; and Ray and
-NCCL need the nodes to agree on the driver, CUDA, GPUs, glibc, Python's patch version, the
-installed distributions and bundle, and the variables that change a run. A missing, stale or
-failed node is named in one line, a difference is drift named with the nodes on each side; each
-with its fix. Reading is results.py, --expect is hostlist.py, rendering is cli/render/results.py;
-`fleet_report(DIR, EXPECT)` is the core."""
+Slurm or Ansible install writes them, or a plain `doctor --json` with --doctor-only), checked and
+compared. A node agrees only on evidence: its install record (the exit code), each of its
+doctor's checks (never the `ok` flag alone), its live environment fingerprint and the hash of the
+bundle it installed, each present and equal to the run's; a missing, stale or failed node is
+named in one line. Ray and NCCL also need the nodes to agree on the driver, CUDA, GPUs, glibc,
+Python's patch version, the installed distributions and bundle, and the variables that change a
+run; a difference is drift named with the nodes on each side; each with its fix. Reading is
+results.py, --expect is hostlist.py, rendering is cli/render/results.py; `fleet_report(DIR,
+EXPECT)` is the core."""
 
 from __future__ import annotations
 
 import json
+import re
+import signal
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from verl_bundle.airgap.doctor.node import IFNAME_VARS, RUN_VAR_NAMES, RUN_VAR_PREFIXES
+from verl_bundle.airgap.checks import STATUSES
+from verl_bundle.airgap.doctor.node import run_var, shown_value
+from verl_bundle.airgap.errors import EXIT_CODES, EXIT_NOT_READY
 from verl_bundle.cluster.fleet import hostlist
 from verl_bundle.cluster.fleet.results import FleetError, NodeResult, Run, load
 
-__all__ = ["FleetError", "FleetReport", "NodeResult", "compare", "fleet_report"]
+__all__ = ["FleetError", "FleetReport", "NodeResult", "compare", "exit_words", "fleet_report"]
 
 GIB = 1 << 30
-INSTALL_EXIT = {
-    1: "a phase or a post-install check failed",
-    2: "usage error",
-    3: "the bundle is damaged",
-    4: "the server is not ready",
-    127: "install.sh not found",
-    130: "interrupted",
-}
-# The variables that change a run, as the doctor reports them (NCCL/GLOO_SOCKET_IFNAME are the
-# doctor's socket_ifnames).
-ENV_PREFIXES = RUN_VAR_PREFIXES
-ENV_NAMES = RUN_VAR_NAMES
-ENV_SKIP = IFNAME_VARS
+SHA256 = re.compile(r"[0-9a-f]{64}")
 SHOWN = 120  # characters of a value shown in a drift line
 SHOWN_DISTS = 10  # distributions named under a fingerprint drift
 
@@ -61,9 +55,10 @@ class Drift:
 
 @dataclass(frozen=True)
 class Problem:
-    """A node whose network setting cannot work on its own (no such interface, no address)."""
+    """What stops one node (its install, its doctor, its network), or the whole run (`node`
+    None: which nodes or which run the results are cannot be told)."""
 
-    node: str
+    node: str | None
     what: str
     fix: str
 
@@ -76,6 +71,8 @@ class FleetReport:
     run: str | None = None  # this run's id (None: the results carry none)
     expected: tuple[str, ...] | None = None  # None: no list of nodes to expect
     missing: tuple[str, ...] = ()
+    uncompared: tuple[str, ...] = ()  # --doctor-only: nodes with no install record to compare
+    images: tuple[str, ...] = ()  # nodes on a read-only image: the image's install record
 
     @property
     def ok(self) -> bool:
@@ -253,14 +250,10 @@ def _changed(node: NodeResult) -> list[Problem]:
 
 
 def _env_fact(var: str) -> Fact:
-    if var.startswith("HF_") or var == "TRANSFORMERS_OFFLINE":
-        why = "a node online, or with another cache, loads other files (or fails offline)"
-    elif var in ("PYTHONPATH", "LD_LIBRARY_PATH"):
-        why = "a node with it imports or loads other code than the bundle's venv"
-    elif var.startswith(("NCCL_", "GLOO_")):
-        why = "collectives need one transport setting on every node; a mismatch hangs or slows"
-    else:
-        why = "it changes which GPUs and CUDA libraries a node uses"
+    """A run-changing variable as a fact, with the why of its entry in the doctor's table
+    (doctor/node.py RUN_VARS)."""
+    entry = run_var(var)
+    why = entry.why if entry else "it changes a run"
     fix = (
         f"set {var} the same on every node (in the job script, not one node's profile) or unset it"
     )
@@ -268,20 +261,16 @@ def _env_fact(var: str) -> Fact:
 
 
 def _env_drift(nodes: list[NodeResult]) -> list[Drift]:
-    """One drift per run-changing variable that differs (unset counts as a value)."""
+    """One drift per run-changing variable that differs (unset counts as a value); a secret's
+    value is compared and shown as its hash (NCCL/GLOO_SOCKET_IFNAME are the doctor's
+    socket_ifnames)."""
     recorded = [n for n in nodes if n.env is not None]
-    names = sorted(
-        {
-            var
-            for n in recorded
-            for var in n.env or {}
-            if (var.startswith(ENV_PREFIXES) or var in ENV_NAMES) and var not in ENV_SKIP
-        }
-    )
-    found = [
-        _groups(_env_fact(var), [(n.name, (n.env or {}).get(var)) for n in recorded], "unset")
-        for var in names
-    ]
+    names = sorted({var for n in recorded for var in n.env or {} if run_var(var) is not None})
+    found = []
+    for var in names:
+        values = [(n.name, (n.env or {}).get(var)) for n in recorded]
+        shown = [(name, None if v is None else shown_value(var, v)) for name, v in values]
+        found.append(_groups(_env_fact(var), shown, "unset"))
     return [d for d in found if d is not None]
 
 
@@ -310,63 +299,213 @@ def _network(node: NodeResult) -> list[Problem]:
     return out
 
 
-def _failed(node: NodeResult, run: Run | None) -> list[Problem]:
-    """This node's own failures: its install, its doctor, the bundle it installed."""
-    out: list[Problem] = []
+def exit_words(rc: int) -> str:
+    """What an install's exit code means, in the server program's own words (EXIT_CODES, up to
+    its first colon); a signal's name past 128."""
+    if rc in EXIT_CODES:
+        return EXIT_CODES[rc].split(": ", 1)[0]
+    if rc > 128:
+        try:
+            return f"killed by {signal.Signals(rc - 128).name}"
+        except ValueError:
+            return f"killed by signal {rc - 128}"
+    return "not one of install.sh's exit codes: read its log"
+
+
+def _install(node: NodeResult) -> list[Problem]:
+    """The node's install record: present (for a result the engines wrote) and exit 0."""
     log = f" ({node.install_log} on {node.name})" if node.install_log else ""
-    if node.install_rc not in (None, 0):
-        meaning = INSTALL_EXIT.get(node.install_rc or 0, "failed")
-        out.append(
+    if node.install_rc is None:
+        if not node.engine:
+            return []  # a plain doctor result, read with --doctor-only: said in the verdict
+        return [
             Problem(
                 node.name,
-                f"install failed: exit {node.install_rc} ({meaning})",
-                f"read its log{log}, fix what it names, and run the install again",
+                "no install record (result.install.rc): what its install did cannot be told",
+                "run the slurm or ansible install again; it writes the record on every node",
             )
+        ]
+    if node.install_rc == 0:
+        return []
+    rc = node.install_rc
+    what = "installed, not ready to train" if rc == EXIT_NOT_READY else "install failed"
+    step = f": {node.install_error}" if node.install_error else ""
+    return [
+        Problem(
+            node.name,
+            f"{what}: exit {rc} ({exit_words(rc)}){step}",
+            f"read its log{log}, fix what it names, and run the install again",
         )
-    if node.ok is False:
-        failed = [cid for cid, status in node.checks if status == "fail"] or ["(none named)"]
-        out.append(
-            Problem(
-                node.name,
-                f"the doctor found failures: {', '.join(failed)}",
-                "run ./doctor --prefix PREFIX on the node: each failure is shown with its fix",
-            )
-        )
-    elif node.doctor_error is not None:
-        out.append(
+    ]
+
+
+def _doctor(node: NodeResult) -> list[Problem]:
+    """The node's doctor: a result with checks, each passing; its `ok` and its exit code must
+    agree with them (a result that says ok over a failed check is not the doctor's own)."""
+    log = f" ({node.install_log} on {node.name})" if node.install_log else ""
+    run_it = "run ./doctor --prefix PREFIX on the node: each failure is shown with its fix"
+    if node.doctor_error is not None:
+        return [
             Problem(
                 node.name,
                 f"{node.doctor_error.split(';')[0]}",
                 f"read {node.name}.doctor.err, or run ./doctor --json --prefix PREFIX on the node",
             )
-        )
-    elif node.ok is None:
+        ]
+    if node.ok is None and not node.checks:
         code = f" (doctor exit {node.doctor_rc})" if node.doctor_rc is not None else ""
-        out.append(
+        return [
             Problem(
                 node.name,
                 f"no doctor result{code}",
                 f"the install left no bundle to run the doctor from; read its log{log}",
             )
-        )
-    if run is not None and run.bundle and node.bundle and node.bundle != run.bundle:
+        ]
+    failed = [cid for cid, status in node.checks if status == "fail"]
+    odd = [f"{cid} ({status[:16]!r})" for cid, status in node.checks if status not in STATUSES]
+    out: list[Problem] = []
+    if failed:
+        out.append(Problem(node.name, f"the doctor found failures: {', '.join(failed)}", run_it))
+    if odd:
         out.append(
             Problem(
                 node.name,
-                f"installed bundle {node.bundle[:12]}, not the run's {run.bundle[:12]}",
-                "the tarball that node read is another bundle's: put the tarball on storage "
-                "every node sees and install again",
+                f"doctor check(s) with no known status: {', '.join(odd)}",
+                "gather the doctor's own --json output (checks are ok, warn, fail, skip or "
+                "untested)",
+            )
+        )
+    if not node.checks:
+        out.append(Problem(node.name, "the doctor result holds no checks", run_it))
+    if node.ok is not True and not failed:
+        said = "not ok" if node.ok is False else "no verdict"
+        out.append(
+            Problem(node.name, f"the doctor result says {said} and names no failure", run_it)
+        )
+    if node.ok is True and failed:
+        out.append(
+            Problem(
+                node.name,
+                f"the doctor result says ok over the failed check(s) {', '.join(failed)}: not "
+                "the doctor's own result",
+                run_it,
+            )
+        )
+    if node.engine and node.doctor_rc is None:
+        out.append(Problem(node.name, "no doctor exit code recorded (result.doctor_rc)", run_it))
+    elif node.doctor_rc not in (None, 0) and not failed:
+        out.append(
+            Problem(
+                node.name,
+                f"the doctor exited {node.doctor_rc} but its result names no failure",
+                f"read {node.name}.doctor.err, or {run_it}",
             )
         )
     return out
 
 
-def _current_run(nodes: list[NodeResult], run: Run | None) -> str | None:
-    """The run the report is about: the run's record, else the newest result's run."""
+def _fingerprint(node: NodeResult) -> list[Problem]:
+    """The live fingerprint: present, and (for an install) equal to the one its install
+    recorded, or the change is named (`_changed`)."""
+    live = node.host.get("fingerprint")
+    if node.ok is None and not node.checks:
+        return []  # no doctor result: said already
+    if not isinstance(live, str) or not SHA256.fullmatch(live):
+        return [
+            Problem(
+                node.name,
+                "no live environment fingerprint: the doctor found no installed environment "
+                "under the prefix",
+                "run the doctor with --prefix PREFIX (the slurm and ansible installs do); a node "
+                "with nothing installed there needs the install",
+            )
+        ]
+    recorded = node.host.get("installed_fingerprint")
+    if recorded is None:
+        if not node.engine and not node.on_image:
+            return []
+        where = "its image holds" if node.on_image else "its install recorded"
+        return [
+            Problem(
+                node.name,
+                f"{where} no fingerprint (PREFIX/.verl-bundle/fingerprint)",
+                "run the install again: its last step records the environment it leaves",
+            )
+        ]
+    if recorded != live and not node.host.get("changed_since_install"):
+        return [
+            Problem(
+                node.name,
+                f"its live fingerprint {live[:12]} is not the {str(recorded)[:12]} its install "
+                "recorded",
+                "on the node, run the bundle's ./install.sh --repair with the same --prefix",
+            )
+        ]
+    return []
+
+
+def _bundle(node: NodeResult, run: Run | None) -> list[Problem]:
+    """The bundle a node installed: named (for an install) and the run's."""
+    if not node.engine:
+        return []
+    if node.bundle is None:
+        return [
+            Problem(
+                node.name,
+                "no bundle hash recorded (the install left no SHA256SUMS to hash)",
+                "read its log: the bundle was not unpacked there; run the install again",
+            )
+        ]
+    if run is not None and run.bundle and node.bundle != run.bundle:
+        return [
+            Problem(
+                node.name,
+                f"its bundle {node.bundle[:12]} is not the run's {run.bundle[:12]}",
+                "the tarball that node read is another bundle's: put the tarball on storage "
+                "every node sees and install again",
+            )
+        ]
+    return []
+
+
+def _failed(node: NodeResult, run: Run | None) -> list[Problem]:
+    """This node's own failures: its install, its doctor, its fingerprint, its bundle."""
+    return _install(node) + _doctor(node) + _fingerprint(node) + _bundle(node, run)
+
+
+def _current_run(nodes: list[NodeResult], run: Run | None) -> tuple[str | None, list[Problem]]:
+    """The run the report is about: the run's record, else the one run every result names;
+    results of several runs and no record cannot tell (never chosen by a file's time)."""
     if run is not None:
-        return run.run
-    with_run = [n for n in nodes if n.run]
-    return max(with_run, key=lambda n: n.mtime).run if with_run else None
+        return run.run, []
+    runs = sorted({n.run for n in nodes if n.run})
+    if len(runs) <= 1:
+        return (runs[0] if runs else None), []
+    shown = ", ".join(runs[:5]) + (f" and {len(runs) - 5} more" if len(runs) > 5 else "")
+    return None, [
+        Problem(
+            None,
+            f"results of runs {shown} and no .run.json: which is this run's cannot be told",
+            "gather each run into its own directory (the slurm and ansible installs write "
+            ".run.json there), or remove the other runs' files",
+        )
+    ]
+
+
+def _expected(nodes: list[NodeResult], expected: list[str] | None) -> list[Problem]:
+    """Without a list of the nodes to expect, a node that never reported is not seen: a run
+    of installs needs one (.run.json, or --expect)."""
+    if expected is not None or not any(n.engine for n in nodes):
+        return []
+    return [
+        Problem(
+            None,
+            "which nodes this run had is unknown (no .run.json and no --expect): a node that "
+            "never reported cannot be seen",
+            "pass --expect NODES (gpu[01-04], a list or a file of names), or gather into the "
+            "directory the install wrote .run.json to",
+        )
+    ]
 
 
 def compare(
@@ -374,8 +513,8 @@ def compare(
 ) -> FleetReport:
     """Each node's standing (stale, unexpected, failed), the expected nodes that did not
     report, each node's network problems, and the drift among this run's nodes."""
-    current = _current_run(nodes, run)
-    problems: list[Problem] = []
+    current, problems = _current_run(nodes, run)
+    problems += _expected(nodes, expected)
     live: list[NodeResult] = []
     for n in nodes:
         other = current is not None and n.run != current
@@ -425,13 +564,28 @@ def compare(
         current,
         tuple(expected) if expected is not None else None,
         tuple(missing),
+        tuple(n.name for n in live if n.install_rc is None and not n.engine and not n.on_image),
+        tuple(n.name for n in live if n.on_image),
     )
 
 
-def fleet_report(directory: Path, expect: str | None = None) -> FleetReport:
+def fleet_report(
+    directory: Path, expect: str | None = None, doctor_only: bool = False
+) -> FleetReport:
     """Read the results gathered in `directory` and compare them; the expected nodes are
-    `expect` (a list, Slurm's hostlist or a file), else the run's own list."""
+    `expect` (a list, Slurm's hostlist or a file), else the run's own list. Plain `doctor
+    --json` results carry no install record: they are compared only with `doctor_only` (and
+    the verdict says their installs were not), never agreed on silently."""
     gathered = load(directory)
+    # A node on a read-only image is installed by the image: its doctor result carries the
+    # record the install wrote into it (checked against the live fingerprint).
+    plain = [n for n in gathered.nodes if not n.engine and not n.on_image]
+    if plain and not doctor_only:
+        raise FleetError(
+            f"{plain[0].source}: a plain doctor result, with no install record: compare "
+            "hand-gathered doctor results with `fleet report --doctor-only` (their installs are "
+            "then not compared), or gather the results the slurm or ansible install writes"
+        )
     if expect is not None:
         expected: list[str] | None = hostlist.read_expect(expect)
     elif gathered.run is not None and gathered.run.expect:

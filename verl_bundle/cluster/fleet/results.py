@@ -8,7 +8,8 @@ A node's result, as the cluster scripts write it (schema 1):
   {"schema": 1, "command": "node", "result": {
      "node": NAME, "run": RUN, "engine": "slurm"|"ansible", "bundle": SHA256 of the installed
      bundle's SHA256SUMS or null, "prefix": PATH,
-     "install": {"rc": INT, "skipped": BOOL, "log": TEXT}, "doctor_rc": INT,
+     "install": {"rc": INT, "skipped": BOOL, "log": TEXT, "error": TEXT or null (the step that
+     failed before install.sh ran)}, "doctor_rc": INT or null (not run),
      "env": {VAR: VALUE}, "doctor_output": the doctor's --json output as text, or null}}
 (or "doctor": that document itself). Output that is not a doctor's JSON is the node's failure.
 The run's record: {"schema": 1, "command": "run", "result": {"run": RUN, "engine": ...,
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from verl_bundle.airgap.doctor.node import shown_value
 from verl_bundle.cluster.fleet import hostlist
 from verl_bundle.errors import UsageError
 
@@ -55,10 +57,17 @@ class NodeResult:
     bundle: str | None = None
     install_rc: int | None = None  # None: a plain doctor result, no install record
     install_log: str | None = None
+    install_error: str | None = None  # the step that failed before install.sh ran, as recorded
     doctor_rc: int | None = None
     env: dict[str, str] | None = None  # None: not recorded
-    mtime: float = 0.0
     doctor_error: str | None = None  # why its doctor output is not a doctor's result
+    engine: bool = True  # written by the slurm or ansible install; False: a plain doctor result
+
+    @property
+    def on_image(self) -> bool:
+        """The node runs a read-only image its install made once (`install.sh --image`): the
+        image holds that install's record."""
+        return str(self.host.get("image") or "").startswith("squashfs image")
 
 
 @dataclass(frozen=True)
@@ -258,14 +267,13 @@ def read_node(path: Path) -> NodeResult:
     doc = read_json(path)
     f = Fields(path.name)
     envelope = f.mapping(doc, "the document")
-    mtime = path.stat().st_mtime
     if envelope.get("command") == "doctor":
         # A plain doctor result is named by its file (results/$(hostname).json): host names
         # need not be unique (containers, one test machine), file names are.
         ok, checks, host = _doctor(f, envelope, "the document")
         name = _node_name(f, path.stem, "its file name")
         env = host["env"] if isinstance(host.get("env"), dict) else None
-        return NodeResult(name, path.name, ok, checks, host, env=env, mtime=mtime)
+        return NodeResult(name, path.name, ok, checks, host, env=env, engine=False)
     if envelope.get("command") != "node":
         raise FleetError(
             f"{path.name}: not a node's result; gather each node's result as the slurm or "
@@ -286,6 +294,8 @@ def read_node(path: Path) -> NodeResult:
     env = f.text_map(r.get("env"), "result.env", limit=4096)
     if env is None and isinstance(host.get("env"), dict):
         env = host["env"]
+    if env is not None:
+        env = {k: shown_value(k, v) for k, v in env.items()}  # a secret never shown
     return NodeResult(
         _node_name(f, r.get("node"), "result.node"),
         path.name,
@@ -296,9 +306,9 @@ def read_node(path: Path) -> NodeResult:
         bundle=f.text(r.get("bundle"), "result.bundle", limit=128),
         install_rc=f.integer(install.get("rc"), "result.install.rc"),
         install_log=f.text(install.get("log"), "result.install.log"),
+        install_error=f.text(install.get("error"), "result.install.error"),
         doctor_rc=f.integer(r.get("doctor_rc"), "result.doctor_rc"),
         env=env,
-        mtime=mtime,
         doctor_error=doctor_error,
     )
 
