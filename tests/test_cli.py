@@ -362,10 +362,16 @@ def test_every_json_output_is_the_versioned_envelope(
             ],
         ),
     }
+    # The commands that end with a verdict carry it beside the result, as the README says.
+    with_verdict = {"verify", "explain"}
     for args, (command, ok, keys) in expected.items():
         result = run([*args, "--json"], capsys)
         doc = json.loads(result.out)
-        assert sorted(doc) == ["command", "ok", "result", "schema"], args
+        envelope_keys = ["command", "ok", "result", "schema"]
+        if command in with_verdict:
+            envelope_keys = sorted([*envelope_keys, "verdict"])
+            assert doc["verdict"]["ok"] is ok and doc["verdict"]["code"] == result.code, args
+        assert sorted(doc) == envelope_keys, args
         assert (doc["schema"], doc["command"], doc["ok"]) == (1, command, ok), args
         assert result.code == (0 if ok else 1)
         if keys is not None:

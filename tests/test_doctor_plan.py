@@ -17,7 +17,17 @@ from test_doctor import IDS, examine, needs, run_cli, with_wheel, write_bundle
 from verl_bundle.airgap.contract.manifest import BuildTime
 from verl_bundle.airgap.doctor.resources import build_estimate
 
-GENERIC = ["os", "python", "driver", "gpus", "placement", "disk", "memory", "unlisted"]
+GENERIC = [
+    "os",
+    "python",
+    "driver",
+    "gpus",
+    "placement",
+    "disk",
+    "memory",
+    "unlisted",
+    "ray-token",
+]
 
 
 def unfit(machine: FakeMachine) -> None:
