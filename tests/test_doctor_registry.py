@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from test_doctor import IDS, SAMPLE, needs, with_wheel
 
+from verl_bundle.airgap.checks import Registered
 from verl_bundle.airgap.contract.manifest import from_dict
 from verl_bundle.airgap.doctor import Facts, Options, Plan, examine, registered
 from verl_bundle.airgap.doctor.commands import Run
@@ -20,7 +21,7 @@ from verl_bundle.airgap.doctor.devices import Gpu
 from verl_bundle.airgap.doctor.gpus import App, DriverProbe, GpuListing
 from verl_bundle.airgap.doctor.node import Node, RayToken
 from verl_bundle.airgap.doctor.python import Interpreter
-from verl_bundle.airgap.doctor.registry import Registered, run_one
+from verl_bundle.airgap.doctor.registry import run_one
 from verl_bundle.airgap.doctor.resources import Memory, Place
 from verl_bundle.airgap.doctor.system import Distro, System
 from verl_bundle.airgap.doctor.toolkit import CudaLibs, Toolkit

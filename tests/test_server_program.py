@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from conftest import ROOT
 
-from verl_bundle.airgap import cli
+from verl_bundle.airgap import checks, cli
 from verl_bundle.airgap.checks import STATES, Check, Verdict, verdict
 from verl_bundle.airgap.doctor import catalog, registry
 from verl_bundle.airgap.errors import EXIT_CODES, ServerError
@@ -191,10 +191,25 @@ def test_a_check_id_used_twice_is_refused() -> None:
         return registry.ok("b")
 
     a.__module__ = b.__module__ = "twice"
-    module.a = registry.check("same")(a)  # type: ignore[attr-defined]
-    module.b = registry.check("same")(b)  # type: ignore[attr-defined]
+    module.a = checks.check("same")(a)  # type: ignore[attr-defined]
+    module.b = checks.check("same")(b)  # type: ignore[attr-defined]
     with pytest.raises(ValueError, match="registered twice"):
-        registry.collect([module])
+        checks.collect([module])
+
+
+def test_the_doctor_and_preflight_mark_their_checks_in_the_one_registry() -> None:
+    """One registry: preflight's checks are collected like the doctor's, by the one `@check`
+    of airgap/checks.py, with no list of its own."""
+    from verl_bundle.airgap.doctor import catalog
+    from verl_bundle.airgap.launch import preflight
+
+    doctor_ids = [r.id for r in catalog.registered()]
+    preflight_ids = [r.id for r in preflight.registered()]
+    assert "devices" in preflight_ids and "os" in doctor_ids
+    assert len(set(preflight_ids)) == len(preflight_ids)
+    assert not hasattr(preflight, "CHECKS")
+    assert checks.collect((preflight,)) == preflight.registered()
+    assert {r.fn.__module__ for r in preflight.registered()} == {preflight.__name__}
 
 
 # -- the verdict -----------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """One finding type and one verdict for every check on the server side and the host.
 
 Every surface that checks something (the doctor, post-install, readiness, assets, preflight,
-the fleet report) returns `Check` values; `verdict()` is the one function that turns them into
+the fleet report) returns `Check` values; the doctor's and preflight's checks are one registry
+(`@check` marks a function with its id, `collect` lists a domain's marked functions); `verdict()` is the one function that turns them into
 the last line every surface prints and the exit code it ends with. A verdict is never assembled
 from rendered text: the installer reads post-install's checks back as `Check` values from its
 JSON envelope and judges them here. Standard library only, Python 3.8+.
@@ -10,7 +11,8 @@ JSON envelope and judges them here. Standard library only, Python 3.8+.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from types import ModuleType
+from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 from verl_bundle.airgap.errors import (
     EXIT_DAMAGED,
@@ -225,3 +227,46 @@ def of_explain(found: int) -> Verdict:
         noun = "cause" if found == 1 else "causes"
         return Verdict(EXIT_OK, "explained", f"explain: {found} known {noun}, most specific first")
     return Verdict(EXIT_FAILED, "unexplained", "explain: no known cause in this log")
+
+
+# -- the one registry: one function per check, marked with its id --------------------------------
+
+F = TypeVar("F", bound=Callable[..., Check])
+_MARK = "_registered_check"
+
+
+@dataclass(frozen=True)
+class Registered:
+    """A marked check function; `generic` checks also run with no bundle (the doctor's host
+    checked on its own)."""
+
+    id: str
+    fn: Callable[..., Check]
+    generic: bool = False
+
+
+def check(check_id: str, *, generic: bool = False) -> Callable[[F], F]:
+    """Mark a check function with its id. It only marks: what runs is the explicit list of
+    modules given to `collect` (the doctor's catalog, preflight's own module), so no import side
+    effect decides it."""
+
+    def mark(fn: F) -> F:
+        setattr(fn, _MARK, (check_id, generic))
+        return fn
+
+    return mark
+
+
+def collect(domains: Sequence[ModuleType]) -> tuple[Registered, ...]:
+    """Every marked check of `domains`, in their order, each module's in definition order; an
+    id used twice is a ValueError."""
+    out: list[Registered] = []
+    for module in domains:
+        for value in vars(module).values():
+            mark = getattr(value, _MARK, None)
+            if mark is None or getattr(value, "__module__", None) != module.__name__:
+                continue
+            if any(r.id == mark[0] for r in out):
+                raise ValueError(f"check {mark[0]!r} is registered twice")
+            out.append(Registered(mark[0], value, mark[1]))
+    return tuple(out)

@@ -9,9 +9,9 @@ import shutil
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping, Sequence
 
-from verl_bundle.airgap.checks import Check
+from verl_bundle.airgap.checks import Check, check
 from verl_bundle.airgap.doctor.commands import Run, last_line, run
-from verl_bundle.airgap.doctor.registry import Options, Plan, check, found, ok
+from verl_bundle.airgap.doctor.registry import Options, Plan, found, ok
 from verl_bundle.airgap.doctor.versions import highest_major, version_matches
 
 if TYPE_CHECKING:

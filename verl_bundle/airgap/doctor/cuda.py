@@ -7,8 +7,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from verl_bundle.airgap.checks import Check
-from verl_bundle.airgap.doctor.registry import Options, Plan, check, found, ok
+from verl_bundle.airgap.checks import Check, check
+from verl_bundle.airgap.doctor.registry import Options, Plan, found, ok
 from verl_bundle.airgap.doctor.system import Distro
 from verl_bundle.airgap.doctor.toolkit import DEFAULT_CUDA, Toolkit, is_toolkit
 from verl_bundle.airgap.doctor.versions import parse_version

@@ -5,9 +5,9 @@ that leave it (doctor/unlisted.py). A warning, never a failure: the doctor runs 
 
 from __future__ import annotations
 
-from verl_bundle.airgap.checks import Check
+from verl_bundle.airgap.checks import Check, check
 from verl_bundle.airgap.doctor.facts import Facts
-from verl_bundle.airgap.doctor.registry import Options, Plan, check, found, ok
+from verl_bundle.airgap.doctor.registry import Options, Plan, found, ok
 from verl_bundle.airgap.doctor.unlisted import REPAIR, SHOWN
 
 

@@ -8,7 +8,7 @@ import shutil
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from verl_bundle.airgap.checks import Check
+from verl_bundle.airgap.checks import Check, check
 from verl_bundle.airgap.contract.figures import manifest_driver, runtime_cuda
 from verl_bundle.airgap.doctor.commands import Run, last_line, probe, run
 from verl_bundle.airgap.doctor.devices import (
@@ -17,7 +17,7 @@ from verl_bundle.airgap.doctor.devices import (
     torchrun_problems,
     visible_devices,
 )
-from verl_bundle.airgap.doctor.registry import Options, Plan, check, found, ok
+from verl_bundle.airgap.doctor.registry import Options, Plan, found, ok
 from verl_bundle.airgap.doctor.versions import cuda_name, older, parse_version
 
 if TYPE_CHECKING:

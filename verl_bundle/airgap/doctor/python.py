@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from verl_bundle.airgap.checks import Check
+from verl_bundle.airgap.checks import Check, check
 from verl_bundle.airgap.doctor.commands import Run, probe, run
-from verl_bundle.airgap.doctor.registry import Options, Plan, check, found, ok
+from verl_bundle.airgap.doctor.registry import Options, Plan, found, ok
 from verl_bundle.airgap.doctor.versions import short
 
 if TYPE_CHECKING:

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from verl_bundle.airgap.checks import Check
+from verl_bundle.airgap.checks import Check, check
 from verl_bundle.airgap.doctor.node import ray_token_finding
-from verl_bundle.airgap.doctor.registry import Options, Plan, check, found
+from verl_bundle.airgap.doctor.registry import Options, Plan, found
 
 if TYPE_CHECKING:
     from verl_bundle.airgap.doctor.facts import Facts

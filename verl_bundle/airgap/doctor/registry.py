@@ -1,4 +1,5 @@
-"""The checks as a registry: one function per check, marked with its id by `@check`.
+"""The doctor's checks in the one registry (airgap/checks.py): one function per check, marked
+with its id by `@check`.
 
 A check reads the plan (what the bundle needs), the facts (what the probes found, gathered
 once) and the options, and returns a `Check` (airgap/checks.py, the one finding type) without
@@ -11,10 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from types import ModuleType
-from typing import TYPE_CHECKING, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable
 
-from verl_bundle.airgap.checks import Check
+from verl_bundle.airgap.checks import Check, Registered
 from verl_bundle.airgap.contract.manifest import BuildTime, Manifest
 from verl_bundle.airgap.doctor.toolkit import stack_nvcc
 from verl_bundle.airgap.errors import UsageError
@@ -182,42 +182,6 @@ def _builds(m: Manifest, phases: tuple[str, ...]) -> tuple[Build, ...]:
 
 
 CheckFn = Callable[[Plan, "Facts", Options], Check]
-
-
-@dataclass(frozen=True)
-class Registered:
-    id: str
-    fn: CheckFn
-    generic: bool  # also runs with no bundle (the host checked on its own)
-
-
-_MARK = "_doctor_check"
-
-
-def check(check_id: str, *, generic: bool = False) -> Callable[[CheckFn], CheckFn]:
-    """Mark a check function with its id; `generic` checks also run without a bundle. It is
-    run when its module is in doctor/catalog.py's DOMAINS."""
-
-    def mark(fn: CheckFn) -> CheckFn:
-        setattr(fn, _MARK, (check_id, generic))
-        return fn
-
-    return mark
-
-
-def collect(domains: Sequence[ModuleType]) -> tuple[Registered, ...]:
-    """Every marked check of `domains`, in their order, each module's in definition order; an
-    id used twice is a ValueError."""
-    out: list[Registered] = []
-    for module in domains:
-        for value in vars(module).values():
-            mark = getattr(value, _MARK, None)
-            if mark is None or getattr(value, "__module__", None) != module.__name__:
-                continue
-            if any(r.id == mark[0] for r in out):
-                raise ValueError(f"check {mark[0]!r} is registered twice")
-            out.append(Registered(mark[0], value, mark[1]))
-    return tuple(out)
 
 
 def run_one(reg: Registered, plan: Plan, facts: Facts, opts: Options) -> Check:

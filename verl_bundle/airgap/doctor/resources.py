@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from verl_bundle.airgap.checks import Check
+from verl_bundle.airgap.checks import Check, check
 from verl_bundle.airgap.contract.figures import build_estimate as build_estimate
 from verl_bundle.airgap.contract.manifest import Manifest
-from verl_bundle.airgap.doctor.registry import Options, Plan, check, found, ok
+from verl_bundle.airgap.doctor.registry import Options, Plan, found, ok
 
 if TYPE_CHECKING:
     from verl_bundle.airgap.doctor.facts import Facts

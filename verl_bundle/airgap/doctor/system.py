@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from verl_bundle.airgap.checks import Check
-from verl_bundle.airgap.doctor.registry import Options, Plan, check, found, ok
+from verl_bundle.airgap.checks import Check, check
+from verl_bundle.airgap.doctor.registry import Options, Plan, found, ok
 from verl_bundle.airgap.doctor.versions import older
 
 if TYPE_CHECKING:

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Mapping
 
 from verl_bundle.airgap import render
-from verl_bundle.airgap.checks import Check, Verdict, of_preflight
+from verl_bundle.airgap.checks import Check, Registered, Verdict, check, collect, of_preflight
 from verl_bundle.airgap.doctor.devices import Gpu
 from verl_bundle.airgap.doctor.gpus import BUSY_MIB
 from verl_bundle.airgap.doctor.node import ray_token_finding
@@ -38,21 +39,14 @@ OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFL
 ACTOR, ROLLOUT = "actor_rollout_ref.actor.", "actor_rollout_ref.rollout."
 
 
-CheckFn = Callable[[Launch], Check]
-CHECKS: list[tuple[str, CheckFn]] = []
-
-
-def check(check_id: str) -> Callable[[CheckFn], CheckFn]:
-    def register(fn: CheckFn) -> CheckFn:
-        CHECKS.append((check_id, fn))
-        return fn
-
-    return register
+def registered() -> tuple[Registered, ...]:
+    """Preflight's checks: those this module marks with `@check`, in definition order."""
+    return collect((sys.modules[__name__],))
 
 
 def _offer(launch: Launch, own: str, gpus: list[Gpu]) -> tuple[str | None, str]:
-    """proposals.offer over every check of this registry."""
-    return proposals.offer(launch, own, gpus, CHECKS)
+    """proposals.offer over every check of preflight."""
+    return proposals.offer(launch, own, gpus, registered())
 
 
 @check("devices")
@@ -323,9 +317,10 @@ class Preflight:
 
 def examine(launch: Launch) -> Preflight:
     out = []
-    for check_id, fn in CHECKS:
+    for reg in registered():
+        check_id = reg.id
         try:
-            c = fn(launch)
+            c = reg.fn(launch)
         except vc.ConfigError as exc:
             c = found("fail", str(exc), "", "give a whole number (or null) for that setting")
         out.append(Check(check_id, c.status, c.summary, c.detail, c.fix))

@@ -6,15 +6,15 @@ GPUs of eight under verl's default batch must not propose n_gpus_per_node=6, whi
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Callable, Sequence, Tuple
+from typing import Sequence
 
-from verl_bundle.airgap.checks import Check
+from verl_bundle.airgap.checks import Registered
 from verl_bundle.airgap.doctor.devices import Gpu
 from verl_bundle.airgap.doctor.registry import found
 from verl_bundle.airgap.launch import verlconfig as vc
 from verl_bundle.airgap.launch.facts import NGPUS, Launch
 
-Checks = Sequence[Tuple[str, Callable[[Launch], Check]]]  # preflight's registry
+Checks = Sequence[Registered]  # preflight's checks
 
 
 def ids(gpus: list[Gpu]) -> str:
@@ -24,13 +24,13 @@ def ids(gpus: list[Gpu]) -> str:
 def failing(launch: Launch, checks: Checks) -> dict[str, str]:
     """check id -> summary of each rule `launch` breaks (fixes not proposed)."""
     out = {}
-    for check_id, fn in checks:
+    for reg in checks:
         try:
-            c = fn(launch)
+            c = reg.fn(launch)
         except vc.ConfigError as exc:
             c = found("fail", str(exc), "", "")
         if c.status == "fail":
-            out[check_id] = c.summary
+            out[reg.id] = c.summary
     return out
 
 
