@@ -18,7 +18,7 @@ import sys
 from typing import Any, Callable, NoReturn, Sequence
 
 from verl_bundle.airgap import render
-from verl_bundle.airgap.checks import Verdict, of_verify
+from verl_bundle.airgap.checks import of_verify
 from verl_bundle.airgap.errors import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -42,24 +42,6 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
-
-
-def say(text: str, stream: Any = None) -> None:
-    """Print text for people: terminal controls neutralised, in the stream's encoding."""
-    out = stream or sys.stdout
-    out.write(render.encodable(render.printable(text), out) + "\n")
-    out.flush()
-
-
-def show(
-    command: str, ok: bool, result: Any, text: str, json_out: bool, verdict: Verdict | None = None
-) -> None:
-    """The one way a command's result is printed: the JSON envelope, or text whose last line
-    is the verdict (when the command has one)."""
-    if json_out:
-        print(render.dumps(render.envelope(command, ok, result, verdict)))
-    else:
-        say(text)
 
 
 # -- the commands ---------------------------------------------------------------------------
@@ -93,7 +75,7 @@ def _verify(args: argparse.Namespace) -> int:
     lines.append(v.line)
     result = {"path": found.subject, "checked": found.checked, "problems": found.problems}
     result["signed_by"] = found.signer
-    show("verify", v.ok, result, "\n".join(lines), args.json, v)
+    render.show("verify", v.ok, result, "\n".join(lines), args.json, v)
     return v.code
 
 
@@ -108,7 +90,9 @@ def _doctor(args: argparse.Namespace) -> int:
         manifest, args.python, args.prefix, args.require_gpu, args.skip_phase, args.deep
     )
     v = report.verdict
-    show("doctor", v.ok, doctor.render_json(report), doctor.render_text(report), args.json, v)
+    render.show(
+        "doctor", v.ok, doctor.render_json(report), doctor.render_text(report), args.json, v
+    )
     return v.code
 
 
@@ -118,7 +102,7 @@ def _entry(args: argparse.Namespace) -> int:
     found = examine(args.module)
     text = f"{'trainer' if found.trainer else 'not a trainer'}: {found.why}"
     result = {"module": found.module, "trainer": found.trainer, "why": found.why}
-    show("entry", found.trainer, result, render.printable(text), args.json)
+    render.show("entry", found.trainer, result, render.printable(text), args.json)
     return EXIT_OK if found.trainer else EXIT_FAILED
 
 
@@ -127,7 +111,7 @@ def _max_jobs(args: argparse.Namespace) -> int:
 
     if args.gib_per_job <= 0 or args.limit < 0:
         raise UsageError("max-jobs: --gib-per-job must be above 0 and --limit at least 0")
-    print(max_jobs(args.gib_per_job, args.limit or None))
+    render.say(str(max_jobs(args.gib_per_job, args.limit or None)))
     return EXIT_OK
 
 
@@ -150,7 +134,7 @@ def _postinstall(args: argparse.Namespace) -> int:
         _write_result(args.result, render.envelope("postinstall", v.ok, found.to_dict(), v))
         return EXIT_OK
     text = render.checks_text(found.installed + found.readiness, f"post-install: {v.line}")
-    show("postinstall", v.ok, found.to_dict(), text, args.json, v)
+    render.show("postinstall", v.ok, found.to_dict(), text, args.json, v)
     return v.code
 
 
@@ -179,7 +163,9 @@ def _readiness(args: argparse.Namespace) -> int:
         manifest, args.python, args.require_gpu, args.purpose, args.timeout, deep, args.skip_phase
     )
     v = report.verdict
-    show("readiness", v.ok, report.to_dict(), f"{render_text(report)}\n{v.line}", args.json, v)
+    render.show(
+        "readiness", v.ok, report.to_dict(), f"{render_text(report)}\n{v.line}", args.json, v
+    )
     return v.code
 
 
@@ -232,7 +218,7 @@ def _explain(args: argparse.Namespace) -> int:
     findings = engine.explain_text(text)
     v = engine.verdict_of(findings)
     json_doc = engine.result_json(findings, text)
-    show("explain", v.ok, json_doc, engine.render_text(findings, text), args.json, v)
+    render.show("explain", v.ok, json_doc, engine.render_text(findings, text), args.json, v)
     return v.code
 
 
@@ -247,7 +233,7 @@ def _assets(args: argparse.Namespace) -> int:
         result = place.check_prefix(args.prefix, args.python)
     v = result.verdict
     text = f"{place.result_text(result)}\n{v.line}"
-    show(f"assets {args.action}", v.ok, place.result_json(result), text, args.json, v)
+    render.show(f"assets {args.action}", v.ok, place.result_json(result), text, args.json, v)
     return v.code
 
 
@@ -295,7 +281,7 @@ def _preflight(args: argparse.Namespace) -> int:
     )
     text = render.printable(preflight.render_text(result))
     v = result.verdict
-    show("preflight", v.ok, preflight.render_json(result), text, args.json, v)
+    render.show("preflight", v.ok, preflight.render_json(result), text, args.json, v)
     return v.code
 
 
@@ -307,12 +293,12 @@ def _serve(args: argparse.Namespace) -> int:
     port = server.server_address[1]
     everywhere = args.bind in ("", "0.0.0.0", "::")  # noqa: S104 - the nodes' addresses
     url = f"http://{os.uname().nodename if everywhere else args.bind}:{port}/"
-    say(
+    render.say(
         f"serving {root} at {url} (threaded, backlog {serve.BACKLOG}, at most {serve.HANDLERS} "
         f"at once, {serve.TIMEOUT:.0f} s idle timeout, HTTP Range); Ctrl-C stops"
     )
     for b in serve.bundles(root):
-        say(f"  install.sh --from {url}{b.path} --bundle-sha256 {b.pin}")
+        render.say(f"  install.sh --from {url}{b.path} --bundle-sha256 {b.pin}")
     try:
         server.serve_forever()
     finally:
@@ -579,16 +565,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ServerError as exc:
         for line in exc.message.splitlines() or [""]:
             said = line.startswith((f"{prog}:", f"{TOP}", "install.sh:"))
-            say(line if said else f"{prog}: {line}", sys.stderr)
+            render.say(line if said else f"{prog}: {line}", sys.stderr)
         return exc.code
     except KeyboardInterrupt:
-        say("interrupted; run the same command again", sys.stderr)
+        render.say("interrupted; run the same command again", sys.stderr)
         return EXIT_INTERRUPTED
     except OSError as exc:  # a full disk or quota: one line, where, and what to do
         if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
             raise
         where = f" writing {exc.filename}" if exc.filename else ""
-        say(
+        render.say(
             f"{prog}: {exc.strerror or 'no space left on device'}{where}; free space there "
             "(df -h shows how much is left) and run the same command again",
             sys.stderr,

@@ -37,6 +37,37 @@ def dumps(doc: Any) -> str:
     return json.dumps(doc, indent=2, sort_keys=False)
 
 
+# -- the one printer of the server program ------------------------------------------------------
+# Every command of the server program (doctor, verify, install, post-install, readiness, explain,
+# assets, preflight, the installed verifier) prints through these two. The only writers outside
+# them are the two that run before the library is trusted (install/boot.py and verify/served.py,
+# read alone by install.sh) and the installer's Output, which tees the same text to its log.
+
+
+def say(text: str, stream: Any = None) -> None:
+    """Print text for people: terminal controls neutralised, in the stream's encoding."""
+    out = stream or sys.stdout
+    out.write(encodable(printable(text), out) + "\n")
+    out.flush()
+
+
+def show(
+    command: str,
+    ok: bool,
+    result: Any,
+    text: str,
+    json_out: bool,
+    verdict: Verdict | None = None,
+) -> None:
+    """The one way a command's result is printed: the JSON envelope, or text whose last line
+    is the verdict (when the command has one)."""
+    if json_out:
+        sys.stdout.write(dumps(envelope(command, ok, result, verdict)) + "\n")
+        sys.stdout.flush()
+    else:
+        say(text)
+
+
 # -- text that is safe on a terminal -----------------------------------------------------------
 
 # SGR (colours, bold) is formatting only: dropped. Every other control is shown, not obeyed.

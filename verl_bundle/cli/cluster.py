@@ -4,7 +4,7 @@ registered there."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -22,6 +22,10 @@ from verl_bundle.cli.options import (
     command_group,
     show,
 )
+from verl_bundle.cli.render.shown import Shown
+
+if TYPE_CHECKING:
+    from verl_bundle.cluster.slurm import Written as Script
 
 fleet_app = command_group(
     "Compare the doctor results gathered from every node of a cluster.",
@@ -176,6 +180,13 @@ BundleSha256 = Annotated[
 ]
 
 
+def _written(ctx: typer.Context, command: str, written: Script) -> None:
+    """A written script, through the one render path: its last line is the command that
+    submits it (what a script wants)."""
+    result = {"script": str(written.script), "submit": written.submit}
+    show(ctx, Shown(command, True, result, written.submit), False)
+
+
 def _tarball(tarball: Path | None, from_url: str) -> Path:
     from verl_bundle.errors import UsageError
 
@@ -192,6 +203,7 @@ slurm_app = command_group(
 
 @slurm_app.command("install")
 def slurm_install_cmd(
+    ctx: typer.Context,
     tarball: Tarball = None,
     shared_path: Annotated[
         Path | None,
@@ -239,11 +251,12 @@ def slurm_install_cmd(
         bundle_sha256,
         InstallOptions(quick, repair, require_gpu, tuple(skip_phase or ())),
     )
-    typer.echo(write_install(req).submit)
+    _written(ctx, "slurm install", write_install(req))
 
 
 @slurm_app.command("ray")
 def slurm_ray_cmd(
+    ctx: typer.Context,
     prefix: NodeVenv = "/opt/verl",
     nodes: Nodes = 2,
     gpus_per_node: Annotated[
@@ -298,7 +311,7 @@ def slurm_ray_cmd(
         wait,
         min_open_files,
     )
-    typer.echo(write_ray(req).submit)
+    _written(ctx, "slurm ray", write_ray(req))
 
 
 ansible_app = command_group(
@@ -309,6 +322,7 @@ ansible_app = command_group(
 
 @ansible_app.command("install")
 def ansible_install_cmd(
+    ctx: typer.Context,
     tarball: Tarball = None,
     prefix: Annotated[
         str, typer.Option(help="The venv on each host (an inventory verl_prefix overrides it).")
@@ -357,7 +371,7 @@ def ansible_install_cmd(
         bundle_sha256,
         InstallOptions(quick, repair, require_gpu, tuple(skip_phase or ())),
     )
-    typer.echo(write_playbook(req).submit)
+    _written(ctx, "ansible install", write_playbook(req))
 
 
 def register(app: typer.Typer) -> None:

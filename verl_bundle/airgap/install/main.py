@@ -28,7 +28,7 @@ def install(args: argparse.Namespace) -> int:
     except mf.ManifestError:
         m = None
     if args.help:
-        print(usage(m))
+        render.say(usage(m))
         return EXIT_OK
     opts = options(args, m)  # UsageError: one line, exit 2, before anything is written
     out = Output(to_stderr=opts.json)
@@ -79,7 +79,7 @@ def install(args: argparse.Namespace) -> int:
     )
     if opts.json:
         result = _result(opts, installer, verdict, message, out, events)
-        print(render.dumps(render.envelope("install", verdict.ok, result, verdict)))
+        render.show("install", verdict.ok, result, "", True, verdict)
     events.close()
     out.close()
     return verdict.code

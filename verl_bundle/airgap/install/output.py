@@ -1,4 +1,5 @@
-"""What the installer says: to the terminal and to the install log, from the first line.
+"""What the installer says: to the terminal (through the server program's one printer,
+render.say) and to the install log, from the first line.
 
 Until the prefix exists nothing may be written outside it, so the lines of the first steps
 (verify, Python, doctor) are kept in memory and written to the log once it can be opened.
@@ -11,7 +12,7 @@ import sys
 from typing import IO, Callable
 
 from verl_bundle.airgap.confined import append_outside
-from verl_bundle.airgap.render import encodable, printable
+from verl_bundle.airgap.render import say
 
 
 class Output:
@@ -30,12 +31,8 @@ class Output:
             self._emit(sys.stderr, f"install.sh: {line}" if line else "")
 
     def _emit(self, stream: IO[str], text: str) -> None:
-        shown = encodable(printable(text), stream)
-        try:
-            stream.write(shown + "\n")
-            stream.flush()
-        except (OSError, ValueError):
-            pass  # a closed terminal must not stop an install
+        with contextlib.suppress(OSError, ValueError):  # a closed terminal must not stop it
+            say(text, stream)
         if self._log is not None:
             try:
                 self._log.write(text + "\n")

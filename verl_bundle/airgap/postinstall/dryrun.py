@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from verl_bundle.airgap import render
 from verl_bundle.airgap.errors import UsageError
 from verl_bundle.airgap.postinstall.readiness import (
     OFFLINE_ENV,
@@ -491,7 +492,7 @@ def _say_progress(events: str, said: set[tuple[str, ...]]) -> None:
             line = f"{step} {e.get('role') or e['module']}: {_SAID.get(what, what)}{took}"
         else:
             line = f"{step} {_SAID.get(what, what)}{took}"
-        print(f"    dry run: {line}", file=sys.stderr, flush=True)
+        render.say(f"    dry run: {line}", sys.stderr)
 
 
 def dry_run_request(

@@ -295,7 +295,7 @@ def setup(argv: Sequence[str]) -> int:
         if not existed:
             shutil.rmtree(store.root, ignore_errors=True)
         raise
-    _say(
+    render.say(
         f"installed {PROGRAM} from {m.name} (release {m.release}) in {store.root}, with the keys "
         f"of {args.allowed_signers}; check every later bundle with it before extracting it:\n"
         f"  {store.program} NAME.tar [--prefix PREFIX]" + (f"\nnote: {note}" if note else "")
@@ -315,12 +315,6 @@ def _upgrade(store: Store, done: Verified) -> str:
         f"upgraded {PROGRAM} to the code of {done.manifest.name} (release "
         f"{done.manifest.release}); the code before is in {store.path('lib.prev')}"
     )
-
-
-def _say(text: str, stream: Any = None) -> None:
-    out = stream or sys.stdout
-    out.write(render.encodable(render.printable(text), out) + "\n")
-    out.flush()
 
 
 def run(argv: Sequence[str]) -> int:
@@ -343,21 +337,18 @@ def run(argv: Sequence[str]) -> int:
         if done.checked
         else f"OK: {m.name}"
     )
-    if args.json:
-        result = {
-            "bundle": args.path,
-            "name": m.name,
-            "release": m.release,
-            "line": release.line_of(m),
-            "manifest_sha256": done.manifest_sha256,
-            "signed": done.signed,
-            "checked": done.checked,
-            "notes": notes,
-        }
-        verdict = Verdict(EXIT_OK, "ok", line)
-        print(render.dumps(render.envelope("verify", True, result, verdict)))
-    else:
-        _say("\n".join([*notes, line]))
+    result = {
+        "bundle": args.path,
+        "name": m.name,
+        "release": m.release,
+        "line": release.line_of(m),
+        "manifest_sha256": done.manifest_sha256,
+        "signed": done.signed,
+        "checked": done.checked,
+        "notes": notes,
+    }
+    text = "\n".join([*notes, line])
+    render.show("verify", True, result, text, args.json, Verdict(EXIT_OK, "ok", line))
     return EXIT_OK
 
 
@@ -373,13 +364,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ServerError as exc:
         if json_out:
             verdict = of_error(exc.code, exc.message.splitlines()[-1])
-            doc = render.envelope("verify", False, {"message": exc.message}, verdict)
-            print(render.dumps(doc))
+            render.show("verify", False, {"message": exc.message}, "", True, verdict)
         lead = "REFUSED: " if exc.code == EXIT_DAMAGED else f"{PROGRAM}: "
         for text in exc.message.splitlines():
             said = text.startswith(("FAILED:", f"{PROGRAM}:", f"{PROGRAM} setup:"))
-            _say(text if said else lead + text, sys.stderr)
+            render.say(text if said else lead + text, sys.stderr)
         return exc.code
     except KeyboardInterrupt:
-        _say("interrupted; nothing was accepted", sys.stderr)
+        render.say("interrupted; nothing was accepted", sys.stderr)
         return 130
