@@ -518,7 +518,7 @@ def test_rehearse_passes_for_a_good_bundle(
         "post-install checks",
         "done",
     ):
-        assert steps[name]["status"] == "pass", (name, doc)
+        assert steps[name]["status"] == "ok", (name, doc)
         assert isinstance(steps[name]["seconds"], float)
     assert doc["network"].startswith("unshare -")
 
@@ -567,7 +567,7 @@ def test_rehearse_fails_for_a_bundle_that_does_not_install(
         "rehearsal FAILED: not installed as bundled: verl: import verl failed"
     ), last
     assert "import verl failed" in result.out
-    failed = [line for line in result.out.splitlines() if line.strip().startswith("fail ")]
+    failed = [line for line in result.out.splitlines() if line.strip().startswith("FAIL ")]
     assert failed and "post-install checks" in failed[0]
 
 
@@ -585,7 +585,7 @@ def test_rehearse_refuses_a_damaged_tarball(
     bad.write_bytes(bytes(data))
     result = run(["rehearse", str(bad)], capsys)
     assert result.code == 3  # damaged
-    assert "fail" in result.out and "check tarball" in result.out
+    assert any(ln.split()[:3] == ["FAIL", "check", "tarball"] for ln in result.out.splitlines())
     assert (
         result.out.rstrip().splitlines()[-1].startswith("rehearsal FAILED: the tarball is damaged")
     )

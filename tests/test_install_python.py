@@ -186,7 +186,7 @@ def test_rehearse_with_no_system_python(
     assert doc["python"].startswith(f"the bundled CPython {cpython_archive.version} (PATH: ")
     assert ("Python 3.6)" if old else "no python3)") in doc["python"]
     statuses = {s["name"]: s["status"] for s in doc["steps"]}
-    assert statuses["python"] == statuses["post-install checks"] == statuses["done"] == "pass"
+    assert statuses["python"] == statuses["post-install checks"] == statuses["done"] == "ok"
     python_step = next(s for s in doc["steps"] if s["name"] == "python")
     assert f"(bundled CPython {cpython_archive.version})" in python_step["detail"]
 

@@ -38,12 +38,12 @@ def test_rehearse_leaves_out_a_phase_on_request(
     doc = envelope["result"]
     assert doc["installed"] is True
     steps = {s["name"]: s for s in doc["steps"]}
-    assert steps["phase flash-attn"]["status"] == "not rehearsed", doc
+    assert steps["phase flash-attn"]["status"] == "untested", doc
     assert steps["phase flash-attn"]["detail"] == "left out by --skip-phase"
     for name in ("verify", "phase torch", "phase wheels", "phase verl"):
-        assert steps[name]["status"] == "pass", (name, doc)
-    # The checks' row says what the verdict says: never "pass" beside "not ready to train".
-    assert steps["post-install checks"]["status"] == "not ready", doc
+        assert steps[name]["status"] == "ok", (name, doc)
+    # The checks' row says what the verdict says: never "ok" beside "not ready to train".
+    assert steps["post-install checks"]["status"] == "fail", doc
     assert steps["done"]["detail"] == "skipped: flash-attn"
     # The text's last line: the rehearsal's verdict is install.sh's, with why it is so.
     text = run(args[:-1], capsys)
@@ -54,7 +54,7 @@ def test_rehearse_leaves_out_a_phase_on_request(
     assert last.endswith("(phase flash-attn not rehearsed: left out by --skip-phase)")
     assert "rehearsal passed" not in text.out
     assert any(
-        line.split()[:2] == ["not", "ready"] and "post-install checks" in line
+        line.split()[:3] == ["FAIL", "post-install", "checks"] and "not ready to train" in line
         for line in text.out.splitlines()
     ), text.out
 
@@ -169,7 +169,7 @@ def test_the_rehearsals_verdict_carries_every_failure_of_its_dry_run(tmp_path: P
     )
     step, got = dry_run(cut, tmp_path, tmp_path, installed, ("flash-attn",))
     assert got == said and got.line.endswith("(and 1 more)"), got
-    assert (step.status, step.detail) == ("not ready", f"dryrun:model: {found[1].summary}")
+    assert (step.status, step.detail) == ("fail", f"dryrun:model: {found[1].summary}")
     kept = Rehearsal(
         tmp_path,
         "py",
@@ -213,4 +213,4 @@ def test_an_older_bundles_readiness_without_skip_phase_is_asked_again_without_it
     script = f'case "$*" in *"--skip-phase"*) echo "unrecognized arguments" >&2; exit 2;; *) cat {envelope};; esac'
     installed = Verdict(5, "not-ready", "not ready to train: flash_attn")
     step, got = dry_run(["sh", "-c", script, "sh"], tmp_path, tmp_path, installed, ("flash-attn",))
-    assert got == said and step.status == "pass", (step, got)
+    assert got == said and step.status == "ok", (step, got)

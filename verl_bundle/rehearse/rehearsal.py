@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from verl_bundle.airgap import doctor
-from verl_bundle.airgap.checks import Verdict, of_error
+from verl_bundle.airgap.checks import STATUSES, Verdict, of_error
 from verl_bundle.airgap.contract.events import Event, read_events
 from verl_bundle.airgap.contract.manifest import Manifest, load
 from verl_bundle.airgap.errors import (
@@ -43,15 +43,24 @@ from verl_bundle.progress import Reporter
 
 # install.sh's steps (its --events) as rehearse reports them.
 _STEP_NAMES = {"post-install": "post-install checks"}
-_STATUS = {"ok": "pass", "fail": "fail", "skip": "skipped"}
+# install.sh's event statuses that end a step; they are already Check's words.
+_ENDED = ("ok", "fail", "skip")
 
 
 @dataclass(frozen=True)
 class Step:
+    """One row of a rehearsal, in Check's status words (airgap/checks.py STATUSES): ok, fail,
+    skip, and untested for a phase this rehearsal could not exercise (its detail says why);
+    an installed stack that is not ready to train has its post-install and dry-run rows fail."""
+
     name: str
-    status: str  # pass, fail, skipped, not rehearsed, not ready
+    status: str
     seconds: float
     detail: str = ""
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"step status {self.status!r} is not one of {STATUSES}")
 
 
 @dataclass(frozen=True)
@@ -123,24 +132,24 @@ def _unbuildable(manifest: Manifest) -> dict[str, str]:
 
 def steps_from_events(events: list[Event], skipped: dict[str, str]) -> list[Step]:
     """install.sh's step and phase events -> rehearse's steps. The "phases" step is shown as
-    its phases; a phase left out because this host cannot build it is "not rehearsed"."""
+    its phases; a phase left out because this host cannot build it is untested (not rehearsed)."""
     steps: list[Step] = []
     for e in events:
-        if e.get("status") not in _STATUS:
+        if e.get("status") not in _ENDED:
             continue
         seconds = float(e.get("seconds") or 0.0)
         detail = str(e.get("detail") or "")
         if e["event"] == "phase":
             phase = str(e.get("phase"))
             if phase in skipped:
-                steps.append(Step(f"phase {phase}", "not rehearsed", 0.0, skipped[phase]))
+                steps.append(Step(f"phase {phase}", "untested", 0.0, skipped[phase]))
             elif e["status"] == "skip":
-                steps.append(Step(f"phase {phase}", "pass", seconds, detail))
+                steps.append(Step(f"phase {phase}", "ok", seconds, detail))
             else:
-                steps.append(Step(f"phase {phase}", _STATUS[e["status"]], seconds, detail))
+                steps.append(Step(f"phase {phase}", str(e["status"]), seconds, detail))
         elif e["event"] == "step" and e.get("step") != "phases":
             name = str(e.get("step"))
-            steps.append(Step(_STEP_NAMES.get(name, name), _STATUS[e["status"]], seconds, detail))
+            steps.append(Step(_STEP_NAMES.get(name, name), str(e["status"]), seconds, detail))
     return steps
 
 
@@ -236,7 +245,7 @@ def _rehearse(
         steps.append(Step("check tarball", "fail", time.monotonic() - started, detail))
         damaged = of_error(EXIT_DAMAGED, f"the tarball is damaged: {detail}")
         return Rehearsal(tarball, python or "", " ".join(prefix), tuple(steps), (), damaged)
-    steps.append(Step("check tarball", "pass", time.monotonic() - started))
+    steps.append(Step("check tarball", "ok", time.monotonic() - started))
     t0 = time.monotonic()
     with tarfile.open(tarball) as tf:
         first = tf.next()
@@ -244,7 +253,7 @@ def _rehearse(
             raise BundleError(f"{tarball}: the tarball is empty")
         tf.extractall(work / "bundle", filter="data")
     root = work / "bundle" / first.name.split("/")[0]
-    steps.append(Step("extract", "pass", time.monotonic() - t0))
+    steps.append(Step("extract", "ok", time.monotonic() - t0))
     manifest = load(str(root))
     asked = _asked(manifest, skip)
     want = manifest.target.python
@@ -309,10 +318,10 @@ def left_out(asked: dict[str, str], unbuildable: dict[str, str]) -> dict[str, st
 
 
 def _judged(step: Step, verdict: Verdict) -> Step:
-    """The post-install row carries the verdict: installed but not ready is "not ready", never a
-    "pass" beside a verdict that says the trainer cannot start."""
+    """The post-install row carries the verdict: installed but not ready fails, never an "ok"
+    beside a verdict that says the trainer cannot start."""
     if step.name == _STEP_NAMES["post-install"] and verdict.code == EXIT_NOT_READY:
-        return Step(step.name, "not ready", step.seconds, step.detail)
+        return Step(step.name, "fail", step.seconds, step.detail)
     return step
 
 
@@ -364,7 +373,7 @@ def dry_run(
     failed = next((c for c in checks if c["status"] == "fail"), None)
     last = failed or next((c for c in reversed(checks) if c["status"] == "ok"), None)
     detail = f"{last['id']}: {last['summary']}" if last else verdict.line
-    return Step("trainer dry run", "not ready" if failed else "pass", seconds, detail), verdict
+    return Step("trainer dry run", "fail" if failed else "ok", seconds, detail), verdict
 
 
 def verdict_of(events: list[Event], code: int) -> Verdict:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from verl_bundle.airgap.render import LABELS
 from verl_bundle.cli.render.shown import Shown, human_size
 
 if TYPE_CHECKING:
@@ -201,8 +202,9 @@ def rehearsal_text(r: Rehearsal) -> str:
     lines = [f"rehearsal of {r.bundle.name} with {r.python or '?'}, network cut ({r.network})"]
     width = max((len(s.name) for s in r.steps), default=10)
     for s in r.steps:
-        timing = f"{s.seconds:7.1f} s" if s.status in ("pass", "fail", "not ready") else " " * 9
-        lines.append(f"  {s.status:<13} {s.name:<{width}} {timing}  {s.detail}".rstrip())
+        timing = f"{s.seconds:7.1f} s" if s.status in ("ok", "fail") else " " * 9
+        label = LABELS[s.status]
+        lines.append(f"  {label:<9} {s.name:<{width}} {timing}  {s.detail}".rstrip())
     if not r.installed:
         lines.append("the last lines of install.sh:")
         lines += [f"    {t}" for t in r.log_tail]
@@ -258,8 +260,6 @@ def explain(findings: list[Finding], log: str) -> Shown:
 def fleet(report: FleetReport) -> Shown:
     """Nodes x (install, checks), then each missing, stale or failed node in one line with its
     fix, each drift with the nodes on each side, and a verdict."""
-    from verl_bundle.airgap.render import LABELS
-
     ids = report.check_ids()
     width = max([len(n.name) for n in report.nodes] + [4])
     header = f"{'node':<{width}}  install  " + "  ".join(ids)
