@@ -147,8 +147,8 @@ def build_cmd(
             "key (ssh-keygen -Y sign -n verl-bundle), or gpg:KEYID to sign with GnuPG (.asc). "
             "The server checks it before anything of the bundle runs: with the gate the build "
             "prints (ssh-keygen -Y verify, then sha256sum -c) or the installed "
-            "verl-bundle-verify. install.sh --allowed-signers FILE runs the bundle's own code: "
-            "it catches accidents, never forgery.",
+            "verl-bundle-verify. install.sh's own signature check runs the bundle's code: it "
+            "catches accidents, never forgery.",
             metavar="KEY|gpg:KEYID",
         ),
     ] = None,
