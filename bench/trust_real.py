@@ -4,12 +4,14 @@ verifier's check of the same tarball, each timed. The tarball is read where it l
 --work, never copied: 4.6 GB); its .sha256 is signed there with a key made for the run. Not
 part of `make test`; prints the figures docs/crossing-the-gap.md records.
 
-    .venv/bin/python bench/trust_real.py [--tarball PATH] [--work DIR]
+    .venv/bin/python bench/trust_real.py [--tarball PATH] [--work DIR] [--allowed-signers FILE]
 
 The verifier is laid out from this checkout's code (what `setup` copies from a bundle's lib/;
 setup itself is tested by tests/test_trust.py). A tarball built without --sign carries no
 manifest.json.sig, so the verifier reads and checks all of it and then refuses it at that
-step (exit 3), which is the whole cost of its path.
+step (exit 3), which is the whole cost of its path. For a tarball built with --sign, give its
+approver's allowed-signers file: its own .sha256.sig is checked instead of a scratch one, and
+the verifier's path runs to its OK.
 """
 
 from __future__ import annotations
@@ -71,6 +73,30 @@ def signed_copy(tarball: Path, work: Path) -> tuple[Path, Path]:
     return link, signers
 
 
+def signed_as_built(tarball: Path, work: Path, signers: Path) -> tuple[Path, Path, str]:
+    """NAME.tar, its .sha256 and .sha256.sig linked into `work` with the approver's
+    allowed-signers file; the link, that file and the principal that signed the list."""
+    for name in (tarball.name, f"{tarball.name}.sha256", f"{tarball.name}.sha256.sig"):
+        (work / name).symlink_to(tarball.with_name(name))
+    shutil.copy(signers, work / "allowed_signers")
+    found = subprocess.run(
+        [
+            "ssh-keygen",
+            "-Y",
+            "find-principals",
+            "-f",
+            "allowed_signers",
+            "-s",
+            f"{tarball.name}.sha256.sig",
+        ],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return work / tarball.name, work / "allowed_signers", found.stdout.split()[0]
+
+
 def verifier(work: Path, signers: Path, python: str) -> Path:
     """The trust root laid out from this checkout's server program; its command."""
     from verl_bundle.airgap.trust.release import Release
@@ -94,6 +120,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tarball", type=Path, default=TARBALL)
     ap.add_argument("--work", type=Path, default=None, help="where the small files go")
+    ap.add_argument(
+        "--allowed-signers",
+        type=Path,
+        default=None,
+        help="the approver's file, for a tarball built with --sign (its own .sha256.sig is used)",
+    )
     args = ap.parse_args()
     tarball = args.tarball.resolve()
     work = Path(tempfile.mkdtemp(prefix="trust-real-", dir=args.work))
@@ -102,14 +134,20 @@ def main() -> None:
 
     python = find_python("3.8") or sys.executable  # the server program's floor
     try:
-        link, signers = signed_copy(tarball, work)
+        principal = PRINCIPAL
+        if args.allowed_signers is None:
+            link, signers = signed_copy(tarball, work)
+        else:
+            link, signers, principal = signed_as_built(
+                tarball, work, args.allowed_signers.resolve()
+            )
         sums, sig = f"{link.name}.sha256", f"{link.name}.sha256.sig"
         figures: dict[str, Any] = {
             "tarball": str(tarball),
             "bytes": tarball.stat().st_size,
             "load_before": os.getloadavg(),
         }
-        check = ["ssh-keygen", "-Y", "verify", "-f", "allowed_signers", "-I", PRINCIPAL]
+        check = ["ssh-keygen", "-Y", "verify", "-f", "allowed_signers", "-I", principal]
         with open(work / sums, "rb") as listing:
             figures["gate_signature"] = timed(
                 [*check, "-n", "verl-bundle", "-s", sig], cwd=work, stdin=listing

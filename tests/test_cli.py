@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -39,6 +40,19 @@ def test_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
         "--compress",
     ):
         assert option in build.out
+
+
+def test_build_help_sends_the_server_to_a_check_outside_the_bundle(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--sign's help names the gate and the installed verifier as the server's check, and says
+    that install.sh --allowed-signers (the bundle's own code) catches accidents only (issue 34)."""
+    build = run(["build", "--help"], capsys)
+    assert build.code == 0
+    text = " ".join(re.sub(r"-\n\s+", "-", build.out).split())  # undo the help's wrapping
+    sign = text[text.index("--sign KEY|gpg:KEYID") : text.index("--release N")]
+    for words in ("ssh-keygen -Y verify", "sha256sum -c", "verl-bundle-verify", "never forgery"):
+        assert words in sign
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:

@@ -145,7 +145,10 @@ def build_cmd(
             "--sign",
             help="Sign manifest.json (inside) and NAME.tar.sha256 (beside: .sig) with this SSH "
             "key (ssh-keygen -Y sign -n verl-bundle), or gpg:KEYID to sign with GnuPG (.asc). "
-            "The server checks it with install.sh --allowed-signers FILE.",
+            "The server checks it before anything of the bundle runs: with the gate the build "
+            "prints (ssh-keygen -Y verify, then sha256sum -c) or the installed "
+            "verl-bundle-verify. install.sh's own signature check runs the bundle's code: it "
+            "catches accidents, never forgery.",
             metavar="KEY|gpg:KEYID",
         ),
     ] = None,
