@@ -4,7 +4,9 @@ Two distributions may own one path (fastapi and fastapi-cli both list bin/fastap
 was installed last wrote it, so the other's RECORD hash for that path is stale, not damage. The
 `Owners` index knows every owner's hash of each path, and a file is as recorded when it matches
 one of them. The installer's resume (install/dists.py) and post-install's file check
-(postinstall/installed.py) both judge files through it. Standard library only, Python 3.8+.
+(postinstall/installed.py) both judge files through it; the installer and the doctor's
+fingerprint both find distributions with the one scanner here (`distributions`). Standard
+library only, Python 3.8+.
 """
 
 from __future__ import annotations
@@ -13,7 +15,40 @@ import base64
 import csv
 import hashlib
 import os
+import re
+from dataclasses import dataclass
 from typing import Dict, Iterable, Set
+
+_DIST_INFO = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)\.dist-info$")
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """One `NAME-VERSION.dist-info` directory found in a site directory."""
+
+    name: str  # as the directory spells it (canonicalise it to compare)
+    version: str
+    site: str
+    entry: str  # the directory's name
+
+    @property
+    def path(self) -> str:
+        return os.path.join(self.site, self.entry)
+
+
+def distributions(sites: Iterable[str]) -> list[Distribution]:
+    """Every distribution of `sites`, each site's in name order; an unreadable site has none."""
+    out = []
+    for site in sites:
+        try:
+            names = sorted(os.listdir(site))
+        except OSError:
+            continue
+        for entry in names:
+            m = _DIST_INFO.match(entry)
+            if m and os.path.isdir(os.path.join(site, entry)):
+                out.append(Distribution(m.group("name"), m.group("version"), site, entry))
+    return out
 
 
 def rows(record: str) -> list[list[str]]:

@@ -40,7 +40,6 @@ RECORDED = Path(".verl-bundle") / "fingerprint.json"
 STATS = Path(".verl-bundle") / "fingerprint-stat.json"
 # Written by the installer, so they differ by node or run: uv's uv_cache.json holds a time.
 OWN = ("INSTALLER", "REQUESTED", "direct_url.json", "RECORD", "uv_cache.json", "uv_build.json")
-_DIST_INFO = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)\.dist-info$")
 SHOWN = 3  # files named per distribution in an entry
 
 
@@ -111,17 +110,7 @@ def site_dirs(prefix: str) -> list[str]:
 
 def _dist_infos(sites: Iterable[str]) -> list[tuple[str, str, str, str]]:
     """(site, dist-info directory name, name, version) of each distribution."""
-    out = []
-    for site in sites:
-        try:
-            names = sorted(os.listdir(site))
-        except OSError:
-            continue
-        for entry in names:
-            m = _DIST_INFO.match(entry)
-            if m and os.path.isdir(os.path.join(site, entry)):
-                out.append((site, entry, canonical(m.group("name")), m.group("version")))
-    return out
+    return [(d.site, d.entry, canonical(d.name), d.version) for d in records.distributions(sites)]
 
 
 Sizes = Dict[str, List[str]]  # normalised path -> every owner's recorded size

@@ -63,14 +63,8 @@ def _listed(site: str) -> set[str]:
     """Every path (relative to `site`, normalised) a RECORD in `site` lists, and each of
     their parent directories (as 'dir/')."""
     out: set[str] = set()
-    try:
-        names = os.listdir(site)
-    except OSError:
-        return out
-    for entry in names:
-        if not entry.endswith(".dist-info"):
-            continue
-        for row in records.rows(os.path.join(site, entry, "RECORD")):
+    for dist in records.distributions([site]):
+        for row in records.rows(os.path.join(dist.path, "RECORD")):
             rel = os.path.normpath(row[0]).replace(os.sep, "/")
             if rel.startswith(".."):
                 continue  # a script or data file outside the site directory

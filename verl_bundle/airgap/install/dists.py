@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import stat
 import zipfile
 from dataclasses import dataclass
@@ -20,8 +19,6 @@ from typing import Iterable
 from verl_bundle.airgap.confined import Confined
 from verl_bundle.airgap.contract import records
 from verl_bundle.airgap.contract.manifest import canonical
-
-_DIST_INFO = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)\.dist-info$")
 
 
 @dataclass(frozen=True)
@@ -53,24 +50,10 @@ class Dist:
 
 def installed(paths: SitePaths) -> list[Dist]:
     """Every distribution found in the environment's site directories."""
-    out: list[Dist] = []
-    for site in paths.sites:
-        try:
-            names = sorted(os.listdir(site))
-        except OSError:
-            continue
-        for entry in names:
-            m = _DIST_INFO.match(entry)
-            if m and os.path.isdir(os.path.join(site, entry)):
-                out.append(
-                    Dist(
-                        canonical(m.group("name")),
-                        m.group("version"),
-                        os.path.join(site, entry),
-                        site,
-                    )
-                )
-    return out
+    return [
+        Dist(canonical(d.name), d.version, d.path, d.site)
+        for d in records.distributions(paths.sites)
+    ]
 
 
 def _record_rows(dist: Dist) -> list[list[str]]:
