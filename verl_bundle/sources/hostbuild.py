@@ -86,19 +86,30 @@ def build_pure_wheel(
                 "If the package compiles code, declare it under [[source-builds]] in the profile"
             )
         wheel = wheels[0]
-        tags = parse_wheel_filename(wheel.name)[3]
-        if not all(t.abi == "none" and t.platform == "any" for t in tags):
+        if not is_pure(wheel):
             raise HostBuildError(
                 f"{package}: {sdist_filename} builds a platform-specific wheel ({wheel.name}), so it "
                 "cannot be built on the online host; declare it under [[source-builds]] in the "
                 "profile so the server compiles it"
             )
-        fixed = work / "fixed.whl"
-        normalize_wheel(wheel, fixed, epoch)
-        out.mkdir(parents=True, exist_ok=True)
-        final = out / wheel.name
-        os.replace(fixed, final)
+        final = place_normalized(wheel, work, out, epoch)
     return _describe(final)
+
+
+def is_pure(wheel: Path) -> bool:
+    """Every tag of the wheel is none-any: it runs on any target, so the host may build it."""
+    return all(t.abi == "none" and t.platform == "any" for t in parse_wheel_filename(wheel.name)[3])
+
+
+def place_normalized(wheel: Path, work: Path, out: Path, epoch: int) -> Path:
+    """The built wheel made reproducible (normalize_wheel) in `work`, then moved into `out` under
+    its own name in one rename, so `out` never holds a half-written wheel."""
+    fixed = work / "fixed.whl"
+    normalize_wheel(wheel, fixed, epoch)
+    out.mkdir(parents=True, exist_ok=True)
+    final = out / wheel.name
+    os.replace(fixed, final)
+    return final
 
 
 def normalize_wheel(src: Path, dest: Path, epoch: int) -> None:

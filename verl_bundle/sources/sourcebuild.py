@@ -39,7 +39,12 @@ from verl_bundle.errors import HostBuildError, UsageError
 from verl_bundle.net.cache import Cache
 from verl_bundle.profile.sources import Git, Release, SdistFile, SourceSpec, Tree, WheelFile
 from verl_bundle.progress import Reporter
-from verl_bundle.sources.hostbuild import BuiltWheel, build_pure_wheel, normalize_wheel
+from verl_bundle.sources.hostbuild import (
+    BuiltWheel,
+    build_pure_wheel,
+    is_pure,
+    place_normalized,
+)
 from verl_bundle.sources.hostbuild import source_date_epoch as default_epoch
 from verl_bundle.uvcmd import host_python, run_uv
 
@@ -226,19 +231,13 @@ class SourceBuilder:
                     f"{tail}. Check that the tree builds (`uv build --wheel` there)"
                 )
             wheel = wheels[0]
-            tags = parse_wheel_filename(wheel.name)[3]
-            if not all(t.abi == "none" and t.platform == "any" for t in tags):
+            if not is_pure(wheel):
                 raise HostBuildError(
                     f"{name}: {root} builds a platform-specific wheel ({wheel.name}); only "
                     "pure-Python sources are built on the online host: give its wheel for the "
                     "target (a .whl file) or use the released version"
                 )
-            fixed = work / "fixed.whl"
-            normalize_wheel(wheel, fixed, epoch)
-            out.mkdir(parents=True, exist_ok=True)
-            final = out / wheel.name
-            os.replace(fixed, final)
-        return final
+            return place_normalized(wheel, work, out, epoch)
 
     # -- git -----------------------------------------------------------------------------------
 
