@@ -75,6 +75,35 @@ def pytest_runtest_makereport(
     return report
 
 
+# Marks by the resource a test uses, applied from the fixtures it asks for (directly or through
+# another fixture): `-m "not engine"` runs without Slurm, Ray and Ansible; `-m bundle` only what
+# builds or reads a whole bundle. Every test so marked is `slow` too, as is what a test marks
+# itself (nvcc compiles, big wheels): `make test-fast` is the rest.
+RESOURCES = {
+    "bundle": (
+        "built_bundle",
+        "bundle",
+        "pinned_pair",
+        "python_bundle",
+        "source_build_bundle",
+        "big_bundle",
+        "left_to_the_server",
+    ),
+    "install": ("home",),
+    "engine": ("slurm", "ansible_core"),
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        marked = [mark for mark, fixtures in RESOURCES.items() if names.intersection(fixtures)]
+        for mark in marked:
+            item.add_marker(mark)
+        if marked and item.get_closest_marker("slow") is None:
+            item.add_marker("slow")
+
+
 @pytest.fixture(scope="session", autouse=True)
 def scratch_tmpdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """TMPDIR, for the tests and every process they start (installers, uv, Slurm jobs), is a
@@ -290,9 +319,13 @@ def server(files: Path) -> Iterator[Server]:
     s.stop()
 
 
-# The bundled-interpreter fixtures (an install_only archive, its release host, a bundle with it).
-# Imported last: cpython imports airgap, which imports clean_environ from here.
+# Fixtures that more than one test module uses, defined with their helpers in support/: the
+# bundled interpreter (an install_only archive, its release host, a bundle with it); the fake Hub
+# and an asset bundle made from it; the tiny CUDA extension's index. Imported last: they import
+# airgap, which imports clean_environ from here.
+from support.assets import carried, hub  # noqa: E402, F401
 from support.cpython import cpython_archive, python_bundle, release_host  # noqa: E402, F401
+from support.tinycuda import tiny  # noqa: E402, F401
 
 
 @pytest.fixture(scope="session")

@@ -28,10 +28,9 @@ from typing import Any
 
 import pytest
 from conftest import ROOT, clean_environ
+from support.assets import install as install_assets
 from support.bundlefix import add_server_program
-from test_assets import carried, hub  # noqa: F401 - fixtures: a real asset bundle
-from test_assets import install as install_assets
-from test_readiness import GATE_V03, ROLLOUT_V02, bundle, fake_torch, make_env, packages, wheel
+from support.readiness import GATE_V03, ROLLOUT_V02, bundle, fake_torch, make_env, packages, wheel
 
 from verl_bundle.airgap.checks import verdict
 from verl_bundle.airgap.postinstall import dryrun, dryrun_report
@@ -1008,7 +1007,7 @@ def test_the_tiny_tokenizer_and_dataset_are_what_verl_reads(
 
 
 def test_the_asset_bundles_model_and_data_are_the_default(
-    carried: Path,  # noqa: F811 - the fixture imported from test_assets
+    carried: Path,
     tmp_path: Path,
 ) -> None:
     """Without --model/--data, the dry run trains on what `assets install --prefix` placed for
