@@ -28,6 +28,7 @@ from support.readiness import (
     packages,
     wheel,
 )
+from support.shared import Value, once
 
 from verl_bundle.airgap.contract import manifest as mf
 from verl_bundle.airgap.errors import UsageError
@@ -74,47 +75,62 @@ def run(py: Path, bundle_dir: Path, *args: str) -> subprocess.CompletedProcess[s
 
 @pytest.fixture(scope="module")
 def legacy(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """torch 2.1.2 (no device_mesh), vllm 0.3.1+cu118 and verl 0.2.0.post2's gate; no flash_attn."""
-    root = tmp_path_factory.mktemp("legacy")
-    w = root / "wheels"
-    py = make_env(
-        root,
-        [
-            wheel(w, "torch", "2.1.2+cu118", fake_torch("2.1.2+cu118", device_mesh=False)),
-            wheel(w, "vllm", "0.3.1+cu118", {"vllm/__init__.py": "LLM = object\n"}),
-            wheel(w, "verl", "0.2.0.post2", fake_verl(GATE_V02, ROLLOUT_V02)),
-        ],
-    )
-    versions = {"torch": "2.1.2+cu118", "vllm": "0.3.1+cu118", "verl": "0.2.0.post2"}
-    return py, bundle(root, versions, limit="torch 2.1.2: verl's FSDP trainer cannot start")
+    """torch 2.1.2 (no device_mesh), vllm 0.3.1+cu118 and verl 0.2.0.post2's gate; no flash_attn.
+    Made once per run (read-only)."""
+
+    def make(root: Path) -> Value:
+        w = root / "wheels"
+        py = make_env(
+            root,
+            [
+                wheel(w, "torch", "2.1.2+cu118", fake_torch("2.1.2+cu118", device_mesh=False)),
+                wheel(w, "vllm", "0.3.1+cu118", {"vllm/__init__.py": "LLM = object\n"}),
+                wheel(w, "verl", "0.2.0.post2", fake_verl(GATE_V02, ROLLOUT_V02)),
+            ],
+        )
+        versions = {"torch": "2.1.2+cu118", "vllm": "0.3.1+cu118", "verl": "0.2.0.post2"}
+        where = bundle(root, versions, limit="torch 2.1.2: verl's FSDP trainer cannot start")
+        return [str(py), str(where)]
+
+    made = once(tmp_path_factory, "readiness.legacy", make)
+    assert isinstance(made, list)
+    py, where = (Path(str(p)) for p in made)
+    return py, where
 
 
 @pytest.fixture(scope="module")
 def current(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """torch 2.5.1 with device_mesh, vllm 0.7.3+cu118, verl 0.3.0.post1's gate, flash_attn."""
-    root = tmp_path_factory.mktemp("current")
-    w = root / "wheels"
-    py = make_env(
-        root,
-        [
-            wheel(w, "torch", "2.5.1+cu118", fake_torch("2.5.1+cu118", device_mesh=True)),
-            wheel(w, "vllm", "0.7.3+cu118", {"vllm/__init__.py": "LLM = object\n"}),
-            wheel(w, "verl", "0.3.0.post1", fake_verl(GATE_V03, ROLLOUT_V03)),
-            wheel(
-                w,
-                "flash-attn",
-                "2.7.3",
-                packages({"flash_attn/bert_padding.py": "def pad_input(*a):\n    pass\n"}),
-            ),
-        ],
-    )
-    versions = {
-        "torch": "2.5.1+cu118",
-        "vllm": "0.7.3+cu118",
-        "verl": "0.3.0.post1",
-        "flash-attn": "2.7.3",
-    }
-    return py, bundle(root, versions)
+    """torch 2.5.1 with device_mesh, vllm 0.7.3+cu118, verl 0.3.0.post1's gate, flash_attn.
+    Made once per run (read-only)."""
+
+    def make(root: Path) -> Value:
+        w = root / "wheels"
+        py = make_env(
+            root,
+            [
+                wheel(w, "torch", "2.5.1+cu118", fake_torch("2.5.1+cu118", device_mesh=True)),
+                wheel(w, "vllm", "0.7.3+cu118", {"vllm/__init__.py": "LLM = object\n"}),
+                wheel(w, "verl", "0.3.0.post1", fake_verl(GATE_V03, ROLLOUT_V03)),
+                wheel(
+                    w,
+                    "flash-attn",
+                    "2.7.3",
+                    packages({"flash_attn/bert_padding.py": "def pad_input(*a):\n    pass\n"}),
+                ),
+            ],
+        )
+        versions = {
+            "torch": "2.5.1+cu118",
+            "vllm": "0.7.3+cu118",
+            "verl": "0.3.0.post1",
+            "flash-attn": "2.7.3",
+        }
+        return [str(py), str(bundle(root, versions))]
+
+    made = once(tmp_path_factory, "readiness.current", make)
+    assert isinstance(made, list)
+    py, where = (Path(str(p)) for p in made)
+    return py, where
 
 
 @pytest.mark.slow
