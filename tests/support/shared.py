@@ -27,11 +27,16 @@ def run_root(factory: pytest.TempPathFactory) -> Path:
 
 
 def once(factory: pytest.TempPathFactory, name: str, build: Callable[[Path], Value]) -> Value:
-    """`build(directory)`'s value, built by the first worker that asks and read from disk by the
-    others: they block on the lock while it builds. The value is recorded only when the build
-    returns, so a directory without it (a worker killed while building, a build that raised)
-    is removed and built again by the next worker that asks."""
-    root = run_root(factory) / "shared"
+    """`build(directory)`'s value, built by the first worker of this run that asks and read from
+    disk by the others (`once_in` the run's `shared/`)."""
+    return once_in(run_root(factory) / "shared", name, build)
+
+
+def once_in(root: Path, name: str, build: Callable[[Path], Value]) -> Value:
+    """`build(root/name)`'s value, built by the first process that asks; the others block on
+    the lock while it builds, then read it. The value is recorded only when the build returns,
+    so a directory without it (a worker killed while building, a build that raised) is removed
+    and built again by the next process that asks."""
     root.mkdir(exist_ok=True)
     where, value = root / name, root / f"{name}.json"
     with (root / f"{name}.lock").open("a") as lock:
