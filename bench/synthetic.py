@@ -2,8 +2,9 @@
 (torch about 40% of the bytes, every member deflated, libraries that inflate about 1.9x as real
 ones do), plus real pip and uv wheels, served from a package index on 127.0.0.1.
 
-The wheels are made once per size with the test suite's own builders (tests/pkgindex.py,
-tests/stack.py) and kept under a cache directory, so a second benchmark run starts at once.
+The wheels are made once per size with the test suite's own builders
+(tests/support/pkgindex.py, tests/support/stack.py) and kept under a cache directory, so a second
+benchmark run starts at once.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -7,7 +8,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from support.pkgindex import Server
+from support.shared import Value, once
 from support.stack import UPLOADED, StackDirs, build_stack
 from support.toolchain import CLEARED, FakeMachine
 
@@ -71,6 +73,35 @@ def pytest_runtest_makereport(
         report.outcome = "failed"
         report.longrepr = f"skipped with REQUIRE_ALL=1 ({where}): {why}"
     return report
+
+
+# Marks by the resource a test uses, applied from the fixtures it asks for (directly or through
+# another fixture): `-m "not engine"` runs without Slurm, Ray and Ansible; `-m bundle` only what
+# builds or reads a whole bundle. Every test so marked is `slow` too, as is what a test marks
+# itself (nvcc compiles, big wheels): `make test-fast` is the rest.
+RESOURCES = {
+    "bundle": (
+        "built_bundle",
+        "bundle",
+        "pinned_pair",
+        "python_bundle",
+        "source_build_bundle",
+        "big_bundle",
+        "left_to_the_server",
+    ),
+    "install": ("home",),
+    "engine": ("slurm", "ansible_core"),
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        marked = [mark for mark, fixtures in RESOURCES.items() if names.intersection(fixtures)]
+        for mark in marked:
+            item.add_marker(mark)
+        if marked and item.get_closest_marker("slow") is None:
+            item.add_marker("slow")
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -150,18 +181,27 @@ class Stack:
             s.faults.__init__()  # type: ignore[misc]
 
 
-@pytest.fixture(scope="session")
-def stack_dirs(tmp_path_factory: pytest.TempPathFactory) -> StackDirs:
-    return build_stack(tmp_path_factory.mktemp("stack"))
+def shared_stack(tmp_path_factory: pytest.TempPathFactory) -> StackDirs:
+    """The test stack's wheels, built once per run (support/shared.py). Read-only."""
+
+    def build(where: Path) -> Value:
+        dirs = build_stack(where)
+        return [str(dirs.pytorch), str(dirs.pypi), str(dirs.files)]
+
+    built = once(tmp_path_factory, "stack", build)
+    assert isinstance(built, list)
+    pytorch, pypi, files = (Path(str(p)) for p in built)
+    return StackDirs(pytorch, pypi, files)
 
 
-@pytest.fixture(scope="session")
-def stack_servers(stack_dirs: StackDirs) -> Iterator[Stack]:
+@contextlib.contextmanager
+def serving(dirs: StackDirs) -> Iterator[Stack]:
+    """The three indexes of the test stack over `dirs`, each on its own port of 127.0.0.1."""
     servers = Stack(
-        stack_dirs,
-        Server(stack_dirs.pytorch).start(),
-        Server(stack_dirs.pypi, json_api=True, upload_time=UPLOADED).start(),
-        Server(stack_dirs.files, redirect_files=True).start(),
+        dirs,
+        Server(dirs.pytorch).start(),
+        Server(dirs.pypi, json_api=True, upload_time=UPLOADED).start(),
+        Server(dirs.files, redirect_files=True).start(),
     )
     servers.pypi.upload_times["transformers-5.0.0-py3-none-any.whl"] = "2026-02-01T00:00:00Z"
     try:
@@ -169,6 +209,18 @@ def stack_servers(stack_dirs: StackDirs) -> Iterator[Stack]:
     finally:
         for s in servers.servers():
             s.stop()
+
+
+@pytest.fixture(scope="session")
+def stack_dirs(tmp_path_factory: pytest.TempPathFactory) -> StackDirs:
+    return shared_stack(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def stack_servers(stack_dirs: StackDirs) -> Iterator[Stack]:
+    """This worker's servers over the shared stack (their counters and faults are its own)."""
+    with serving(stack_dirs) as servers:
+        yield servers
 
 
 @pytest.fixture
@@ -200,19 +252,38 @@ def build_bundle(stack: Stack, out: Path, cache: Path, *extra: str) -> dict[str,
     return result
 
 
+def shared_build(
+    tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Stack, Path], Value]
+) -> Value:
+    """`build(stack, directory)` once per run (support/shared.py), against servers of its own
+    over the shared stack, so that no worker's servers (their ports, counters, faults) are the
+    ones a shared result was built from: every worker sees the same result the same way."""
+    dirs = shared_stack(tmp_path_factory)
+
+    def built(where: Path) -> Value:
+        with serving(dirs) as servers:
+            return build(servers, where)
+
+    return once(tmp_path_factory, name, built)
+
+
 @pytest.fixture(scope="session")
 def built_bundle(
-    stack_servers: Stack, tmp_path_factory: pytest.TempPathFactory
+    stack_dirs: StackDirs, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[Path, Path, dict[str, object]]:
-    """One cu118 bundle built from the local indexes: (tarball, extracted dir, build JSON).
-    Read-only for the tests that use it; copy it before changing anything."""
-    stack_servers.reset()
-    tmp = tmp_path_factory.mktemp("built")
-    doc = build_bundle(stack_servers, tmp / "out", tmp / "cache")
+    """One cu118 bundle built from the local indexes: (tarball, extracted dir, build JSON),
+    built once per run. Read-only for the tests that use it; copy it before changing anything."""
+
+    def build(stack: Stack, tmp: Path) -> Value:
+        doc = build_bundle(stack, tmp / "out", tmp / "cache")
+        with tarfile.open(Path(str(doc["bundle"]))) as tf:
+            tf.extractall(tmp / "x", filter="data")
+        return doc
+
+    doc = shared_build(tmp_path_factory, "built", build)
+    assert isinstance(doc, dict)
     tarball = Path(str(doc["bundle"]))
-    with tarfile.open(tarball) as tf:
-        tf.extractall(tmp / "x", filter="data")
-    return tarball, tmp / "x" / NAME, doc
+    return tarball, tarball.parents[1] / "x" / NAME, doc
 
 
 @pytest.fixture
@@ -248,15 +319,24 @@ def server(files: Path) -> Iterator[Server]:
     s.stop()
 
 
-# The bundled-interpreter fixtures (an install_only archive, its release host, a bundle with it).
-# Imported last: cpython imports airgap, which imports clean_environ from here.
+# Fixtures that more than one test module uses, defined with their helpers in support/: the
+# bundled interpreter (an install_only archive, its release host, a bundle with it); the fake Hub
+# and an asset bundle made from it; the tiny CUDA extension's index. Imported last: they import
+# airgap, which imports clean_environ from here.
+from support.assets import carried, hub  # noqa: E402, F401
 from support.cpython import cpython_archive, python_bundle, release_host  # noqa: E402, F401
+from support.tinycuda import tiny  # noqa: E402, F401
 
 
 @pytest.fixture(scope="session")
-def pinned_pair(stack_servers: Stack, tmp_path_factory: pytest.TempPathFactory) -> object:
-    """Two bundles differing in one pin (tests/crossing.py's Pair). Read-only."""
-    from support.crossing import build_pair
+def pinned_pair(stack_dirs: StackDirs, tmp_path_factory: pytest.TempPathFactory) -> object:
+    """Two bundles differing in one pin (support/crossing.py's Pair), built once per run.
+    Read-only."""
+    from support.crossing import Pair, build_pair
 
-    stack_servers.reset()
-    return build_pair(stack_servers, tmp_path_factory.mktemp("pair"))
+    def build(stack: Stack, where: Path) -> Value:
+        return build_pair(stack, where).to_json()
+
+    doc = shared_build(tmp_path_factory, "pair", build)
+    assert isinstance(doc, dict)
+    return Pair.from_json(doc)

@@ -27,7 +27,9 @@ HOSTS = ("node-a", "node-b")
 LOOKUP = "{{ lookup('pipe', 'touch PWNED') }}"
 
 
-def ansible_playbook() -> str:
+@pytest.fixture(scope="session")
+def ansible_core() -> str:
+    """The real ansible-playbook (the engine these tests run; marks them `engine`)."""
     found = shutil.which("ansible-playbook") or str(
         Path(sys.executable).parent / "ansible-playbook"
     )
@@ -64,8 +66,9 @@ def playbook(tmp: Path, tarball: Path, capsys: pytest.CaptureFixture[str], *extr
 
 
 def ansible(
-    tmp: Path, *args: str, cwd: Path | None = None, **extra: str
+    playbook: str, tmp: Path, *args: str, cwd: Path | None = None, **extra: str
 ) -> subprocess.CompletedProcess[str]:
+    """`playbook ARGS` (ansible-playbook) with its temporary and home directories in `tmp`."""
     env = {
         **clean_environ(tmp),
         "LC_ALL": "C.UTF-8",
@@ -74,7 +77,7 @@ def ansible(
         **extra,
     }
     return subprocess.run(
-        [ansible_playbook(), *args],
+        [playbook, *args],
         env=env,
         capture_output=True,
         text=True,
@@ -106,14 +109,16 @@ def play_vars(path: Path) -> dict[str, Any]:
 
 
 def test_the_playbook_passes_ansibles_syntax_check(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ansible_core: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     tarball = fake_bundle(tmp_path)
     out = playbook(tmp_path, tarball, capsys, "--serial", "25%")
     text = out.read_text()
     assert 'hosts: !unsafe "nodes"' in text and 'verl_mode: !unsafe "copy"' in text
     assert 'serial: !unsafe "25%"' in text and out.stat().st_mode & 0o777 == 0o644
-    check = ansible(tmp_path, "-i", str(inventory(tmp_path)), "--syntax-check", str(out))
+    check = ansible(
+        ansible_core, tmp_path, "-i", str(inventory(tmp_path)), "--syntax-check", str(out)
+    )
     assert check.returncode == 0, check.stdout + check.stderr
     url = playbook(tmp_path, tarball, capsys, "--url", "http://head/b.tar")
     digest = __import__("hashlib").sha256(tarball.read_bytes()).hexdigest()
@@ -127,7 +132,12 @@ def test_the_playbook_passes_ansibles_syntax_check(
     )
     assert served.code == 0 and f'verl_pin: !unsafe "{digest}"' in (tmp_path / "s.yml").read_text()
     check = ansible(
-        tmp_path, "-i", str(inventory(tmp_path)), "--syntax-check", str(tmp_path / "s.yml")
+        ansible_core,
+        tmp_path,
+        "-i",
+        str(inventory(tmp_path)),
+        "--syntax-check",
+        str(tmp_path / "s.yml"),
     )
     assert check.returncode == 0, check.stdout + check.stderr
     for args, says in [
@@ -188,7 +198,7 @@ def test_the_work_directory_is_ours_0700_with_no_symlink_on_the_way(
 
 @pytest.mark.slow
 def test_hostile_values_travel_as_data_and_a_taken_work_directory_stops_the_host(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ansible_core: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The tarball's directory, the gather directory and the prefix hold an Ansible lookup: the
     playbook runs, nothing is touched, each value is used as the name it is."""
@@ -211,7 +221,7 @@ def test_hostile_values_travel_as_data_and_a_taken_work_directory_stops_the_host
         f"node-a ansible_connection=local ansible_python_interpreter={sys.executable} "
         f"verl_work={tmp_path / 'work-a'}\n"
     )
-    done = ansible(tmp_path, "-i", str(hosts), str(out))
+    done = ansible(ansible_core, tmp_path, "-i", str(hosts), str(out))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert not list(tmp_path.rglob("PWNED")) and not (Path.cwd() / "PWNED").exists()
     assert (prefix / ".verl-bundle" / "fingerprint").read_text() == fingerprint_of("v1") + "\n"
@@ -221,7 +231,7 @@ def test_hostile_values_travel_as_data_and_a_taken_work_directory_stops_the_host
     doc = json.loads((gather / "node-a.json").read_text())
     doc["result"].update(node="node-z", run="1-old")
     (gather / "node-z.json").write_text(json.dumps(doc))
-    failed = ansible(tmp_path, "-i", str(hosts), str(out))
+    failed = ansible(ansible_core, tmp_path, "-i", str(hosts), str(out))
     assert failed.returncode != 0 and recap(failed)["localhost"]["failed"] == 1
     assert "FAIL node-z: not one of the expected nodes (a result of run 1-old)" in failed.stdout
     assert recap(failed)["node-a"]["changed"] == 0  # installed already: only checked
@@ -231,7 +241,7 @@ def test_hostile_values_travel_as_data_and_a_taken_work_directory_stops_the_host
     theirs.mkdir(mode=0o700)
     os.chown(theirs, 12345, 12345)
     hosts.write_text(hosts.read_text().replace(str(tmp_path / "work-a"), str(theirs)))
-    stopped = ansible(tmp_path, "-i", str(hosts), str(out))
+    stopped = ansible(ansible_core, tmp_path, "-i", str(hosts), str(out))
     assert stopped.returncode != 0
     assert f"verl-bundle: {theirs} belongs to uid 12345, not to this user" in stopped.stdout
     assert recap(stopped)["node-a"]["rescued"] == 1 and recap(stopped)["localhost"]["failed"] == 1
@@ -242,7 +252,7 @@ def test_hostile_values_travel_as_data_and_a_taken_work_directory_stops_the_host
 
 @pytest.mark.slow
 def test_the_play_ends_with_the_report_and_a_host_checks_the_bundle_first(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ansible_core: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Issue 34 F3, F4, F8 on the real ansible-playbook: the run's record names the bundle the
     playbook was written for; a result the report cannot read fails the play, and so does a
@@ -252,7 +262,10 @@ def test_the_play_ends_with_the_report_and_a_host_checks_the_bundle_first(
     out = playbook(tmp_path, tarball, capsys)
     hosts = inventory(tmp_path)
     results = tmp_path / "results"
-    first = ansible(tmp_path, "-i", str(hosts), str(out), VLLM_USE_V1="1", HF_TOKEN="hf_secret")  # noqa: S106 - a test value
+    token = "hf_secret"  # noqa: S105 - a test value
+    first = ansible(
+        ansible_core, tmp_path, "-i", str(hosts), str(out), VLLM_USE_V1="1", HF_TOKEN=token
+    )
     assert first.returncode == 0, first.stdout[-3000:]
     assert "fleet: 2 node(s) agree" in first.stdout
     # The variables that change a run, from the doctor's list; a secret as its hash only.
@@ -262,7 +275,7 @@ def test_the_play_ends_with_the_report_and_a_host_checks_the_bundle_first(
     run_record = json.loads((results / ".run.json").read_text())["result"]
     assert run_record["bundle"] == bundle_id(tarball)
     (results / "notes.json").write_text("not json\n")
-    unreadable = ansible(tmp_path, "-i", str(hosts), str(out))
+    unreadable = ansible(ansible_core, tmp_path, "-i", str(hosts), str(out))
     assert unreadable.returncode != 0 and recap(unreadable)["localhost"]["failed"] == 1
     assert "the fleet report (above) exited 2: error: notes.json: not readable JSON" in (
         unreadable.stdout
@@ -270,13 +283,13 @@ def test_the_play_ends_with_the_report_and_a_host_checks_the_bundle_first(
     (results / "notes.json").unlink()
     alone = tmp_path / "alone.yml"
     alone.write_text(out.read_text().replace(json.dumps(sys.executable), '"/nonexistent/python3"'))
-    uncompared = ansible(tmp_path, "-i", str(hosts), str(alone))
+    uncompared = ansible(ansible_core, tmp_path, "-i", str(hosts), str(alone))
     assert uncompared.returncode != 0 and recap(uncompared)["localhost"]["failed"] == 1
     assert "the hosts were not compared: /nonexistent/python3" in uncompared.stdout
     want = bundle_id(tarball)
     fake_bundle(tmp_path / "b", "v2")  # another bundle under the same name
     got = bundle_id(tarball)
-    refused = ansible(tmp_path, "-i", str(hosts), str(out))
+    refused = ansible(ansible_core, tmp_path, "-i", str(hosts), str(out))
     assert refused.returncode != 0
     said = f"(SHA256SUMS {got}) is not the one this playbook was written for ({want})"
     assert recap(refused)["localhost"]["failed"] == 1  # the report play ran, and failed
@@ -292,7 +305,7 @@ def test_the_play_ends_with_the_report_and_a_host_checks_the_bundle_first(
 
 @pytest.mark.slow
 def test_a_dead_batch_still_runs_the_report_and_a_changed_host_installs_again(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ansible_core: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Issue 37: with --serial 1 and node-a's install failing, its batch ends the play (the
     next batch would fail the same way) and the report play still runs, naming node-a failed
@@ -303,22 +316,22 @@ def test_a_dead_batch_still_runs_the_report_and_a_changed_host_installs_again(
     hosts = inventory(tmp_path)
     (tmp_path / "prefix-node-a.fail").touch()
     out = playbook(tmp_path, tarball, capsys, "--serial", "1", "--quick", "--repair")
-    dead = ansible(tmp_path, "-i", str(hosts), str(out))
+    dead = ansible(ansible_core, tmp_path, "-i", str(hosts), str(out))
     assert dead.returncode != 0 and recap(dead)["localhost"]["failed"] == 1, dead.stdout[-3000:]
     assert "node-b" not in recap(dead)  # its batch never ran
     assert "FAILED node-a: install exit 3" in dead.stdout
     assert "FAIL node-a: install failed: exit 3 (the bundle is damaged)" in dead.stdout
     assert "FAIL node-b: missing: no result from this node" in dead.stdout
     (tmp_path / "prefix-node-a.fail").unlink()
-    first = ansible(tmp_path, "-i", str(hosts), str(out))
+    first = ansible(ansible_core, tmp_path, "-i", str(hosts), str(out))
     assert first.returncode == 0 and "fleet: 2 node(s) agree" in first.stdout, first.stdout[-3000:]
     for host in HOSTS:
         given = (tmp_path / f"prefix-{host}" / ".verl-bundle" / "install-args").read_text()
         assert given.splitlines()[-1].endswith(" --yes --quick --repair"), given
-    again = ansible(tmp_path, "-i", str(hosts), str(out))
+    again = ansible(ansible_core, tmp_path, "-i", str(hosts), str(out))
     assert {h: recap(again)[h]["changed"] for h in HOSTS} == dict.fromkeys(HOSTS, 0)
     (tmp_path / "prefix-node-b" / "VERSION").write_text("edited\n")  # its live fingerprint
-    changed = ansible(tmp_path, "-i", str(hosts), str(out))
+    changed = ansible(ansible_core, tmp_path, "-i", str(hosts), str(out))
     assert changed.returncode == 0, changed.stdout[-3000:]
     runs = {
         h: (tmp_path / f"prefix-{h}" / ".verl-bundle" / "install-args").read_text().count("\n")
@@ -335,6 +348,7 @@ def retar(root: Path, tarball: Path) -> Path:
 
 @pytest.mark.slow
 def test_a_rebuilt_bundle_is_installed_and_a_second_run_changes_nothing(
+    ansible_core: str,
     built_bundle: tuple[Path, Path, dict[str, object]],
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
@@ -344,7 +358,7 @@ def test_a_rebuilt_bundle_is_installed_and_a_second_run_changes_nothing(
     shutil.copy(built_bundle[0], tarball)
     out = playbook(tmp_path, tarball, capsys)
     hosts = inventory(tmp_path, python310())
-    first = ansible(tmp_path, "-i", str(hosts), str(out))
+    first = ansible(ansible_core, tmp_path, "-i", str(hosts), str(out))
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-2000:]
     site = "lib/python3.10/site-packages"
     for host in HOSTS:
@@ -354,7 +368,7 @@ def test_a_rebuilt_bundle_is_installed_and_a_second_run_changes_nothing(
     rebuilt = extract(built_bundle[0], tmp_path / "rebuild")
     replace_wheel(rebuilt, "aioprometheus", version="1.0.1")
     retar(rebuilt, tarball)
-    refused = ansible(tmp_path, "-i", str(hosts), str(out))
+    refused = ansible(ansible_core, tmp_path, "-i", str(hosts), str(out))
     assert refused.returncode != 0
     for host in HOSTS:
         prefix = tmp_path / f"prefix-{host}"
@@ -365,7 +379,7 @@ def test_a_rebuilt_bundle_is_installed_and_a_second_run_changes_nothing(
         record = json.loads((tmp_path / "results" / f"{host}.json").read_text())["result"]
         assert record["install"]["rc"] == 3 and record["doctor_rc"] is None
     out = playbook(tmp_path, tarball, capsys)
-    second = ansible(tmp_path, "-i", str(hosts), str(out))
+    second = ansible(ansible_core, tmp_path, "-i", str(hosts), str(out))
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-2000:]
     for host in HOSTS:
         prefix = tmp_path / f"prefix-{host}"
@@ -376,7 +390,7 @@ def test_a_rebuilt_bundle_is_installed_and_a_second_run_changes_nothing(
         assert recap(second)[host]["changed"] >= 2  # installed, pruned (unpacked when refused)
     logs = {h: (tmp_path / f"prefix-{h}" / ".verl-bundle" / "install.log") for h in HOSTS}
     before = {h: log.stat().st_mtime_ns for h, log in logs.items()}
-    third = ansible(tmp_path, "-i", str(hosts), str(out))
+    third = ansible(ansible_core, tmp_path, "-i", str(hosts), str(out))
     assert third.returncode == 0, third.stdout[-3000:] + third.stderr[-2000:]
     assert {h: recap(third)[h]["changed"] for h in (*HOSTS, "localhost")} == dict.fromkeys(
         (*HOSTS, "localhost"), 0
@@ -390,6 +404,7 @@ def test_a_rebuilt_bundle_is_installed_and_a_second_run_changes_nothing(
 
 @pytest.mark.slow
 def test_a_package_removed_on_a_host_is_installed_again_and_repaired(
+    ansible_core: str,
     built_bundle: tuple[Path, Path, dict[str, object]],
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
@@ -402,17 +417,17 @@ def test_a_package_removed_on_a_host_is_installed_again_and_repaired(
 
     hosts = inventory(tmp_path, python310())
     out = playbook(tmp_path, built_bundle[0], capsys, "--quick")
-    first = ansible(tmp_path, "-i", str(hosts), str(out), "-f", "2")
+    first = ansible(ansible_core, tmp_path, "-i", str(hosts), str(out), "-f", "2")
     assert first.returncode == 0, first.stdout[-3000:]
     b = tmp_path / "prefix-node-b"
     pip = [*netns_prefix(), str(b / "bin" / "python"), "-m", "pip", "uninstall", "-y"]
     gone = subprocess.run([*pip, "pylatexenc"], capture_output=True, text=True, check=False)
     assert gone.returncode == 0, gone.stderr
-    plain = ansible(tmp_path, "-i", str(hosts), str(out), "-f", "2")
+    plain = ansible(ansible_core, tmp_path, "-i", str(hosts), str(out), "-f", "2")
     assert plain.returncode != 0 and "--repair" in plain.stdout, plain.stdout[-3000:]
     assert "FAILED node-b: install exit 1" in plain.stdout and "FAILED node-a" not in plain.stdout
     out = playbook(tmp_path, built_bundle[0], capsys, "--quick", "--repair")
-    repaired = ansible(tmp_path, "-i", str(hosts), str(out), "-f", "2")
+    repaired = ansible(ansible_core, tmp_path, "-i", str(hosts), str(out), "-f", "2")
     assert repaired.returncode == 0, repaired.stdout[-3000:]
     assert list((b / "lib").glob("python3*/site-packages/pylatexenc-*.dist-info"))
     assert "fleet: 2 node(s) agree" in repaired.stdout
@@ -421,6 +436,7 @@ def test_a_package_removed_on_a_host_is_installed_again_and_repaired(
 
 @pytest.mark.slow
 def test_two_hosts_install_from_one_served_copy_with_no_other_network(
+    ansible_core: str,
     built_bundle: tuple[Path, Path, dict[str, object]],
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
@@ -442,7 +458,7 @@ def test_two_hosts_install_from_one_served_copy_with_no_other_network(
     env = {**clean_environ(tmp_path), "LC_ALL": "C.UTF-8"}
     env["ANSIBLE_LOCAL_TEMP"], env["ANSIBLE_HOME"] = str(tmp_path / "a-tmp"), str(tmp_path / "a")
     hosts = inventory(tmp_path, python310())
-    cmd = f"{ansible_playbook()} -i {hosts} {out}"
+    cmd = f"{ansible_core} -i {hosts} {out}"
     done = serving(built_bundle[1], cmd, env, tmp_path, timeout=1500)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     for host in HOSTS:

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 from support.airgap import extract, netns_prefix
+from support.assets import PY38, TOKEN, assets, install, one_line
 from support.fakehub import FakeHub, Repo, tiny_model
-from test_assets import PY38, TOKEN, assets, install, one_line
 
 from verl_bundle.airgap.assets.place import load_record
 from verl_bundle.airgap.assets.ready import check_placed

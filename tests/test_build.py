@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import NAME, Stack
 from support.cli import Result, run
-from test_resolve import derived_profile
+from support.stack import derived_profile
 
 from verl_bundle.airgap.verify.bundle import unsafe_member
 from verl_bundle.resolve.lock import read_lock

@@ -4,13 +4,11 @@ server installs it offline with no nvcc on its PATH."""
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import shutil
 import subprocess
 import sys
-import tarfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,126 +18,11 @@ from conftest import clean_environ
 from support.airgap import extract, python310, run_install
 from support.cli import run
 from support.pkgindex import Server
-from support.stack import UPLOADED, build_uv_wheel, bundled_wheel
+from support.shared import Value, once
+from support.stack import UPLOADED
+from support.tinycuda import PROFILE, Tiny
 
-from verl_bundle.compile.toolkit import nvcc_release
-
-FIXTURE = Path(__file__).parent / "fixtures" / "tinycuda"
 NAME = "verl-bundle-tiny-cu130-cp310-manylinux_2_17_x86_64"
-# A real `wheel` wheel for setuptools 65's bdist_wheel (Python's own test data ships one).
-WHEEL_WHEELS = sorted(Path.home().glob(".pyenv/versions/3.1*/lib/python3.1*/test/**/wheel-*.whl"))
-
-PROFILE = """
-name = "tiny-cu130"
-description = "a tiny CUDA extension compiled with nvcc 13"
-cuda = "13.0"
-python = "3.10"
-platform = "manylinux_2_17_x86_64"
-requirements = ["tinycuda=={version}"]
-bootstrap = ["pip", "uv"]
-
-[[static-metadata]]
-name = "tinycuda"
-version = "{version}"
-requires-dist = []
-
-[[source-builds]]
-package = "tinycuda"
-build-requires = ["setuptools", "wheel"]
-max-jobs = {{ gib-per-job = 1 }}
-
-[[phases]]
-name = "tools"
-packages = ["*"]
-
-[[phases]]
-name = "tinycuda"
-packages = ["tinycuda"]
-
-[checks]
-imports = ["tinycuda"]
-
-[readiness]
-limit = "a test stack: a CUDA extension, no verl"
-
-[toolchain]
-nvcc = "13.0"
-gcc = ">=6,<16"
-"""
-
-
-def _toolkit13() -> Path:
-    for home in sorted(Path("/usr/local").glob("cuda-13*")):
-        found = nvcc_release(home / "bin" / "nvcc")
-        if found and found[0].startswith("13."):
-            return home
-    pytest.skip("no CUDA 13 toolkit (nvcc) on this host")
-
-
-def _sdist(directory: Path, version: str, broken: bool = False) -> Path:
-    """tinycuda-VERSION.tar.gz from the fixture (`broken`: a .cu that does not compile)."""
-    base = f"tinycuda-{version}"
-    members = {p.name: p.read_bytes() for p in FIXTURE.iterdir() if p.is_file()}
-    members["setup.py"] = members["setup.py"].replace(
-        b'os.environ.get("TINYCUDA_VERSION", "0.1")', repr(version).encode()
-    )
-    if broken:
-        members["tinycuda.cu"] += b"\nstatic int broken = undeclared_name;\n"
-    members["PKG-INFO"] = f"Metadata-Version: 2.1\nName: tinycuda\nVersion: {version}\n".encode()
-    path = directory / f"{base}.tar.gz"
-    with tarfile.open(path, "w:gz", format=tarfile.PAX_FORMAT) as tf:
-        for name, data in sorted(members.items()):
-            info = tarfile.TarInfo(f"{base}/{name}")
-            info.size, info.mtime, info.mode = len(data), 1704067200, 0o644
-            tf.addfile(info, io.BytesIO(data))
-    return path
-
-
-@dataclass
-class Tiny:
-    server: Server
-    cuda_home: Path
-    root: Path
-
-    def profile(self, directory: Path, version: str = "0.1") -> Path:
-        path = directory / f"tiny-{version}.toml"
-        path.write_text(PROFILE.format(version=version))
-        return path
-
-    def build(
-        self, out: Path, cache: Path, *extra: str, version: str = "0.1"
-    ) -> subprocess.CompletedProcess[str]:
-        """`python -m verl_bundle build --json` as a real subprocess (as a user runs it)."""
-        args = ["build", "--profile", str(self.profile(out.parent, version)), "--python", "3.10"]
-        args += ["--mirror", f"pypi={self.server.index_url}", "-o", str(out)]
-        args += ["--cache-dir", str(cache), "--cuda-archs", "9.0", *extra, "--json"]
-        return subprocess.run(
-            [sys.executable, "-m", "verl_bundle", *args],
-            capture_output=True,
-            text=True,
-            timeout=600,
-            env=clean_environ(out.parent),
-        )
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tiny]:
-    home = _toolkit13()
-    python310()
-    if not WHEEL_WHEELS:
-        pytest.skip("no `wheel` wheel on this host (Python's test data)")
-    root = tmp_path_factory.mktemp("tiny-index")
-    _sdist(root, "0.1")
-    _sdist(root, "0.2", broken=True)
-    for prefix in ("pip", "setuptools"):
-        shutil.copy(bundled_wheel(prefix), root)
-    shutil.copy(WHEEL_WHEELS[-1], root)
-    build_uv_wheel(root)
-    server = Server(root, json_api=True, upload_time=UPLOADED).start()
-    try:
-        yield Tiny(server, home, root)
-    finally:
-        server.stop()
 
 
 def _result(proc: subprocess.CompletedProcess[str]) -> dict[str, object]:
@@ -462,28 +345,35 @@ class StackNvcc:
 
 @pytest.fixture(scope="module")
 def stack_nvcc(tiny: Tiny, tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackNvcc]:
-    tmp = tmp_path_factory.mktemp("stack-nvcc")
     home = tiny.cuda_home.resolve()
-    index = tmp / "index"
-    shutil.copytree(tiny.root, index)
-    bins = {f"bin/{n}": home / "bin" / n for n in ("nvcc", "cudafe++", "fatbinary", "nvlink")}
-    bins |= {"bin/ptxas": home / "bin" / "ptxas"} | _tree(home, "bin/crt")
-    profile_file = tmp / "nvcc.profile"
-    profile_file.write_text(WHEEL_NVCC_PROFILE)
-    bins["bin/nvcc.profile"] = profile_file
-    _toolkit_wheel(index, "nvidia-cuda-nvcc", "13.0.88", bins)
-    _toolkit_wheel(index, "nvidia-nvvm", "13.0.88", _tree(home, "nvvm"))
-    runtime = _tree(home, "include")
-    runtime |= {f"lib/{n}": home / "lib" / n for n in ("libcudart_static.a", "libcudadevrt.a")}
-    _toolkit_wheel(index, "nvidia-cuda-runtime", "13.0.96", runtime)
-    profile = tmp / "tiny-stack-nvcc.toml"
-    profile.write_text(
-        PROFILE.format(version="0.1").replace(
-            'requirements = ["tinycuda==0.1"]',
-            'requirements = ["tinycuda==0.1", "nvidia-cuda-nvcc==13.0.88", '
-            '"nvidia-nvvm==13.0.88", "nvidia-cuda-runtime==13.0.96"]',
+
+    def make(tmp: Path) -> Value:
+        index = tmp / "index"
+        shutil.copytree(tiny.root, index)
+        bins = {f"bin/{n}": home / "bin" / n for n in ("nvcc", "cudafe++", "fatbinary", "nvlink")}
+        bins |= {"bin/ptxas": home / "bin" / "ptxas"} | _tree(home, "bin/crt")
+        profile_file = tmp / "nvcc.profile"
+        profile_file.write_text(WHEEL_NVCC_PROFILE)
+        bins["bin/nvcc.profile"] = profile_file
+        _toolkit_wheel(index, "nvidia-cuda-nvcc", "13.0.88", bins)
+        _toolkit_wheel(index, "nvidia-nvvm", "13.0.88", _tree(home, "nvvm"))
+        runtime = _tree(home, "include")
+        runtime |= {f"lib/{n}": home / "lib" / n for n in ("libcudart_static.a", "libcudadevrt.a")}
+        _toolkit_wheel(index, "nvidia-cuda-runtime", "13.0.96", runtime)
+        profile = tmp / "tiny-stack-nvcc.toml"
+        profile.write_text(
+            PROFILE.format(version="0.1").replace(
+                'requirements = ["tinycuda==0.1"]',
+                'requirements = ["tinycuda==0.1", "nvidia-cuda-nvcc==13.0.88", '
+                '"nvidia-nvvm==13.0.88", "nvidia-cuda-runtime==13.0.96"]',
+            )
         )
-    )
+        return [str(index), str(profile)]
+
+    # The index with the toolkit's wheels (about 230 MB), made once per run (read-only).
+    made = once(tmp_path_factory, "compile.stack-nvcc", make)
+    assert isinstance(made, list)
+    index, profile = (Path(str(p)) for p in made)
     server = Server(index, json_api=True, upload_time=UPLOADED).start()
     try:
         yield StackNvcc(server, home, profile)

@@ -17,15 +17,13 @@ from pathlib import Path
 
 import pytest
 from conftest import clean_environ
-from test_compile import Tiny, tiny
+from support.tinycuda import Tiny
 
 from verl_bundle.airgap.contract.manifest import BuildTime
 from verl_bundle.compile.cost import host_estimate, server_build_time, server_default_archs
 from verl_bundle.compile.stop import MARK, new_mark, stop_tree, tree
 from verl_bundle.compile.watch import CompileWatch
 from verl_bundle.profile.model import SourceBuild
-
-__all__ = ["tiny"]  # the module's fixture, used here
 
 
 def _stat(pid: int) -> tuple[int, int, int] | None:

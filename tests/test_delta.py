@@ -11,9 +11,10 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from conftest import Stack
+from conftest import Stack, shared_build
 from support.airgap import extract, install_into, resign
 from support.crossing import NAME, Pair, result, verl_bundle
+from support.shared import Value
 
 from verl_bundle.airgap.contract import manifest as mf
 from verl_bundle.airgap.install import base as completion
@@ -36,11 +37,15 @@ def build_delta(stack: Stack, pair: Pair, out: Path, base: Path, *extra: str) ->
 
 @pytest.fixture(scope="module")
 def delta(
-    stack_servers: Stack, pinned_pair: Pair, tmp_path_factory: pytest.TempPathFactory
+    pinned_pair: Pair, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[Path, dict[str, object]]:
-    stack_servers.reset()
-    out = tmp_path_factory.mktemp("delta")
-    doc = build_delta(stack_servers, pinned_pair, out, pinned_pair.old)
+    """B built as a delta over A, once per run (read-only): its tarball and build JSON."""
+
+    def build(stack: Stack, out: Path) -> Value:
+        return build_delta(stack, pinned_pair, out, pinned_pair.old)
+
+    doc = shared_build(tmp_path_factory, "delta.delta", build)
+    assert isinstance(doc, dict)
     return Path(str(doc["bundle"])), doc
 
 

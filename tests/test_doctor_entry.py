@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from conftest import SYSTEM_TMP, clean_environ
-from test_doctor import PY, ROOT, needs
+from support.doctor import PY, ROOT, needs
 
 PYENV = Path.home() / ".pyenv" / "versions"
 TOO_OLD = "too old: needs Python 3.8+; use --python PATH or PYTHON=PATH ./doctor"

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 from support.cli import run
+from support.doctor import IDS, examine, needs, run_cli, with_wheel, write_bundle
 from support.toolchain import FakeMachine
-from test_doctor import IDS, examine, needs, run_cli, with_wheel, write_bundle
 
 from verl_bundle.airgap.contract.manifest import BuildTime
 from verl_bundle.airgap.doctor.resources import build_estimate

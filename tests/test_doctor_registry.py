@@ -10,7 +10,7 @@ from types import MappingProxyType
 from typing import Any
 
 import pytest
-from test_doctor import IDS, SAMPLE, needs, with_wheel
+from support.doctor import IDS, SAMPLE, needs, with_wheel
 
 from verl_bundle.airgap.checks import Registered
 from verl_bundle.airgap.contract.manifest import from_dict

@@ -28,10 +28,10 @@ from typing import Any
 
 import pytest
 from conftest import ROOT, clean_environ
+from support.assets import install as install_assets
 from support.bundlefix import add_server_program
-from test_assets import carried, hub  # noqa: F401 - fixtures: a real asset bundle
-from test_assets import install as install_assets
-from test_readiness import GATE_V03, ROLLOUT_V02, bundle, fake_torch, make_env, packages, wheel
+from support.readiness import GATE_V03, ROLLOUT_V02, bundle, fake_torch, make_env, packages, wheel
+from support.shared import Value, once
 
 from verl_bundle.airgap.checks import verdict
 from verl_bundle.airgap.postinstall import dryrun, dryrun_report
@@ -503,50 +503,61 @@ def link_pyarrow(py: Path) -> None:
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path, Path]:
     """(python, bundle, model dir, data file): the fake verl 0.3 venv and a user's model and
-    data (a tokenizer with a chat template, a parquet of 8 rows in verl's RL format)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    data (a tokenizer with a chat template, a parquet of 8 rows in verl's RL format). Made once
+    per run (read-only)."""
 
-    root = tmp_path_factory.mktemp("dryrun")
-    w = root / "wheels"
-    py = make_env(
-        root,
-        [
-            wheel(w, "torch", "2.5.1", fake_torch_meta()),
-            wheel(w, "vllm", "0.7.3", {"vllm/__init__.py": "LLM = object\n"}),
-            wheel(w, "ray", "2.40.0", {"ray/__init__.py": FAKE_RAY}),
-            wheel(
-                w,
-                "transformers",
-                "4.49.0",
-                {
-                    "transformers/__init__.py": FAKE_TRANSFORMERS,
-                    "transformers/modeling_utils.py": FAKE_MODELING_UTILS,
-                },
-            ),
-            wheel(w, "flash-attn", "2.7.3", {"flash_attn/__init__.py": "__version__ = '2.7.3'\n"}),
-            wheel(w, "verl", "0.3.0.post1", fake_verl_03()),
-        ],
-    )
-    link_pyarrow(py)
-    model = root / "model"
-    model.mkdir()
-    (model / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
-    (model / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ messages }}"}))
-    rows = [
-        {
-            "data_source": "openai/gsm8k",
-            "prompt": [{"role": "user", "content": f"What is {i} + {i}?"}],
-            "ability": "math",
-            "reward_model": {"style": "rule", "ground_truth": str(2 * i)},
-            "extra_info": {"split": "train", "index": i},
-        }
-        for i in range(8)
-    ]
-    data = root / "train.parquet"
-    pq.write_table(pa.Table.from_pylist(rows), data)
-    where = bundle(root, {"torch": "2.5.1", "vllm": "0.7.3", "verl": "0.3.0.post1"})
-    return py, add_server_program(where), model, data
+    def make(root: Path) -> Value:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        w = root / "wheels"
+        py = make_env(
+            root,
+            [
+                wheel(w, "torch", "2.5.1", fake_torch_meta()),
+                wheel(w, "vllm", "0.7.3", {"vllm/__init__.py": "LLM = object\n"}),
+                wheel(w, "ray", "2.40.0", {"ray/__init__.py": FAKE_RAY}),
+                wheel(
+                    w,
+                    "transformers",
+                    "4.49.0",
+                    {
+                        "transformers/__init__.py": FAKE_TRANSFORMERS,
+                        "transformers/modeling_utils.py": FAKE_MODELING_UTILS,
+                    },
+                ),
+                wheel(
+                    w, "flash-attn", "2.7.3", {"flash_attn/__init__.py": "__version__ = '2.7.3'\n"}
+                ),
+                wheel(w, "verl", "0.3.0.post1", fake_verl_03()),
+            ],
+        )
+        link_pyarrow(py)
+        model = root / "model"
+        model.mkdir()
+        (model / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
+        (model / "tokenizer_config.json").write_text(
+            json.dumps({"chat_template": "{{ messages }}"})
+        )
+        rows = [
+            {
+                "data_source": "openai/gsm8k",
+                "prompt": [{"role": "user", "content": f"What is {i} + {i}?"}],
+                "ability": "math",
+                "reward_model": {"style": "rule", "ground_truth": str(2 * i)},
+                "extra_info": {"split": "train", "index": i},
+            }
+            for i in range(8)
+        ]
+        data = root / "train.parquet"
+        pq.write_table(pa.Table.from_pylist(rows), data)
+        where = bundle(root, {"torch": "2.5.1", "vllm": "0.7.3", "verl": "0.3.0.post1"})
+        return [str(p) for p in (py, add_server_program(where), model, data)]
+
+    made = once(tmp_path_factory, "dryrun.stack", make)
+    assert isinstance(made, list)
+    py, where, model, data = (Path(str(p)) for p in made)
+    return py, where, model, data
 
 
 def deep(
@@ -1008,7 +1019,7 @@ def test_the_tiny_tokenizer_and_dataset_are_what_verl_reads(
 
 
 def test_the_asset_bundles_model_and_data_are_the_default(
-    carried: Path,  # noqa: F811 - the fixture imported from test_assets
+    carried: Path,
     tmp_path: Path,
 ) -> None:
     """Without --model/--data, the dry run trains on what `assets install --prefix` placed for

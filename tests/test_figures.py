@@ -22,7 +22,8 @@ from verl_bundle.bundle.plan import manifest_for_profile
 from verl_bundle.compile.cost import CORE_MINUTES_PER_ARCH, server_build_time
 from verl_bundle.profile.catalog import builtin_profiles, find_profile
 
-PROFILE = "cu118-legacy"  # the tests' stack (tests/stack.py), whose flash-attn sdist is 2.5.8
+# The tests' stack (tests/support/stack.py), whose flash-attn sdist is 2.5.8.
+PROFILE = "cu118-legacy"
 FLASH_WHEEL = "flash_attn-2.5.8+cu118torch2.1cxx11abiFALSE-cp310-cp310-linux_x86_64.whl"
 COST = re.compile(r"(\d+) GPU architectures? \(([^)]*)\) at ~(\d+) CPU-core-minutes each")
 DRIVER = re.compile(

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import NAME, Stack, build_bundle, clean_environ
+from conftest import NAME, Stack, build_bundle, clean_environ, shared_build
 from support.airgap import (
     READY,
     extract,
@@ -27,6 +27,7 @@ from support.airgap import (
     run_install,
     start_install,
 )
+from support.shared import Value
 
 from verl_bundle.airgap.contract.events import read_events
 from verl_bundle.airgap.doctor import fingerprint
@@ -311,17 +312,15 @@ def test_ctrl_c_stops_with_a_resume_hint(bundle: Path, home: Path, tmp_path: Pat
 
 
 @pytest.fixture(scope="module")
-def source_build_bundle(stack_servers: Stack, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def source_build_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The cu118 bundle when the prebuilt flash-attn wheel cannot be had: flash-attn ships as
-    its sdist and is built on the server."""
-    stack_servers.reset()
-    stack_servers.files.faults.missing.add(FLASH_WHEEL)
-    try:
-        tmp = tmp_path_factory.mktemp("srcbuild")
-        doc = build_bundle(stack_servers, tmp / "out", tmp / "cache")
-    finally:
-        stack_servers.reset()
-    return Path(str(doc["bundle"]))
+    its sdist and is built on the server. Built once per run (read-only)."""
+
+    def build(stack: Stack, tmp: Path) -> Value:
+        stack.files.faults.missing.add(FLASH_WHEEL)
+        return str(build_bundle(stack, tmp / "out", tmp / "cache")["bundle"])
+
+    return Path(str(shared_build(tmp_path_factory, "install.srcbuild", build)))
 
 
 def test_source_build_phase_builds_after_torch_with_no_network(

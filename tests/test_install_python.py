@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from support.airgap import extract, netns_prefix
 from support.cli import run
-from support.cpython import Archive
+from support.cpython import Archive, PythonBundle
 
 from verl_bundle.airgap.contract import manifest as mf
 from verl_bundle.rehearse.rehearsal import bare_path
@@ -60,7 +60,7 @@ def imports(prefix: Path, hidden: Path, home: Path) -> subprocess.CompletedProce
 
 
 @pytest.fixture
-def bundle(python_bundle: tuple[Path, Path, dict[str, object]], tmp_path: Path) -> Path:
+def bundle(python_bundle: PythonBundle, tmp_path: Path) -> Path:
     return extract(python_bundle[0], tmp_path / "b")
 
 
@@ -170,7 +170,7 @@ def test_dry_run_with_no_python_at_all_changes_nothing(
 
 @pytest.mark.parametrize("old", [True, False], ids=["python3.6", "no-python3"])
 def test_rehearse_with_no_system_python(
-    python_bundle: tuple[Path, Path, dict[str, object]],
+    python_bundle: PythonBundle,
     cpython_archive: Archive,
     capsys: pytest.CaptureFixture[str],
     old: bool,

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from support.airgap import extract, install_into, start_install
 from support.bundlefix import drop_package, replace_wheel
+from support.shared import Value, once
 
 from verl_bundle.airgap.contract.events import read_events
 
@@ -28,10 +29,14 @@ def big_bundle(
     built_bundle: tuple[Path, Path, dict[str, object]], tmp_path_factory: pytest.TempPathFactory
 ) -> Path:
     """The cu118 bundle with a transformers wheel of 20,000 files: it takes uv or pip a
-    while to unpack, so an interruption can land inside it."""
-    root = extract(built_bundle[0], tmp_path_factory.mktemp("big"))
-    replace_wheel(root, BIG, bulk=20000)
-    return root
+    while to unpack, so an interruption can land inside it. Made once per run (read-only)."""
+
+    def make(where: Path) -> Value:
+        root = extract(built_bundle[0], where)
+        replace_wheel(root, BIG, bulk=20000)
+        return str(root)
+
+    return Path(str(once(tmp_path_factory, "resume.big", make)))
 
 
 def site(prefix: Path) -> Path:

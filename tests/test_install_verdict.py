@@ -3,7 +3,7 @@ ready to train, 5 when installed as bundled but not ready (a phase left out), 1 
 failed; a truncated copy is said at once and in a few lines; a declined prompt is not success;
 a file two distributions both wrote does not break a resumed install.
 
-The toy stack (tests/stack.py) is verl 0.2's shape with the real Hydra: installed whole it is
+The toy stack (tests/support/stack.py) is verl 0.2's shape with the real Hydra: installed whole it is
 ready to train; its actor imports flash_attn, so leaving that phase out makes it not ready.
 """
 

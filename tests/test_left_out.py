@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_doctor import SAMPLE, with_wheel
+from support.doctor import SAMPLE, with_wheel
 
 from verl_bundle.airgap.contract.manifest import Manifest, from_dict
 from verl_bundle.airgap.postinstall import readiness

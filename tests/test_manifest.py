@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_server_program import STANDALONE
+from support.airgap import STANDALONE
 
 from verl_bundle.airgap.contract import manifest as mf
 from verl_bundle.bundle.entries import airgap_entries

@@ -23,6 +23,7 @@ from support.toolchain import (
     FakeMachine,
     apps_csv,
     gpu_csv,
+    topo,
 )
 
 from verl_bundle.airgap.launch import verlconfig
@@ -37,21 +38,6 @@ OFFLINE = {
     "HF_DATASETS_OFFLINE": "1",
     "WANDB_MODE": "offline",
 }
-
-
-def topo(n: int, nvlink: bool = True) -> str:
-    head = "\t" + "\t".join(f"GPU{i}" for i in range(n)) + "\tCPU Affinity\tNUMA Affinity\n"
-    rows = "".join(
-        f"GPU{i}\t"
-        + "\t".join("X" if i == j else ("NV18" if nvlink else "SYS") for j in range(n))
-        + "\t0-47\t0\n"
-        for i in range(n)
-    )
-    return (
-        head
-        + rows
-        + "\nLegend:\n  X    = Self\n  NV#  = Connection traversing a bonded set of # NVLinks\n"
-    )
 
 
 def node(

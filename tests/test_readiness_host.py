@@ -21,7 +21,7 @@ import pytest
 from conftest import ROOT, clean_environ
 from support.bundlefix import add_server_program
 from support.pkgindex import build_wheel
-from test_readiness import (
+from support.readiness import (
     GATE_V03,
     ROLLOUT_V02,
     bundle,

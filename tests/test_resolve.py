@@ -6,21 +6,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, Stack
+from conftest import Stack
 from support.cli import run
 from support.pkgindex import Server, make_certificates
+from support.stack import derived_profile
 
 from verl_bundle.profile.target import Target
 from verl_bundle.resolve.lock import read_lock
-
-CU118 = (ROOT / "profiles" / "cu118-legacy.toml").read_text()
-
-
-def derived_profile(tmp_path: Path, old: str, new: str) -> Path:
-    assert old in CU118
-    path = tmp_path / "derived.toml"
-    path.write_text(CU118.replace(old, new).replace('name = "cu118-legacy"', 'name = "derived"'))
-    return path
 
 
 def lock(

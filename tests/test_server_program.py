@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from conftest import ROOT
+from support.airgap import STANDALONE
 
 from verl_bundle.airgap import checks, cli
 from verl_bundle.airgap.checks import STATES, Check, Verdict, verdict
@@ -20,17 +21,6 @@ from verl_bundle.airgap.doctor import catalog, registry
 from verl_bundle.airgap.errors import EXIT_CODES, ServerError
 
 AIRGAP = ROOT / "verl_bundle" / "airgap"
-# Run as scripts on their own (not through the CLI): the probe and the trainer dry run's entry
-# wrapper in the venv's python, the --from fetcher before any of lib/ exists on the node, and
-# the installed verifier (its own small command, so that what checks a bundle is never the
-# program that bundle carries).
-STANDALONE = {
-    "inside/probe.py",
-    "inside/dryrun_entry.py",
-    "inside/dryrun_workers.py",
-    "verify/served.py",
-    "trust/verifier.py",
-}
 
 
 def modules() -> dict[str, ast.Module]:

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import Stack
+from conftest import Stack, shared_build
 from support.airgap import extract
 from support.crossing import (
     NAME,
@@ -22,6 +22,7 @@ from support.crossing import (
     stop_gnupg,
     verl_bundle,
 )
+from support.shared import Value, once
 
 from verl_bundle.airgap.contract import manifest as mf
 from verl_bundle.airgap.verify.signature import check_bundle, check_tarball, ssh_key_of
@@ -29,26 +30,33 @@ from verl_bundle.airgap.verify.signature import check_bundle, check_tarball, ssh
 
 @pytest.fixture(scope="module")
 def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    folder = tmp_path_factory.mktemp("keys")
-    return {who: ssh_key(folder, who) for who in ("alice", "mallory")}
+    """alice's and mallory's ssh keys, made once per run (read-only)."""
+
+    def make(folder: Path) -> Value:
+        return {who: str(ssh_key(folder, who)) for who in ("alice", "mallory")}
+
+    made = once(tmp_path_factory, "signature.keys", make)
+    assert isinstance(made, dict)
+    return {who: Path(str(key)) for who, key in made.items()}
 
 
 @pytest.fixture(scope="module")
 def signed(
-    stack_servers: Stack,
-    pinned_pair: Pair,
-    keys: dict[str, Path],
-    tmp_path_factory: pytest.TempPathFactory,
+    pinned_pair: Pair, keys: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[Path, dict[str, object]]:
-    """Bundle B signed by alice."""
-    stack_servers.reset()
-    out = tmp_path_factory.mktemp("signed")
-    args = stack_servers.args(
-        "build", out, pinned_pair.cache, "--profile", str(pinned_pair.new_profile)
-    )
-    proc = verl_bundle(*args, "--sign", str(keys["alice"]), "--json")
-    assert proc.returncode == 0, proc.stderr
-    return out, result(proc)
+    """Bundle B signed by alice, once per run (read-only): its folder and build JSON."""
+
+    def build(stack: Stack, out: Path) -> Value:
+        args = stack.args(
+            "build", out, pinned_pair.cache, "--profile", str(pinned_pair.new_profile)
+        )
+        proc = verl_bundle(*args, "--sign", str(keys["alice"]), "--json")
+        assert proc.returncode == 0, proc.stderr
+        return {"out": str(out), "result": result(proc)}
+
+    built = shared_build(tmp_path_factory, "signature.signed", build)
+    assert isinstance(built, dict) and isinstance(built["result"], dict)
+    return Path(str(built["out"])), built["result"]
 
 
 def test_build_signs_the_manifest_inside_and_the_list_beside(
@@ -257,15 +265,13 @@ def test_gpg_signs_where_a_site_uses_it(
 
 
 def test_install_sh_refuses_an_unallowed_signer_before_anything_runs(
-    signed: tuple[Path, dict[str, object]], keys: dict[str, Path], tmp_path: Path
+    signed: tuple[Path, dict[str, object]], keys: dict[str, Path], tmp_path: Path, home: Path
 ) -> None:
     """install.sh --allowed-signers: refused in one line, exit 3, before the doctor, the venv
     or any file of the bundle is used; the right signer installs."""
     from support.airgap import install_into
 
     out, _ = signed
-    home = tmp_path / "home"
-    home.mkdir()
     root = extract(out / f"{NAME}.tar", tmp_path / "x")
     (tmp_path / "w").mkdir()
     wrong = allowed_signers(tmp_path / "w", ("mallory", keys["mallory"]))

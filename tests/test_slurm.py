@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import socket
 import subprocess
 import sys
@@ -20,7 +19,7 @@ import pytest
 from support.airgap import netns_prefix, python310
 from support.cli import run
 from support.fakebundle import bundle_id, fake_bundle
-from support.slurm import NODES, Slurm, started
+from support.slurm import NODES, Slurm, lint, started
 
 HOSTILE = ("a\nb", "$(touch PWNED)", "{{ lookup('pipe', 'touch PWNED') }}", "`touch PWNED`")
 
@@ -46,25 +45,6 @@ def submit(slurm: Slurm, script: Path, tmp: Path, **env: str) -> subprocess.Comp
         timeout=1200,
         check=False,
     )
-
-
-def lint(script: Path) -> None:
-    """shellcheck, and each script a node runs (NODE_STEP='...') whole: a quote inside one
-    would end it early and still pass bash -n."""
-    text = script.read_text()
-    for name in ("NODE_STEP", "PREFLIGHT_STEP", "WAIT_PY"):
-        if f"\n{name}='" in text:
-            block = text.split(f"\n{name}='", 1)[1].split("\n'\n", 1)[0]
-            assert "'" not in block, f"{name} holds a single quote"
-            if name in ("NODE_STEP", "PREFLIGHT_STEP"):
-                syntax = subprocess.run(["bash", "-n", "-c", block], capture_output=True, text=True)
-                assert syntax.returncode == 0, syntax.stderr
-    if shutil.which("shellcheck") is None:
-        return  # `make lint` needs it anyway; the syntax was checked with bash -n
-    check = subprocess.run(
-        ["shellcheck", "-s", "bash", str(script)], capture_output=True, text=True
-    )
-    assert check.returncode == 0, check.stdout
 
 
 def test_the_script_is_written_and_names_its_submit_command(

@@ -21,8 +21,7 @@ from pathlib import Path
 
 import pytest
 from support.cli import run
-from support.slurm import Slurm, started
-from test_slurm import lint
+from support.slurm import Slurm, lint, started
 
 # One Slurm for the module and a Ray cluster on fixed ports: with every other test that starts
 # Slurm, on one xdist worker (make test runs with --dist loadgroup).
@@ -334,8 +333,16 @@ def test_a_node_that_never_registers_is_named_and_the_command_never_runs(
 def fake_gpus(where: Path, busy: dict[str, int]) -> Path:
     """A real `nvidia-smi` answering for the node it runs on ($SLURMD_NODENAME): eight H100s,
     the first `busy[node]` of them held by a process; its directory, for PATH."""
-    from support.toolchain import APPS_ARGS, GPU_ARGS, FakeApp, FakeGpu, apps_csv, gpu_csv
-    from test_preflight import H100, topo
+    from support.toolchain import (
+        APPS_ARGS,
+        GPU_ARGS,
+        H100,
+        FakeApp,
+        FakeGpu,
+        apps_csv,
+        gpu_csv,
+        topo,
+    )
 
     for node in ("n1", "n2"):
         held = busy.get(node, 0)

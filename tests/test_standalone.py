@@ -14,6 +14,7 @@ from support.cli import run
 from support.cpython import (
     PLATFORM,
     Archive,
+    PythonBundle,
     archive_name,
     patched,
     publish,
@@ -58,18 +59,16 @@ def test_the_archive_runs_moved_with_the_original_hidden(
 
 
 def test_build_carries_the_interpreter_in_the_manifest_and_sums(
-    python_bundle: tuple[Path, Path, dict[str, object]],
-    cpython_archive: Archive,
-    release_host: Server,
+    python_bundle: PythonBundle, cpython_archive: Archive
 ) -> None:
-    _, root, doc = python_bundle
+    _, root, doc, release_url = python_bundle
     m = mf.load(str(root))
     assert m.interpreter is not None
     assert m.interpreter.path == f"python/{cpython_archive.filename}"
     assert m.interpreter.version == cpython_archive.version
     assert m.interpreter.sha256 == cpython_archive.sha256
     assert (m.interpreter.arch, m.interpreter.libc) == ("x86_64", "gnu")
-    assert m.interpreter.url.startswith(release_host.url)  # --mirror rewrote the location
+    assert m.interpreter.url.startswith(release_url)  # --mirror rewrote the location
     sums = (root / mf.SUMS).read_text()
     assert f"{cpython_archive.sha256}  python/{cpython_archive.filename}\n" in sums
     assert hashlib.sha256((root / m.interpreter.path).read_bytes()).hexdigest() == (

@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import Stack
+from conftest import Stack, shared_build
 from support.airgap import extract, find_python, install_into
 from support.bundlefix import replace_wheel
 from support.crossing import NAME, Pair, allowed_signers, python_lib, result, ssh_key, verl_bundle
+from support.shared import Value
 
 from verl_bundle.airgap.confined import Confined
 from verl_bundle.airgap.contract import manifest as mf
@@ -42,30 +43,34 @@ class Signed:
 
 
 @pytest.fixture(scope="module")
-def signed(
-    stack_servers: Stack, pinned_pair: Pair, tmp_path_factory: pytest.TempPathFactory
-) -> Signed:
-    stack_servers.reset()
-    work = tmp_path_factory.mktemp("trust")
-    keys = work / "keys"
-    keys.mkdir()
-    alice, mallory = ssh_key(keys, "alice"), ssh_key(keys, "mallory")
-    built: dict[int, Path] = {}
-    gates: dict[int, tuple[str, ...]] = {}
-    for number, profile in ((OLD, "1.0.0"), (NEW, "1.1.0")):
-        from support.crossing import pinned_profile
+def signed(pinned_pair: Pair, tmp_path_factory: pytest.TempPathFactory) -> Signed:
+    """Built once per run (read-only)."""
+    from support.crossing import pinned_profile
 
-        out = work / str(number)
-        prof = pinned_profile(work, profile)
-        args = stack_servers.args("build", out, pinned_pair.cache, "--profile", str(prof))
-        proc = verl_bundle(*args, "--sign", str(alice), "--release", str(number), "--json")
-        assert proc.returncode == 0, proc.stderr
-        built[number] = Path(str(result(proc)["bundle"]))
-        gate = result(proc)["gate"]
-        assert isinstance(gate, list)
-        gates[number] = tuple(gate)
-    signers = allowed_signers(keys, ("alice", alice))
-    return Signed(built[OLD], built[NEW], alice, mallory, signers, gates[NEW])
+    def build(stack: Stack, work: Path) -> Value:
+        keys = work / "keys"
+        keys.mkdir()
+        alice, mallory = ssh_key(keys, "alice"), ssh_key(keys, "mallory")
+        built: dict[int, str] = {}
+        gates: dict[int, list[object]] = {}
+        for number, profile in ((OLD, "1.0.0"), (NEW, "1.1.0")):
+            out = work / str(number)
+            prof = pinned_profile(work, profile)
+            args = stack.args("build", out, pinned_pair.cache, "--profile", str(prof))
+            proc = verl_bundle(*args, "--sign", str(alice), "--release", str(number), "--json")
+            assert proc.returncode == 0, proc.stderr
+            built[number] = str(result(proc)["bundle"])
+            gate = result(proc)["gate"]
+            assert isinstance(gate, list)
+            gates[number] = gate
+        signers = allowed_signers(keys, ("alice", alice))
+        return [built[OLD], built[NEW], str(alice), str(mallory), str(signers), gates[NEW]]
+
+    made = shared_build(tmp_path_factory, "trust.signed", build)
+    assert isinstance(made, list) and isinstance(made[5], list)
+    assert all(isinstance(line, str) for line in made[5])
+    old, new, alice, mallory, signers = (Path(str(p)) for p in made[:5])
+    return Signed(old, new, alice, mallory, signers, tuple(str(line) for line in made[5]))
 
 
 def manifest_of(tarball: Path) -> dict[str, object]:
@@ -88,12 +93,11 @@ def test_build_signs_the_release_into_the_manifest(signed: Signed, pinned_pair: 
 
 
 def test_install_sh_refuses_an_older_release_over_a_newer_one(
-    signed: Signed, tmp_path: Path
+    signed: Signed, tmp_path: Path, home: Path
 ) -> None:
     """B installed, then A into the same prefix: refused in one line before anything
     changes (exit 3), unless --allow-downgrade. Against accidents: install.sh is the bundle's."""
-    home, prefix = tmp_path / "home", tmp_path / "venv"
-    home.mkdir()
+    prefix = tmp_path / "venv"
     new = extract(signed.new, tmp_path / "b")
     old = extract(signed.old, tmp_path / "a")
     proc = install_into(new, home, prefix, "--yes", "--quick")
@@ -318,25 +322,24 @@ def test_the_verifier_compares_with_the_release_installed_in_a_prefix(
 
 @pytest.fixture(scope="module")
 def signed_volumes(
-    stack_servers: Stack,
-    pinned_pair: Pair,
-    signed: Signed,
-    tmp_path_factory: pytest.TempPathFactory,
+    pinned_pair: Pair, signed: Signed, tmp_path_factory: pytest.TempPathFactory
 ) -> Path:
-    """B again, in volumes of at most 4 MB, signed: its NAME.tar.sha256."""
+    """B again, in volumes of at most 4 MB, signed: its NAME.tar.sha256. Once per run
+    (read-only)."""
     from support.crossing import pinned_profile
 
-    stack_servers.reset()
-    out = tmp_path_factory.mktemp("volumes")
-    args = stack_servers.args(
-        "build", out, pinned_pair.cache, "--profile", str(pinned_profile(out, "1.1.0"))
-    )
-    proc = verl_bundle(
-        *args, "--sign", str(signed.alice), "--release", str(NEW), "--split-size", "4M"
-    )
-    assert proc.returncode == 0, proc.stderr
-    (out / "build.txt").write_text(proc.stdout)  # the text output, for the gate's lines
-    return out / f"{NAME}.tar.sha256"
+    def build(stack: Stack, out: Path) -> Value:
+        args = stack.args(
+            "build", out, pinned_pair.cache, "--profile", str(pinned_profile(out, "1.1.0"))
+        )
+        proc = verl_bundle(
+            *args, "--sign", str(signed.alice), "--release", str(NEW), "--split-size", "4M"
+        )
+        assert proc.returncode == 0, proc.stderr
+        (out / "build.txt").write_text(proc.stdout)  # the text output, for the gate's lines
+        return str(out / f"{NAME}.tar.sha256")
+
+    return Path(str(shared_build(tmp_path_factory, "trust.volumes", build)))
 
 
 def test_the_verifier_checks_a_volume_set_in_one_read(

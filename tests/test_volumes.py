@@ -14,8 +14,9 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from conftest import Stack
+from conftest import Stack, shared_build
 from support.crossing import NAME, Pair, result, verl_bundle
+from support.shared import Value
 
 from verl_bundle.airgap.errors import UsageError
 from verl_bundle.airgap.verify.volumes import is_volume, parse_size, verify_volumes, volumes_glob
@@ -25,27 +26,31 @@ SIZE = 4_000_000
 
 @pytest.fixture(scope="module")
 def split(
-    stack_servers: Stack, pinned_pair: Pair, tmp_path_factory: pytest.TempPathFactory
+    pinned_pair: Pair, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[Path, dict[str, object]]:
-    """Bundle B as volumes of at most 4 MB, and as a delta over A split the same way."""
-    stack_servers.reset()
-    out = tmp_path_factory.mktemp("split")
-    proc = verl_bundle(
-        *stack_servers.args(
-            "build",
-            out,
-            pinned_pair.cache,
-            "--profile",
-            str(pinned_pair.new_profile),
-            "--lock",
-            str(lock_of(pinned_pair, out)),
-        ),
-        "--split-size",
-        "4M",
-        "--json",
-    )
-    assert proc.returncode == 0, proc.stderr
-    return out, result(proc)
+    """Bundle B as volumes of at most 4 MB, once per run (read-only): its folder and JSON."""
+
+    def build(stack: Stack, out: Path) -> Value:
+        proc = verl_bundle(
+            *stack.args(
+                "build",
+                out,
+                pinned_pair.cache,
+                "--profile",
+                str(pinned_pair.new_profile),
+                "--lock",
+                str(lock_of(pinned_pair, out)),
+            ),
+            "--split-size",
+            "4M",
+            "--json",
+        )
+        assert proc.returncode == 0, proc.stderr
+        return {"out": str(out), "result": result(proc)}
+
+    built = shared_build(tmp_path_factory, "volumes.split", build)
+    assert isinstance(built, dict) and isinstance(built["result"], dict)
+    return Path(str(built["out"])), built["result"]
 
 
 def lock_of(pair: Pair, out: Path) -> Path:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from conftest import clean_environ
 
-# The toy stack (tests/stack.py) is ready to train once installed: verl's trainer modules
+# The toy stack (tests/support/stack.py) is ready to train once installed: verl's trainer modules
 # import and its config composes with the real Hydra. A complete install ends exit 0 with
 # "ready to train on the CPU side ...; not proven here: the trainer's start (...)" as its last
 # line (its verl 0.2 has no dry run; the one exit table, airgap/errors.py).
@@ -123,3 +123,16 @@ def resign(root: Path) -> None:
         if p.is_file() and p.name != "SHA256SUMS"
     ]
     (root / "SHA256SUMS").write_text("\n".join(lines) + "\n")
+
+
+# Run as scripts on their own (not through the CLI): the probe and the trainer dry run's entry
+# wrapper in the venv's python, the --from fetcher before any of lib/ exists on the node, and
+# the installed verifier (its own small command, so that what checks a bundle is never the
+# program that bundle carries).
+STANDALONE = {
+    "inside/probe.py",
+    "inside/dryrun_entry.py",
+    "inside/dryrun_workers.py",
+    "verify/served.py",
+    "trust/verifier.py",
+}

@@ -8,6 +8,7 @@ which `runs_moved` proves with the original hidden behind an empty bind mount.""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -16,15 +17,18 @@ import tarfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import pytest
 
 from support.pkgindex import Server
+from support.shared import Value, once
 from verl_bundle.interpreter import find_python
 
 if TYPE_CHECKING:
     from conftest import Stack
+
+    from support.stack import StackDirs
 
 # Not needed to create a venv and install wheels into it; they make up most of the stdlib.
 DROPPED = {
@@ -200,19 +204,40 @@ def python_profile(dest: Path, version: str, extra: str = "bundled = true\n") ->
     return path
 
 
+class PythonBundle(NamedTuple):
+    """The bundle that carries the interpreter: its tarball, its extracted directory, the build's
+    JSON, and the release host's URL it was built from (its `--mirror`)."""
+
+    tarball: Path
+    root: Path
+    doc: dict[str, object]
+    release_url: str
+
+
 @pytest.fixture(scope="session")
 def cpython_archive(tmp_path_factory: pytest.TempPathFactory) -> Archive:
-    """Built once a session: a few seconds and about 9 MB."""
+    """Built once a run (support/shared.py): a few seconds and about 9 MB. Read-only."""
     if find_python("3.10") is None:
         pytest.skip("no Python 3.10 on this machine (pyenv install 3.10)")
-    return build_install_only(tmp_path_factory.mktemp("cpython"))
+
+    def build(where: Path) -> Value:
+        archive = build_install_only(where)
+        return {k: str(v) for k, v in vars(archive).items()}
+
+    doc = once(tmp_path_factory, "cpython", build)
+    assert isinstance(doc, dict)
+    return Archive(
+        Path(str(doc["path"])),
+        str(doc["filename"]),
+        str(doc["version"]),
+        Path(str(doc["original"])),
+    )
 
 
-@pytest.fixture(scope="session")
-def release_host(
-    cpython_archive: Archive, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Server]:
-    server = Server(publish(tmp_path_factory.mktemp("releases"), cpython_archive.path)).start()
+@contextlib.contextmanager
+def releases(root: Path, archive: Archive) -> Iterator[Server]:
+    """A fake python-build-standalone release host over `archive`, published in `root`."""
+    server = Server(publish(root, archive.path)).start()
     try:
         yield server
     finally:
@@ -220,31 +245,45 @@ def release_host(
 
 
 @pytest.fixture(scope="session")
-def python_bundle(
-    stack_servers: Stack,
-    release_host: Server,
-    cpython_archive: Archive,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> tuple[Path, Path, dict[str, object]]:
-    """One bundle that carries the interpreter: (tarball, extracted dir, build JSON)."""
-    from conftest import build_bundle
+def release_host(
+    cpython_archive: Archive, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
+    """This worker's release host (its request log is its own)."""
+    with releases(tmp_path_factory.mktemp("releases"), cpython_archive) as server:
+        yield server
 
-    stack_servers.reset()
-    tmp = tmp_path_factory.mktemp("pybundle")
-    profile = python_profile(tmp, cpython_archive.version)
-    doc = build_bundle(
-        stack_servers,
-        tmp / "out",
-        tmp / "cache",
-        "--profile",
-        str(profile),
-        "--platform",
-        PLATFORM,
-        "--mirror",
-        f"python-build-standalone={release_host.url}",
+
+@pytest.fixture(scope="session")
+def python_bundle(
+    stack_dirs: StackDirs, cpython_archive: Archive, tmp_path_factory: pytest.TempPathFactory
+) -> PythonBundle:
+    """One bundle that carries the interpreter, built once a run from servers of its own (its
+    release host's URL kept with it). Read-only."""
+    from conftest import build_bundle, shared_build
+
+    def build(stack: Stack, tmp: Path) -> Value:
+        profile = python_profile(tmp, cpython_archive.version)
+        with releases(tmp / "releases", cpython_archive) as host:
+            doc = build_bundle(
+                stack,
+                tmp / "out",
+                tmp / "cache",
+                "--profile",
+                str(profile),
+                "--platform",
+                PLATFORM,
+                "--mirror",
+                f"python-build-standalone={host.url}",
+            )
+        tarball = Path(str(doc["bundle"]))
+        with tarfile.open(tarball) as tf:
+            tf.extractall(tmp / "x", filter="data")
+            top = tf.getmembers()[0].name.split("/")[0]
+        return {"doc": doc, "root": str(tmp / "x" / top), "release_url": host.url}
+
+    built = shared_build(tmp_path_factory, "pybundle", build)
+    assert isinstance(built, dict) and isinstance(built["doc"], dict)
+    doc = built["doc"]
+    return PythonBundle(
+        Path(str(doc["bundle"])), Path(str(built["root"])), doc, str(built["release_url"])
     )
-    tarball = Path(str(doc["bundle"]))
-    with tarfile.open(tarball) as tf:
-        tf.extractall(tmp / "x", filter="data")
-        top = tf.getmembers()[0].name.split("/")[0]
-    return tarball, tmp / "x" / top, doc

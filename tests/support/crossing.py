@@ -40,6 +40,13 @@ class Pair:
     cache: Path
     work: Path
 
+    def to_json(self) -> dict[str, object]:
+        return {k: str(v) for k, v in vars(self).items()}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, object]) -> Pair:
+        return cls(**{k: Path(str(v)) for k, v in doc.items()})
+
 
 def build_pair(stack: Stack, work: Path) -> Pair:
     cache = work / "cache"

@@ -168,3 +168,22 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
+
+
+def lint(script: Path) -> None:
+    """shellcheck, and each script a node runs (NODE_STEP='...') whole: a quote inside one
+    would end it early and still pass bash -n."""
+    text = script.read_text()
+    for name in ("NODE_STEP", "PREFLIGHT_STEP", "WAIT_PY"):
+        if f"\n{name}='" in text:
+            block = text.split(f"\n{name}='", 1)[1].split("\n'\n", 1)[0]
+            assert "'" not in block, f"{name} holds a single quote"
+            if name in ("NODE_STEP", "PREFLIGHT_STEP"):
+                syntax = subprocess.run(["bash", "-n", "-c", block], capture_output=True, text=True)
+                assert syntax.returncode == 0, syntax.stderr
+    if shutil.which("shellcheck") is None:
+        return  # `make lint` needs it anyway; the syntax was checked with bash -n
+    check = subprocess.run(
+        ["shellcheck", "-s", "bash", str(script)], capture_output=True, text=True
+    )
+    assert check.returncode == 0, check.stdout

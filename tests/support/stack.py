@@ -265,3 +265,15 @@ def build_stack(root: Path) -> StackDirs:
         requires=["torch==2.1.2", "xformers==0.0.23.post1", "cupy-cuda11x==12.1.0"],
     )
     return dirs
+
+
+# The cu118-legacy profile's text, for profiles derived from it by one replacement.
+CU118 = (Path(__file__).resolve().parents[2] / "profiles" / "cu118-legacy.toml").read_text()
+
+
+def derived_profile(tmp_path: Path, old: str, new: str) -> Path:
+    """cu118-legacy with `old` replaced by `new`, as a profile named "derived" in `tmp_path`."""
+    assert old in CU118
+    path = tmp_path / "derived.toml"
+    path.write_text(CU118.replace(old, new).replace('name = "cu118-legacy"', 'name = "derived"'))
+    return path

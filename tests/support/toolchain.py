@@ -286,3 +286,19 @@ def relocated_python(root: Path) -> Path:
     if probe.returncode != 0 or not probe.stdout.startswith(str(root)):
         pytest.skip(f"this Python cannot be relocated for the test: {probe.stderr.strip()}")
     return exe
+
+
+def topo(n: int, nvlink: bool = True) -> str:
+    """`nvidia-smi topo -m` for `n` GPUs, all joined by NVLink or (not `nvlink`) none."""
+    head = "\t" + "\t".join(f"GPU{i}" for i in range(n)) + "\tCPU Affinity\tNUMA Affinity\n"
+    rows = "".join(
+        f"GPU{i}\t"
+        + "\t".join("X" if i == j else ("NV18" if nvlink else "SYS") for j in range(n))
+        + "\t0-47\t0\n"
+        for i in range(n)
+    )
+    return (
+        head
+        + rows
+        + "\nLegend:\n  X    = Self\n  NV#  = Connection traversing a bonded set of # NVLinks\n"
+    )
