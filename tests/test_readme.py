@@ -19,7 +19,7 @@ from verl_bundle.airgap.install.options import usage
 from verl_bundle.bundle.plan import name_for
 from verl_bundle.cli.render.profile import profile_sources
 from verl_bundle.profile.catalog import builtin_profiles, profile_for_cuda, target_for
-from verl_bundle.profile.mirrors import make_mirrors, mirror_args, needs
+from verl_bundle.profile.mirrors import only_default_index, make_mirrors, mirror_args, needs
 from verl_bundle.profile.model import Profile
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -119,6 +119,11 @@ def test_the_quick_start_bundle_name_is_the_one_build_writes() -> None:
     assert make, "README: no `make bundle CUDA=X.Y PY=X.Y` line"
     cuda, python = make.groups()
     profile = profile_for_cuda(cuda)
+    # the first command builds with only the default index, and the README says which do
+    assert only_default_index(profile), f"the quick start's {profile.name} needs more"
+    plain = [p.name for p in builtin_profiles() if only_default_index(p)]
+    assert plain == ["cu121", "cu124", "cu130"]
+    assert "cu121, cu124 and cu130 build from it alone" in README
     name = name_for(profile.name, target_for(profile, python, None))
     assert f"bundles/{name}.tar" in README
     # the mirror lines are the ones `profiles show NAME --mirrors` prints for that profile

@@ -175,7 +175,7 @@ def _zstd_command(raw: IO[bytes]) -> Iterator[IO[bytes]]:
     exe = shutil.which("zstd")
     if exe is None:
         raise AssembleError(
-            "--compress zstd needs the zstd command or `pip install verl-bundle[zstd]`; "
+            "--compress zstd needs the zstd command or `pip install zstandard`; "
             "or use --compress gz"
         )
     proc = subprocess.Popen(
