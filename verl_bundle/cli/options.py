@@ -5,6 +5,7 @@ the one place a command's result is written."""
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -341,3 +342,20 @@ def usage_line(exc: Any) -> str:
     ctx = getattr(exc, "ctx", None)
     where = ctx.command_path if ctx is not None else "verl-bundle"
     return f"{where}: {message}; see `{where} --help`"
+
+
+def terminal_question() -> Callable[[str], bool] | None:
+    """A yes/no question asked on the terminal (stderr, answered on stdin), for the core to
+    call before it commits to hours; None when there is no terminal to ask on."""
+    import sys
+
+    if not (sys.stdin.isatty() and sys.stderr.isatty()):
+        return None
+
+    def ask(question: str) -> bool:
+        try:
+            return bool(typer.confirm(question, default=False, err=True))
+        except (RuntimeError, EOFError):  # click's Abort (Ctrl-D, Ctrl-C at the prompt): a no
+            return False
+
+    return ask
