@@ -404,7 +404,7 @@ def test_the_terminal_question_reads_the_answer_from_a_real_terminal() -> None:
     for typed, said in ((b"y\n", "True"), (b"\n", "False")):
         pid, fd = pty.fork()
         if pid == 0:  # the child: stdin, stdout and stderr are the pty
-            os.execv(sys.executable, [sys.executable, "-c", script])
+            os.execv(sys.executable, [sys.executable, "-c", script])  # noqa: S606 (the pty child)
         out = b""
         os.write(fd, typed)
         while True:

@@ -19,7 +19,7 @@ from verl_bundle.airgap.install.options import usage
 from verl_bundle.bundle.plan import name_for
 from verl_bundle.cli.render.profile import profile_sources
 from verl_bundle.profile.catalog import builtin_profiles, profile_for_cuda, target_for
-from verl_bundle.profile.mirrors import only_default_index, make_mirrors, mirror_args, needs
+from verl_bundle.profile.mirrors import make_mirrors, mirror_args, needs, only_default_index
 from verl_bundle.profile.model import Profile
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")

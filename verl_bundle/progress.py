@@ -1,5 +1,7 @@
 """The one progress helper: a bar on stderr when it is a terminal; otherwise (CI, a pipe, a log
-file) one line every 30 s while work is in flight, so a long build is never silent for minutes.
+file) a line as each step starts (`status`) and one every 30 s while work is in flight, so a long
+build is never silent for minutes. `step` is a long step that has no pieces of its own (the
+wheel checks, a verify): a line at its start, then the periodic lines while it runs.
 
 A note (a fallback taken, a cut-off not applied) is said once per run, however many times a
 stage reaches the same conclusion. A progress line (`progress`: a compile's objects done, its
@@ -85,9 +87,15 @@ class Silent:
                 print(message, file=sys.stderr, flush=True)
 
     def status(self, message: str) -> None:
-        """Progress ("resolving ..."): shown on a terminal; here, it heads the periodic line."""
+        """Progress ("resolving ..."): printed as the step starts (once, however often it is
+        said again), and it heads the periodic line."""
         with self._lock:
-            self._status = message.rstrip(" .")
+            status = message.rstrip(" .")
+            if status == self._status:
+                return
+            self._status = status
+            if not self.quiet:
+                print(message, file=sys.stderr, flush=True)
 
     def line(self) -> str:
         """What is in flight now, in one line."""
@@ -100,7 +108,10 @@ class Silent:
         moving = sum(p[0] for p in flight)
         expected = sum(max(p) for p in flight)
         head = f"[{seconds // 60}m{seconds % 60:02d}s] {status or 'working'}:"
-        going = "".join(f"; {label} {_size(p[0])} of {_size(max(p))}" for label, p in steps)
+        going = "".join(
+            f"; {label} {_size(p[0])} of {_size(max(p))}" if max(p) else f"; {label}"
+            for label, p in steps
+        )
         return (
             f"{head} {pieces} done ({_size(finished)}), {len(flight)} in flight "
             f"({_size(moving)} of {_size(expected)}){going}"
@@ -160,6 +171,19 @@ class Bars:
 
     def progress(self, message: str) -> None:
         self.status(message)
+
+
+@contextmanager
+def step(reporter: Reporter, label: str) -> Iterator[None]:
+    """A long step with no pieces of its own ("checking 267 wheels"): said as it starts, and
+    in flight (the periodic line off a terminal, a bar on one) until it ends. `label` holds
+    a space: it names a step, not a file."""
+    reporter.status(f"{label} ...")
+    handle = reporter.start(label, None)
+    try:
+        yield
+    finally:
+        reporter.done(handle)
 
 
 @contextmanager

@@ -84,7 +84,14 @@ def _verify(args: argparse.Namespace) -> int:
 
     if not os.path.exists(args.path):
         raise UsageError(f"verify: {args.path}: no such file or directory")
-    found = check.check(args.path, args.allowed_signers)
+    from verl_bundle.airgap.heartbeat import heartbeat
+
+    def say(text: str) -> None:  # progress goes to stderr: stdout is the result (--json)
+        print(text.strip(), file=sys.stderr, flush=True)
+
+    say(f"verifying {args.path} ...")
+    with heartbeat(say, "verify"):
+        found = check.check(args.path, args.allowed_signers)
     lines = [f"FAILED: {p}" for p in found.problems]
     if found.signed:
         lines.insert(0, f"signed: {found.signed}")

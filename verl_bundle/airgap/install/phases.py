@@ -3,6 +3,7 @@ real run), the clean-up that makes a rerun always resume, and the logged command
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shlex
@@ -278,7 +279,8 @@ def run_logged(cmd: Command, log: IO[str], say: Callable[[str], None]) -> int:
         env=cmd.environ(),
     )
     try:
-        _pump(proc.stdout, log, say)
+        with proc.stdout if proc.stdout is not None else contextlib.nullcontext():
+            _pump(proc.stdout, log, say)
         return proc.wait()
     except BaseException:
         # Ctrl-C reached the command too (same process group); let it end on its own

@@ -38,7 +38,7 @@ def dry_run(inst: Installer) -> None:
         )
     try:
         python = envs.choose_python(opts, m, inst.target)
-        got = envs.python_version(python) or "unknown"
+        got = envs.shown_version(python)
         say(f"  python:  {python} is {got} (must be {m.target.python})")
         if opts.bundled_python and m.interpreter is not None:
             unpacked = os.path.isfile(os.path.join(opts.bundled_python, bundled.MARK))

@@ -32,6 +32,7 @@ from verl_bundle.airgap.errors import (
     StepError,
     UsageError,
 )
+from verl_bundle.airgap.heartbeat import heartbeat
 from verl_bundle.airgap.install import bundled
 from verl_bundle.airgap.install import env as envs
 from verl_bundle.airgap.install import phases as ph
@@ -197,17 +198,19 @@ class Installer(Steps):
         with self.step("python") as result:
             py = envs.choose_python(self.opts, self.m, self.target)
             carried = bundled.checked(self.opts, self.m, py)
-            got = envs.python_version(py) or "unknown"
+            got = envs.python_version(py)
             self.out.say(
                 heading(
                     "python",
-                    f"Python: {py} is {got}; this bundle is for Python {self.m.target.python} ({self.m.target.python_tag})",
+                    f"Python: {py} is {got or envs.NO_VERSION}; this bundle is for Python {self.m.target.python} ({self.m.target.python_tag})",
                 )
             )
             if carried:
                 self.out.say(f"    the {carried}: {bundled.why(self.opts, self.m)}")
             envs.check_python(py, self.m, got)
-            result["detail"] = f"{py} is {got}" + (f" ({carried})" if carried else "")
+            result["detail"] = f"{py} is {got or envs.NO_VERSION}" + (
+                f" ({carried})" if carried else ""
+            )
         return py
 
     def doctor(self, python: str) -> None:
@@ -432,7 +435,8 @@ class Installer(Steps):
             self.state.start("pip")
         self.state.start(plan.phase)
         try:
-            self.run_or_fail(plan.phase, plan.command, f"phase-{plan.phase}.log")
+            with heartbeat(self.out.say, f"phase {plan.phase}"):
+                self.run_or_fail(plan.phase, plan.command, f"phase-{plan.phase}.log")
         except (ServerError, KeyboardInterrupt) as exc:
             detail = (
                 "interrupted"
