@@ -95,7 +95,8 @@ def run_checks(
     m = manifest.without_phases(list(skipped))
     table = readiness.load_table()
     flash = m.has("flash-attn")  # installed: only then is it called in the GPU smoke test
-    plan = readiness.plan_for(manifest, None, table, skipped) if m.has("verl") else None
+    # The whole bundle's verl: a phase left out that holds it leaves a trainer that cannot start.
+    plan = readiness.plan_for(manifest, None, table, skipped) if manifest.has("verl") else None
     asked = (
         dataclasses.replace(plan, flash_attn=flash)
         if plan
@@ -135,7 +136,8 @@ def run_checks(
     if plan is None or pipped is None:
         return Findings(tuple(found), tuple(gpu))
     report = readiness.report(manifest, plan, facts, pipped, table, run.unlisted_check(facts))
-    ready = report.checks + tuple(gpu)
+    kept, ready = readiness.left_out_findings(plan, found, report.checks + tuple(gpu))
+    found = list(kept)
     if deep is not None:
         before = (*found, *ready)
         ready += tuple(run.dry_run_checks(python, plan, facts, before, deep))
