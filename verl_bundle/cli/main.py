@@ -205,7 +205,7 @@ def explain_cmd(
 
     if str(logfile) != "-" and not logfile.is_file():
         raise UsageError(f"{logfile}: no such file")
-    text = sys.stdin.read() if str(logfile) == "-" else explain.read_log(str(logfile))
+    text = explain.read_log(str(logfile))  # an archive or binary file: refused from its start
     show(ctx, render.explain(explain.explain_text(text), text), json_out)
 
 
