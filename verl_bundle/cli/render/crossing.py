@@ -83,6 +83,7 @@ def inspect_json(i: Inspection) -> dict[str, Any]:
             "glibc": m.target.glibc,
         },
         "created": m.created,
+        "built": m.built or None,
         "created_by": m.created_by,
         "release": m.release,
         "lock_sha256": i.lock_sha256,
@@ -136,7 +137,9 @@ def inspect_text(i: Inspection) -> str:
         f"target:    Python {t.python} ({t.python_tag}), {t.platform}, CUDA {t.cuda}"
         + (f", glibc >= {t.glibc}" if t.glibc else "")
     )
-    lines.append(f"made:      {m.created or '?'} by {m.created_by or '?'}")
+    built = m.built or "(not recorded: built before verl-bundle recorded it)"
+    lines.append(f"built:     {built} by {m.created_by or '?'}")
+    lines.append(f"locked:    {m.created or '?'} (when the lock was resolved)")
     release = f"release:   {m.release or '(none: built before release numbers)'}"
     if i.base_release is not None:
         older = m.release < i.base_release
