@@ -135,6 +135,24 @@ def test_the_quick_start_bundle_name_is_the_one_build_writes() -> None:
     assert set(re.findall(r"verl-bundle-[a-z0-9.-]+-cp\d+-[a-z0-9_]+", README)) == {name}
 
 
+def test_the_set_up_section_states_the_disk_each_step_needs_and_the_suites_time() -> None:
+    """A newcomer learns before starting what each step costs in disk and how long the suite
+    runs: the figures measured on the real cu130 stack, each named with its step."""
+    start = README.index("## Set up")
+    setup = README[start : README.index("\n## ", start + 1)]
+    for step, figure in (
+        ("download cache", "4.3 GB"),
+        ("the bundle", "4.6 GB"),
+        ("stopped", "4.6 GB"),
+        ("install on the server", "13 GB"),
+    ):
+        assert step in setup and figure in setup, (step, figure)
+    assert re.search(
+        r"`make test`[^.]*about 1,200 tests, about 10 minutes on 2\s+idle cores", setup
+    )
+    assert "Never `pip install verl-bundle`" in setup and "`verl-offline-bundle`" in setup
+
+
 # -- links -------------------------------------------------------------------------------------
 
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
