@@ -148,7 +148,7 @@ def examine(
     *,
     python: str | None = None,
     require_gpu: bool = False,
-    skipped: tuple[str, ...] = (),
+    skip_phases: tuple[str, ...] = (),
     extra: dict[str, str] | None = None,
     **env: str,
 ) -> Report:
@@ -161,7 +161,7 @@ def examine(
         python=python or sys.executable,
         prefix=str(machine.root),
         require_gpu=require_gpu,
-        skipped=skipped,
+        skip_phases=skip_phases,
     )
 
 

@@ -140,11 +140,14 @@ CacheDir = Annotated[
 ]
 Jobs = Annotated[int, typer.Option(min=1, max=64, help="Parallel downloads.")]
 Json = Annotated[bool, typer.Option("--json", help="Print a JSON document instead of text.")]
-SkipPhase = Annotated[
+# The one --skip-phase of every command (doctor, rehearse, slurm install, ansible install), as
+# install.sh takes it; checked by airgap/contract/skip_phases.py, the one place for every side.
+SkipPhases = Annotated[
     list[str] | None,
     typer.Option(
         "--skip-phase",
-        help="A phase the install will leave out (repeatable): what only it needs is not required.",
+        help="Leave the install phase NAME out (repeatable; install.sh --skip-phase NAME): what "
+        "only it needs is not required, and the verdict says it was left out.",
         metavar="NAME",
     ),
 ]
@@ -255,14 +258,6 @@ NodeRequireGpu = Annotated[
     bool,
     typer.Option(
         "--require-gpu", help="Each node runs install.sh --require-gpu (no usable GPU fails)."
-    ),
-]
-NodeSkipPhase = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--skip-phase",
-        help="Each node runs install.sh --skip-phase NAME (repeatable): that phase is left out.",
-        metavar="NAME",
     ),
 ]
 

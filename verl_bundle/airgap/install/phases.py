@@ -218,13 +218,15 @@ def _differing(
     return bad, sorted(f"{n} {f.version}" for n, f in wanted.items() if n not in have)
 
 
-def differing(m: Manifest, skipped: Sequence[str], paths: dists.SitePaths) -> dict[str, list[str]]:
+def differing(
+    m: Manifest, skip_phases: Sequence[str], paths: dists.SitePaths
+) -> dict[str, list[str]]:
     """--repair: for each phase installed, the distributions whose files (every one hashed
     against its RECORD) or versions differ from the bundle, or that are missing, with why."""
     found = dists.installed(paths)
     out: dict[str, list[str]] = {}
     for phase in m.phase_names:
-        if phase in skipped:
+        if phase in skip_phases:
             continue
         bad, missing = _differing(m, phase, found, True)
         lines = [f"{d.name} {d.version} ({why})" for d, why in bad]

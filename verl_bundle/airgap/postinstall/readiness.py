@@ -139,10 +139,10 @@ def plan_for(
     m: mf.Manifest,
     purpose: str | None = None,
     table: dict[str, Any] | None = None,
-    skipped: Sequence[str] = (),
+    skip_phases: Sequence[str] = (),
 ) -> Plan:
     """The modules and config readiness checks for this bundle (and `--purpose`, if given).
-    `m` is the whole bundle: a phase left out (`skipped`) never removes a module the purpose
+    `m` is the whole bundle: a phase left out (`skip_phases`) never removes a module the purpose
     needs; its distributions are named in `left_out`, so that their failed imports say why."""
     table = table or load_table()
     verl = next((f.version for f in m.installed if f.name == "verl"), None)
@@ -165,7 +165,7 @@ def plan_for(
         modules = (*modules, "flash_attn")
     left_out = {
         mf.canonical(f.name): phase
-        for phase in skipped
+        for phase in skip_phases
         for f in m.files_of(phase)
         if f.kind in ("wheel", "sdist")
     }
