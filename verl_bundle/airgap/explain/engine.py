@@ -242,7 +242,21 @@ def not_a_log(head: bytes) -> str | None:
     for offset, magic, what in _MAGIC:
         if head[offset : offset + len(magic)] == magic:
             return what
-    return "a binary file (it holds NUL bytes)" if b"\0" in head else None
+    nuls = head.count(b"\0")
+    # A NUL in a log is terminal junk now and then (kept: its lines are shown escaped); NULs
+    # beside bytes that are no UTF-8, or many of them, are a binary file.
+    if nuls and (nuls * 8 > len(head) or not _utf8(head)):
+        return "a binary file (it holds NUL bytes)"
+    return None
+
+
+def _utf8(head: bytes) -> bool:
+    """Whether `head` is UTF-8 (a character the block cuts short at its end allowed)."""
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return exc.start >= len(head) - 3 and exc.reason == "unexpected end of data"
+    return True
 
 
 def read_log(path: str) -> str:
