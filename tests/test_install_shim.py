@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -245,7 +246,7 @@ def test_the_installer_passes_over_every_python_that_reports_no_version(
     manifest = load(str(bundle))
     opts = Options(bundle=str(bundle))
     monkeypatch.setenv("PATH", str(shims))
-    monkeypatch.setattr(envs.sys, "executable", "/nonexistent/python3.99")
+    monkeypatch.setattr(sys, "executable", "/nonexistent/python3.99")  # not a 3.10 either
     with pytest.raises(ServerNotReadyError) as refused:
         envs.choose_python(opts, manifest, str(tmp_path / "p"))
     assert refused.value.code == 4
