@@ -38,7 +38,6 @@ def full() -> mf.Manifest:
         name="verl-bundle-cu121-cp310-manylinux_2_17_x86_64",
         created_by="verl-bundle 0.2.0",
         created="2026-11-30T00:00:00Z",
-        built="2026-12-04T14:50:00Z",
         profile=mf.ProfileInfo("cu121", "CUDA 12.1 stack", SHA, ("a note",)),
         target=mf.Target("3.10", "cp310", "manylinux_2_17_x86_64", "x86_64", "2.17", "12.1"),
         toolchain=mf.Toolchain(nvcc=">=12.1", gcc="<13", driver=">=530", driver_compat="12.x"),
@@ -110,27 +109,6 @@ def test_a_bundle_written_before_the_interpreter_field_still_reads() -> None:
     assert "interpreter" not in mf.to_dict(m)  # and a bundle without one writes no key
     assert full().hashes()[str(full().interpreter.path)] == "f" * 64  # type: ignore[union-attr]
     assert full().interpreter.path in mf.iter_paths(full())  # type: ignore[union-attr]
-
-
-def test_the_build_time_is_optional_and_apart_from_the_locks() -> None:
-    """`built` (when the bundle was built) is a new optional field: a manifest written before
-    it reads as "", and one without it writes no key, so older readers see the same shape."""
-    assert full().built == "2026-12-04T14:50:00Z" and full().created == "2026-11-30T00:00:00Z"
-    assert mf.to_dict(full())["built"] == "2026-12-04T14:50:00Z"
-    old = doc()
-    del old["built"]
-    m = mf.from_dict(old)
-    assert m.built == "" and m.created == "2026-11-30T00:00:00Z"
-    assert "built" not in mf.to_dict(m)
-
-
-def test_the_build_time_follows_source_date_epoch(monkeypatch: pytest.MonkeyPatch) -> None:
-    from verl_bundle.bundle.plan import build_time
-
-    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1764859800")
-    assert build_time() == "2025-12-04T14:50:00Z"
-    monkeypatch.delenv("SOURCE_DATE_EPOCH")
-    assert len(build_time()) == 20 and build_time().endswith("Z")
 
 
 def test_a_source_build_without_a_build_time_reads_as_none() -> None:

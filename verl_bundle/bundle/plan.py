@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import shlex
 import tarfile
-import time
 import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,14 +45,6 @@ def bundle_name(lock: Lock) -> str:
 def name_for(profile: str, target: Target) -> str:
     """A bundle's name (its tarball's stem and top directory), from its profile and target."""
     return f"verl-bundle-{profile}-{target.python_tag}-{target.platform}"
-
-
-def build_time() -> str:
-    """Now in UTC as the manifest's `built`; SOURCE_DATE_EPOCH when set (as the tarball's
-    member times are), so a reproducible build stays byte for byte the same."""
-    epoch = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
-    when = time.gmtime(int(epoch)) if epoch.isdigit() else time.gmtime()
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", when)
 
 
 def check_phases(lock: Lock, profile: Profile, where: str = "the lock") -> None:
@@ -246,7 +237,6 @@ def plan(
         name=name,
         created_by=f"verl-bundle {__version__}",
         created=lock.created,
-        built=build_time(),
         release=release if release is not None else of_time(lock.created),
         profile=profile_info(profile),
         target=target_of(lock.target, lock.cuda, glibc_needed),

@@ -327,7 +327,6 @@ def from_dict(data: Any) -> Manifest:
         name=r.text("name"),
         created_by=r.text("created_by", ""),
         created=r.text("created", ""),
-        built=r.text("built", ""),
         release=r.number("release", 0),
         profile=ProfileInfo(
             name=prof.text("name"),

@@ -296,10 +296,6 @@ class Manifest:
     # Monotonic: a later bundle of a line has a higher one (build --release N, else the lock's
     # time as YYYYMMDDhhmmss); 0 for bundles made before it. Both signatures cover it.
     release: int = 0
-    # When the bundle was built (UTC, YYYY-MM-DDThh:mm:ssZ; SOURCE_DATE_EPOCH when set, for a
-    # reproducible build); `created` is the lock's time, often days earlier. Optional: "" in a
-    # bundle made before it, and absent from its manifest.json.
-    built: str = ""
 
     # -- questions every server tool asks ------------------------------------------------------
 

@@ -22,7 +22,6 @@ def to_dict(m: Manifest) -> dict[str, Any]:
             "name": m.name,
             "created_by": m.created_by,
             "created": m.created,
-            **({"built": m.built} if m.built else {}),
             "release": m.release,
             "profile": {
                 "name": m.profile.name,
