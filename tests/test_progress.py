@@ -38,7 +38,7 @@ def test_a_slow_download_is_reported_at_each_interval_with_files_and_bytes_done(
 ) -> None:
     slow, quick = sorted(files.glob("slow-*.whl")), sorted(files.glob("quick-*.whl"))
     server.faults.slow[slow[0].name] = (64 << 10, 0.1)  # about 1.6 s for the file
-    silent = Silent(every=0.2)
+    silent = Silent(every=0.2, first=0)  # the status at once: this step is short
     silent.status("fetching 2 files ...")
     d = Downloader(Cache(tmp_path / "c"), Http(), silent)
     d.fetch(_want(server, quick[0]))
@@ -100,7 +100,7 @@ def test_a_step_is_said_as_it_starts_and_at_each_interval_while_it_runs(
     read_fd, write_fd = os.pipe()
     with os.fdopen(read_fd, "r") as reader, os.fdopen(write_fd, "w") as writer:
         monkeypatch.setattr(sys, "stderr", writer)
-        silent = Silent(every=0.05)
+        silent = Silent(every=0.05, first=0)
         with step(silent, "checking 267 wheels"):
             first = reader.readline().rstrip("\n")
             second = reader.readline().rstrip("\n")
@@ -114,7 +114,7 @@ def test_a_step_is_said_as_it_starts_and_at_each_interval_while_it_runs(
 
 
 def test_a_status_said_again_is_printed_once(capsys: pytest.CaptureFixture[str]) -> None:
-    silent = Silent()
+    silent = Silent(first=0)
     silent.status("resolving cu130 for cp310 ...")
     silent.status("resolving cu130 for cp310 ...")
     silent.status("fetching 268 files ...")
@@ -123,3 +123,23 @@ def test_a_status_said_again_is_printed_once(capsys: pytest.CaptureFixture[str])
         "resolving cu130 for cp310 ...",
         "fetching 268 files ...",
     ]
+
+
+def test_a_status_is_said_once_its_step_has_run_first_seconds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A step still under way after `first` seconds is said (the pipe's read waits for it);
+    a step over before that (a usage error's) says nothing, so one-line errors stay one line."""
+    read_fd, write_fd = os.pipe()
+    with os.fdopen(read_fd, "r") as reader, os.fdopen(write_fd, "w") as writer:
+        monkeypatch.setattr(sys, "stderr", writer)
+        silent = Silent(first=0.05)
+        silent.status("resolving cu130 for cp310 ...")
+        assert reader.readline() == "resolving cu130 for cp310 ...\n"
+        quick = Silent(first=3600)  # a step that ends long before its line is due
+        quick.status("fetching 268 files ...")
+        quick.status("writing the bundle ...")
+        quick.close()
+        silent.close()
+        print("end", file=writer, flush=True)
+        assert reader.readline() == "end\n"  # nothing came before it

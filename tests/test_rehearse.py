@@ -67,9 +67,9 @@ def test_rehearse_refuses_an_unknown_phase_in_one_line(
     netns_prefix()
     result = run(["rehearse", str(built_bundle[0]), "--skip-phase", "flash_attn"], capsys)
     assert result.code == 2, result.out + result.err
-    # the progress of the verify that came first, then the one line
+    # the one line (after the verify's progress line, when that verify ran long enough)
     lines = result.err.strip().splitlines()
-    assert lines[:-1] == [f"verifying {built_bundle[0].name} ..."], result.err
+    assert lines[:-1] in ([], [f"verifying {built_bundle[0].name} ..."]), result.err
     assert "--skip-phase flash_attn: the bundle has no such phase" in lines[-1]
     assert "torch, wheels, flash-attn, verl" in lines[-1]
 

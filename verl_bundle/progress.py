@@ -1,6 +1,7 @@
 """The one progress helper: a bar on stderr when it is a terminal; otherwise (CI, a pipe, a log
-file) a line as each step starts (`status`) and one every 30 s while work is in flight, so a long
-build is never silent for minutes. `step` is a long step that has no pieces of its own (the
+file) a line once a step has run FIRST seconds (`status`: a step over sooner, such as a usage
+error's, says nothing) and one every 30 s while work is in flight, so a long build is never
+silent for minutes. `step` is a long step that has no pieces of its own (the
 wheel checks, a verify): a line at its start, then the periodic lines while it runs.
 
 A note (a fallback taken, a cut-off not applied) is said once per run, however many times a
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from rich.progress import Progress
 
 PERIOD = 30.0  # at most this many seconds between two progress lines of one long step
+FIRST = 5.0  # a step still under way after this many seconds is said (within the 10 s promised)
 
 
 class Reporter(Protocol):
@@ -40,9 +42,11 @@ class Silent:
     last status was, how many of the started files and their bytes are done, and how far each
     step in flight is (a label with a space names a step, "writing bundle"; others a file)."""
 
-    def __init__(self, quiet: bool = False, every: float = 30.0) -> None:
+    def __init__(self, quiet: bool = False, every: float = PERIOD, first: float = FIRST) -> None:
         self.quiet = quiet
         self.every = every
+        self.first = first
+        self._pending: threading.Timer | None = None  # the status to say once FIRST has passed
         self._lock = threading.Lock()
         self._said: set[str] = set()
         self._status = ""
@@ -87,14 +91,29 @@ class Silent:
                 print(message, file=sys.stderr, flush=True)
 
     def status(self, message: str) -> None:
-        """Progress ("resolving ..."): printed as the step starts (once, however often it is
-        said again), and it heads the periodic line."""
+        """Progress ("resolving ..."): printed once the step has run `first` seconds (once,
+        however often it is said again; at once when `first` is 0), and it heads the periodic
+        line."""
         with self._lock:
             status = message.rstrip(" .")
             if status == self._status:
                 return
             self._status = status
-            if not self.quiet:
+            if self._pending is not None:  # the step before is over: never said
+                self._pending.cancel()
+                self._pending = None
+            if self.quiet or self._closed.is_set():
+                return
+            if self.first <= 0:
+                print(message, file=sys.stderr, flush=True)
+                return
+            self._pending = threading.Timer(self.first, self._say_late, (status, message))
+            self._pending.daemon = True
+            self._pending.start()
+
+    def _say_late(self, status: str, message: str) -> None:
+        with self._lock:
+            if self._status == status and not self._closed.is_set():
                 print(message, file=sys.stderr, flush=True)
 
     def line(self) -> str:
@@ -138,7 +157,11 @@ class Silent:
 
     def close(self) -> None:
         """No more periodic lines (the run is over, whatever is still winding down)."""
-        self._closed.set()
+        with self._lock:
+            self._closed.set()
+            if self._pending is not None:
+                self._pending.cancel()
+                self._pending = None
 
 
 def _size(count: int) -> str:
