@@ -1,8 +1,8 @@
-# The one entry point: `make test`, `make lint`, `make bundle CUDA=11.8`.
+# The one entry point: `make test`, `make lint`, `make bundle CUDA=12.4`.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-CUDA ?= 11.8
+CUDA ?= 12.4
 PY ?= 3.10
 OUT ?= bundles
 STAMP := $(VENV)/.installed
@@ -38,7 +38,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# Build a bundle from the real indexes (needs the internet): make bundle CUDA=11.8 PY=3.10
+# Build a bundle from the real indexes (needs the internet): make bundle CUDA=12.4 PY=3.10
 # Through intranet mirrors: make bundle MIRRORS="pypi=https://nexus/simple pytorch-cu118=https://..."
 # (one --mirror NAME=URL each; the command is not echoed, so credentials in a URL stay unseen;
 # `verl-bundle profiles show NAME --mirrors` prints the MIRRORS= line with every location NAME needs).

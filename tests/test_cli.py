@@ -266,8 +266,15 @@ def test_our_wheel_carries_profiles_and_templates(tmp_path: Path) -> None:
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    wheel = next(tmp_path.glob("verl_bundle-*.whl"))
+    # The distribution is verl-offline-bundle: the default index's `verl-bundle` is another
+    # project's. The command and the import package keep the name verl-bundle / verl_bundle.
+    wheel = next(tmp_path.glob("verl_offline_bundle-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
+    dist_info = next(n.split("/")[0] for n in names if n.endswith(".dist-info/METADATA"))
+    metadata = zipfile.ZipFile(wheel).read(f"{dist_info}/METADATA").decode()
+    assert "\nName: verl-offline-bundle\n" in metadata
+    scripts = zipfile.ZipFile(wheel).read(f"{dist_info}/entry_points.txt").decode()
+    assert "verl-bundle = verl_bundle.__main__:main" in scripts
     for profile in (ROOT / "profiles").glob("*.toml"):
         assert f"verl_bundle/profiles/{profile.name}" in names
     assert "verl_bundle/templates/install.sh.j2" in names

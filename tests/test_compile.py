@@ -4,12 +4,14 @@ server installs it offline with no nvcc on its PATH."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import pty
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +24,9 @@ from support.shared import Value, once
 from support.stack import UPLOADED
 from support.tinycuda import PROFILE, Tiny
 
+from verl_bundle.compile.cost import HostEstimate
+
+FIXTURE = Path(__file__).parent / "fixtures" / "tinycuda"
 NAME = "verl-bundle-tiny-cu130-cp310-manylinux_2_17_x86_64"
 
 
@@ -198,6 +203,112 @@ def test_one_architecture_sizes_jobs_at_its_measured_share(tmp_path: Path) -> No
     assert jobs_for(job, "8.0;9.0", free, 2) == 1
     assert jobs_for(job, "9.0", free, 1) == 1  # never more than the cores
     assert jobs_for(job, "9.0", 4 << 30, 16) == 1  # at least one
+
+
+def test_max_jobs_counts_the_page_cache_as_available(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The issue's host: MemFree 4.9 GiB, MemAvailable 20.7 GiB (the page cache is reclaimable):
+    a one-architecture compile at 9 GiB per job runs 2 jobs on 2 cores, not 1."""
+    from verl_bundle.airgap.doctor import resources
+    from verl_bundle.compile.build import CompileJob, _max_jobs
+
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text(
+        "MemTotal:       24576000 kB\nMemFree:         5138022 kB\n"
+        "MemAvailable:   21705523 kB\nCached:         15000000 kB\n"
+    )
+    monkeypatch.setattr(resources, "MEMINFO", str(meminfo))
+    monkeypatch.setattr(resources, "_cgroup_room", lambda: None)  # this host's limit aside
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.delenv("MAX_JOBS", raising=False)
+    job = CompileJob("x", tmp_path, "x.tar.gz", "0" * 64, "cp310", "13.0", None, ())
+    assert _max_jobs(job, "9.0") == 2
+    assert _max_jobs(job, "8.0;9.0") == 2  # 20.7 GiB holds two 9 GiB jobs
+
+
+def _estimate(minutes_archs: str, jobs: int, mode: str = "auto") -> HostEstimate:
+    from verl_bundle.compile.cost import host_estimate
+
+    return host_estimate("flash-attn", minutes_archs, jobs, mode)
+
+
+def test_a_long_host_compile_is_refused_without_a_terminal() -> None:
+    """About 3 h of flash-attn (two architectures, 180 core-minutes each): no terminal, no
+    --yes: one line that says what and what to do, exit 2, before anything is spent."""
+    from verl_bundle.compile.build import CompileRefusedError, consent
+
+    estimate = _estimate("8.0;9.0", 1)
+    assert estimate.minutes is not None and estimate.minutes > 30
+    with pytest.raises(CompileRefusedError) as refused:
+        consent(estimate, yes=False, ask=None)
+    line = str(refused.value)
+    assert refused.value.code == 2
+    assert line.startswith("flash-attn: not compiled: no terminal to confirm it on for a compile")
+    assert "--yes or --compile always compiles it here" in line
+    assert "--compile never leaves it to the server" in line and "--cuda-archs 9.0" in line
+    consent(estimate, yes=True, ask=None)  # --yes
+    consent(_estimate("8.0;9.0", 1, "always"), yes=False, ask=None)  # --compile always
+
+
+def test_a_long_host_compile_asks_on_a_terminal_and_a_short_one_does_not() -> None:
+    from verl_bundle.compile.build import CompileRefusedError, consent
+
+    asked: list[str] = []
+
+    def answer(reply: bool) -> Callable[[str], bool]:
+        def ask(question: str) -> bool:
+            asked.append(question)
+            return reply
+
+        return ask
+
+    estimate = _estimate("8.0;9.0", 1)
+    consent(estimate, yes=False, ask=answer(True))
+    assert asked and asked[-1].startswith("flash-attn: compiling here for sm80,sm90: about ")
+    assert asked[-1].endswith("Compile here now?")
+    with pytest.raises(CompileRefusedError, match="not compiled: not confirmed for a compile"):
+        consent(estimate, yes=False, ask=answer(False))
+    asked.clear()
+    # 30 min or less, or no measured figure (a package of your own): no question
+    short = dataclasses.replace(estimate, minutes=30.0)
+    consent(short, yes=False, ask=answer(False))
+    consent(dataclasses.replace(estimate, minutes=None), yes=False, ask=None)
+    assert asked == []
+
+
+def test_the_terminal_question_reads_the_answer_from_a_real_terminal() -> None:
+    """The CLI's question on a pty: y starts the compile, anything else (Enter) does not, and
+    without a terminal there is no question at all."""
+    script = (
+        "import sys\n"
+        "from verl_bundle.cli.options import terminal_question\n"
+        "ask = terminal_question()\n"
+        "print('none' if ask is None else ask('Compile here now?'), flush=True)\n"
+    )
+    for typed, said in ((b"y\n", "True"), (b"\n", "False")):
+        pid, fd = pty.fork()
+        if pid == 0:  # the child: stdin, stdout and stderr are the pty
+            os.execv(sys.executable, [sys.executable, "-c", script])  # noqa: S606 (the pty child)
+        out = b""
+        os.write(fd, typed)
+        while True:
+            try:
+                chunk = os.read(fd, 1024)
+            except OSError:  # EIO: the child closed the pty
+                break
+            if not chunk:
+                break
+            out += chunk
+        os.waitpid(pid, 0)
+        os.close(fd)
+        text = out.decode()
+        assert "Compile here now? [y/N]" in text, text
+        assert text.rstrip().endswith(f": {said}"), text  # printed after the prompt
+    piped = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert piped.stdout.strip() == "none", piped.stderr
 
 
 @pytest.mark.parametrize(("flag", "abi"), [("1", "cxx11abi=TRUE"), ("0", "cxx11abi=FALSE")])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -145,6 +146,9 @@ def test_a_stopped_compile_leaves_no_process_and_resumes(
             assert _alive(family) == [], f"left running after {sig.name}: {_alive(family)}"
             assert proc.returncode == {signal.SIGTERM: 143, signal.SIGINT: 130}[sig], text
             assert "the compile so far is kept in " in text
+            kept_line = next(x for x in text.splitlines() if "the compile so far is kept" in x)
+            # its size, so that a user knows what removing it frees (4.6 GB for cu130's)
+            assert re.search(r"kept in \S+ \(\d+\.\d (MB|GB)\); the next build", kept_line)
             last = text.strip().splitlines()[-1]
             assert last.startswith("error: " + ("terminated" if sig == signal.SIGTERM else "int"))
             assert "run the same command again to resume" in last

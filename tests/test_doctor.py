@@ -654,7 +654,7 @@ def test_disk_checks_the_nearest_existing_parent(
     ("gib_per_job", "limit", "message"),
     [
         (1e6, None, "less than one compile job's 1e+06 GiB"),
-        (0.001, 1, "will build with MAX_JOBS=1: expect a slow build"),
+        (0.001, 1, "will build with MAX_JOBS=1 ("),
     ],
 )
 def test_memory_for_a_source_build(
@@ -669,6 +669,17 @@ def test_memory_for_a_source_build(
     assert check.status == "warn"
     assert message in check.summary
     assert "flash-attn: MAX_JOBS=1" in check.detail
+
+
+def test_max_jobs_names_what_holds_it() -> None:
+    """Half the CPUs, the available memory over the GiB per job, or the profile's limit: the
+    doctor says which, so that a 2-core host with 20 GiB free is not told to add RAM."""
+    from verl_bundle.airgap.doctor.resources import GIB, jobs_and_limit
+
+    assert jobs_and_limit(9.0, None, cpus=2, mem_available=int(20.7 * GIB)) == (1, "cpus")
+    assert jobs_and_limit(9.0, None, cpus=16, mem_available=int(20.7 * GIB)) == (2, "memory")
+    assert jobs_and_limit(9.0, 1, cpus=16, mem_available=100 * GIB) == (1, "limit")
+    assert jobs_and_limit(9.0, None, cpus=16, mem_available=GIB) == (1, "memory")
 
 
 def test_memory_without_a_source_build_is_ok(

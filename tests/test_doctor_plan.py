@@ -46,14 +46,14 @@ def test_skipping_the_build_phase_drops_what_only_the_build_needs(
         "ninja": "fail",
     }
     assert not building.ok
-    skipped = examine(machine, monkeypatch, needs(build=True), skipped=("flash-attn",))
+    skipped = examine(machine, monkeypatch, needs(build=True), skip_phases=("flash-attn",))
     status = {c.id: c.status for c in skipped.checks}
     assert (status["nvcc"], status["gcc"], status["ninja"]) == ("warn", "warn", "ok")
     assert skipped.ok, [(c.id, c.summary) for c in skipped.checks if c.status == "fail"]
     assert "flash-attn's build left out (--skip-phase flash-attn)" in skipped.check("ninja").summary
     assert "--skip-phase flash-attn" in skipped.check("gcc").detail
     # Another phase skipped leaves the build in place.
-    other = examine(machine, monkeypatch, needs(build=True), skipped=("verl",))
+    other = examine(machine, monkeypatch, needs(build=True), skip_phases=("verl",))
     assert other.check("nvcc").status == "fail"
 
 
@@ -93,7 +93,7 @@ def test_skip_phase_on_the_command_line(machine: FakeMachine, tmp_path: Path) ->
     r = run_cli(["--bundle", str(bundle), "--skip-phase", "nope"], machine)
     assert r.returncode == 2
     assert r.stderr == (
-        "doctor: --skip-phase nope: no such phase (phases: torch, wheels, flash-attn, verl)\n"
+        "doctor: --skip-phase nope: the bundle has no such phase; its phases are torch, wheels, flash-attn, verl\n"
     )
 
 
@@ -169,7 +169,8 @@ def test_verl_bundle_doctor_skip_phase(
     unknown = run([*args, "--skip-phase", "flash-attn", "--skip-phase", "nope"], capsys)
     assert unknown.code == 2 and unknown.err.count("\n") == 1
     assert (
-        "--skip-phase nope: no such phase (phases: torch, wheels, flash-attn, verl)" in unknown.err
+        "--skip-phase nope: the bundle has no such phase; its phases are torch, wheels, flash-attn, verl"
+        in unknown.err
     )
     alone = run(["doctor", "--skip-phase", "verl"], capsys)
     assert alone.code == 2 and "--skip-phase needs a bundle" in alone.err

@@ -282,7 +282,9 @@ def test_checks_are_registered_once_in_the_report_order() -> None:
 
 
 def test_a_phase_that_is_not_there_is_refused() -> None:
-    with pytest.raises(UsageError, match="--skip-phase nope: no such phase"):
+    with pytest.raises(
+        UsageError, match="--skip-phase nope: the bundle has no such phase; its phases are "
+    ):
         Plan.of(from_dict(SAMPLE), ["nope"])
 
 

@@ -979,13 +979,15 @@ def test_a_hostile_log_prints_a_bounded_answer(tmp_path: Path, kind: str) -> Non
         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
         check=False,
     )
-    assert proc.returncode == 1 and b"Traceback" not in proc.stderr
+    assert b"Traceback" not in proc.stderr
     assert len(proc.stdout) < 4096, len(proc.stdout)
     text = proc.stdout.decode()
-    if kind == "binary":
-        assert text.startswith("explain: no known cause; this is not a text log (")
-        assert len(text.splitlines()) == 1
+    if kind == "binary":  # refused from its first block, in one line (exit 2)
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.decode().startswith(f"explain: {log} is a binary file (it holds NUL")
+        assert len(proc.stderr.decode().splitlines()) == 1
     else:
+        assert proc.returncode == 1
         lines = text.splitlines()
         assert (
             lines[1]
@@ -1383,3 +1385,76 @@ def test_disk_full_says_where_and_how_much() -> None:
     # What the log says wins over what the caller knows.
     (alone,) = [f for f in explain_text(DISK_FULL) if f.id == "disk-full"]
     assert "installed size" in alone.fix
+
+
+def _archives(tmp_path: Path) -> dict[str, Path]:
+    """Real archives and binaries made with the standard library's own writers, each holding a
+    log with known causes (so that, read as text, explain would "find" them)."""
+    import gzip
+    import tarfile
+    import zipfile
+
+    log = tmp_path / "install.log"
+    log.write_text(UNSUPPORTED_WHEEL * 50)
+    made = {}
+    made["a tar archive"] = tmp_path / "bundle.tar"
+    with tarfile.open(made["a tar archive"], "w") as tf:
+        tf.add(log, "verl-bundle-x/install.log")
+    made["a gzip file"] = tmp_path / "install.log.gz"
+    made["a gzip file"].write_bytes(gzip.compress(log.read_bytes()))
+    made["a zip archive (or a wheel)"] = tmp_path / "x-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(made["a zip archive (or a wheel)"], "w") as zf:
+        zf.write(log, "install.log")
+    made["a zstd file"] = tmp_path / "install.log.zst"  # zstd's frame magic, then bytes
+    made["a zstd file"].write_bytes(b"\x28\xb5\x2f\xfd" + os.urandom(64))
+    made["a binary file (it holds NUL bytes)"] = tmp_path / "core"
+    made["a binary file (it holds NUL bytes)"].write_bytes(b"\x7fELF\x02\x01\x01\0" + b"\0" * 64)
+    return made
+
+
+def test_explain_refuses_an_archive_or_binary_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The issue's case: given the bundle's tarball, explain ran 7 minutes and reported its own
+    signature samples as 29 causes. Now: one line, exit 2, on both sides."""
+    for what, path in _archives(tmp_path).items():
+        assert cli_main(["explain", str(path)]) == 2, what
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[0] == (
+            f"explain: {path} is {what}, not a log; give the failed command's output or log "
+            "(install.sh writes PREFIX/.verl-bundle/install.log and phase-NAME.log there)"
+        ), err
+        host = run(["explain", str(path)], capsys)
+        assert host.code == 2 and "Traceback" not in host.err
+        assert host.err.strip().splitlines()[-1] == f"error: {err[0]}"
+
+
+def test_explain_reads_only_the_first_block_of_what_it_refuses(tmp_path: Path) -> None:
+    """A FIFO stands for a huge file: the writer gives one block (a tar header) and keeps the
+    pipe open; explain must answer from that block alone, never waiting for the rest."""
+    import tarfile
+
+    fifo = tmp_path / "huge.tar"
+    os.mkfifo(fifo)
+    header = tarfile.TarInfo("verl-bundle-x/wheels/torch.whl")
+    header.size = 10**10
+    block = header.tobuf(tarfile.GNU_FORMAT)
+    assert len(block) == 512
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "verl_bundle.airgap", "explain", str(fifo)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    with fifo.open("wb") as writer:
+        writer.write(block + b"\0" * (explain.HEAD - len(block)))
+        writer.flush()
+        out, err = proc.communicate(timeout=120)  # the writer is still open here
+    assert proc.returncode == 2, out + err
+    assert f"explain: {fifo} is a tar archive, not a log" in err
+
+
+def test_a_text_log_longer_than_a_block_is_read_whole(tmp_path: Path) -> None:
+    log = tmp_path / "long.log"
+    log.write_text("x" * (explain.HEAD * 3) + "\n" + UNSUPPORTED_WHEEL)
+    assert [f.id for f in explain_text(explain.read_log(str(log)))] == ["unsupported-wheel"]

@@ -191,7 +191,7 @@ def test_the_doctor_without_a_bundle_names_the_profiles_own_phases(
     assert "flash-attn's build left out (--skip-phase flash-attn)" in memory
     refused = run(["doctor", "--profile", "cu130", "--skip-phase", "source-builds"], capsys)
     assert refused.code == 2
-    assert "no such phase (phases: torch, wheels, flash-attn, verl)" in refused.err
+    assert "no such phase; its phases are torch, wheels, flash-attn, verl" in refused.err
 
 
 DRIVER_VERSION = re.compile(r"\b\d{3}\.\d{2}(?:\.\d{2})?\b")

@@ -39,6 +39,16 @@ def test_inspect_says_what_an_approver_asks_and_what_changed(pinned_pair: Pair) 
     assert "changes against " + NAME + ": 1 changed, 0 added, 0 removed" in text
     assert "  ~ einops 1.0.0 -> 1.1.0" in text
     assert "target:    Python 3.10 (cp310), manylinux_2_17_x86_64, CUDA 11.8" in text
+    # The bundle's date and the lock's, each named: the lock may be days older than the build.
+    # The bundle's is its file's time, so that one lock still builds one tarball, byte for byte.
+    import os
+
+    os.utime(pinned_pair.new, (1764859800, 1764859800))
+    code, text, doc = inspect(str(pinned_pair.new), "--base", str(pinned_pair.old))
+    assert f"written:   2025-12-04T14:50:00Z by {m.created_by} (the bundle file's time)" in text
+    assert f"locked:    {m.created} (when the lock was resolved)" in text
+    assert "made:" not in text
+    assert doc["written"] == "2025-12-04T14:50:00Z" and doc["created"] == m.created
     assert "signer:    not signed" in text
     groups = doc["licences"]
     assert isinstance(groups, list)

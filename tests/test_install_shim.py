@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -180,3 +181,80 @@ def test_install_sh_alone_without_its_bundle_is_one_line(bundle: Path, tmp_path:
     assert len(lines) == 1 and "no bundle beside this install.sh" in lines[0], lines
     assert "--from URL" in lines[0]
     assert not (tmp_path / "p").exists()
+
+
+def _pyenv_shims(where: Path) -> Path:
+    """pyenv's shims as they behave outside their context: `python3.10` and `python3` that
+    print pyenv's complaint and exit 127."""
+    where.mkdir()
+    for name in ("python3.10", "python3"):
+        shim = where / name
+        shim.write_text(f'#!/bin/sh\necho "pyenv: {name}: command not found" >&2\nexit 127\n')
+        shim.chmod(0o755)
+    return where
+
+
+def test_a_pyenv_shim_first_on_path_is_passed_over_for_the_next_python(
+    bundle: Path, home: Path, tmp_path: Path
+) -> None:
+    """The issue's host: PATH starts with pyenv's shims (exit 127), a real Python 3.10 comes
+    later. Both install.sh and the installer try the next candidate, and the plan names it."""
+    shims = _pyenv_shims(tmp_path / "shims")
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "python3.10").symlink_to(python310())
+    env = {"PATH": os.pathsep.join([str(shims), str(real), "/usr/bin", "/bin"])}
+    proc = run_install(bundle, home, "--prefix", str(tmp_path / "p"), "--dry-run", env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"  python:  {real / 'python3.10'} is 3.10 (must be 3.10)" in proc.stdout
+    assert "unknown" not in proc.stdout + proc.stderr
+
+
+def test_only_a_shim_of_the_bundles_python_never_gets_python_unknown(
+    bundle: Path, home: Path, tmp_path: Path
+) -> None:
+    """No Python 3.10 that runs: the shim is named as not running, and no advice says to
+    build for "Python unknown"."""
+    shims = _pyenv_shims(tmp_path / "shims")
+    env = {"PATH": os.pathsep.join([str(shims), "/usr/bin", "/bin"])}
+    given = run_install(
+        bundle,
+        home,
+        "--prefix",
+        str(tmp_path / "p"),
+        "--python",
+        str(shims / "python3.10"),
+        env=env,
+    )
+    assert given.returncode == 4, given.stdout + given.stderr
+    assert f"{shims / 'python3.10'} does not run (it printed no version)" in given.stderr
+    assert "unknown" not in given.stdout + given.stderr
+    assert not (tmp_path / "p").exists()
+
+
+def test_the_installer_passes_over_every_python_that_reports_no_version(
+    bundle: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """choose_python with only shims on PATH and a running interpreter of another X.Y: one
+    line naming the shims, exit 4; with a real 3.10 behind them, that one."""
+    from verl_bundle.airgap.contract.manifest import load
+    from verl_bundle.airgap.errors import ServerNotReadyError
+    from verl_bundle.airgap.install import env as envs
+    from verl_bundle.airgap.install.options import Options
+
+    shims = _pyenv_shims(tmp_path / "shims")
+    manifest = load(str(bundle))
+    opts = Options(bundle=str(bundle))
+    monkeypatch.setenv("PATH", str(shims))
+    monkeypatch.setattr(sys, "executable", "/nonexistent/python3.99")  # not a 3.10 either
+    with pytest.raises(ServerNotReadyError) as refused:
+        envs.choose_python(opts, manifest, str(tmp_path / "p"))
+    assert refused.value.code == 4
+    assert f"{shims / 'python3.10'}, {shims / 'python3'} did not report a version" in str(
+        refused.value
+    )
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "python3.10").symlink_to(python310())
+    monkeypatch.setenv("PATH", os.pathsep.join([str(shims), str(real)]))
+    assert envs.choose_python(opts, manifest, str(tmp_path / "p")) == str(real / "python3.10")

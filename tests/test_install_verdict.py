@@ -79,6 +79,27 @@ def test_a_skipped_phase_the_trainer_needs_ends_not_ready_naming_it(
     assert doc["result"]["checks"]["readiness"]
 
 
+@pytest.mark.parametrize("phase", ["torch", "wheels", "verl"])
+def test_leaving_out_any_phase_ends_not_ready_naming_it(
+    bundle: Path, home: Path, tmp_path: Path, phase: str
+) -> None:
+    """The README's table: a phase left out is 5, whichever it is, and the last line names it;
+    what the phase would have installed is never said as a failed step (1) with a fix that
+    adds it to the profile."""
+    proc = run_install(
+        bundle,
+        home,
+        *("--prefix", str(tmp_path / "v"), "--python", python310(), "--yes"),
+        *("--skip-phase", phase),
+    )
+    assert proc.returncode == EXIT_NOT_READY, proc.stdout + proc.stderr
+    line = last_line(proc)
+    assert line.startswith("not ready to train: "), line
+    assert f"phase {phase} was left out" in line, line
+    assert f"without --skip-phase {phase}" in proc.stdout
+    assert "to the profile" not in proc.stdout
+
+
 def test_the_whole_toy_stack_installs_ready_to_train(
     bundle: Path, home: Path, tmp_path: Path
 ) -> None:

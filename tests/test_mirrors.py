@@ -98,3 +98,48 @@ def test_the_first_unreachable_location_names_all_the_others(
     assert "; vllm-releases (https://github.com/vllm-project/vllm/releases/download: vllm" in rest
     assert "pypi (" not in rest and "pytorch-cu118 (" not in rest  # mirrored, or the failed one
     assert f"give every one: {CU118} (`verl-bundle profiles show cu118-legacy --mirrors`" in rest
+    # ... and it ends by naming the profiles that a host with only the default index can build
+    assert line.endswith(
+        "These profiles need only the default index: cu121, cu124, cu130 (e.g. --profile cu130)."
+    )
+
+
+def test_an_unreachable_default_index_names_no_profile_as_an_escape() -> None:
+    """When the default index itself cannot be reached, no profile builds: none is offered."""
+    mirrored = {"pypi": "https://pypi.example/simple"}
+    profile = find_profile("cu124").with_mirrors(mirrored)
+    error = FetchError("https://pypi.example/simple/torch/: cannot connect: refused")
+    said = str(name_the_rest(error, profile, mirrored))
+    assert said.startswith(str(error)) and "flash-attn-releases (" in said
+    assert "need only the default index" not in said
+
+
+def test_an_unreachable_release_host_of_a_plain_profile_names_the_others() -> None:
+    """cu124 falls back from flash-attn's release host: its error still names the plain ones,
+    itself left out."""
+    profile = find_profile("cu124")
+    url = "https://github.com/Dao-AILab/flash-attention/releases/download"
+    error = FetchError(f"{url}/v2.7.4.post1/x.whl: cannot connect: refused")
+    said = str(name_the_rest(error, profile, {}))
+    assert said.endswith(
+        "These profiles need only the default index: cu121, cu130 (e.g. --profile cu130)."
+    )
+
+
+def test_profiles_says_what_each_needs(capsys: pytest.CaptureFixture[str]) -> None:
+    result = run(["profiles"], capsys)
+    assert result.code == 0, result.err
+    lines = result.out.splitlines()
+    needs_of = {
+        lines[i].split()[0]: lines[i + 2].strip()
+        for i in range(1, len(lines), 3)
+        if lines[i + 2].strip().startswith("needs: ")
+    }
+    assert needs_of["cu130"] == "needs: only the default index"
+    assert needs_of["cu124"] == "needs: only the default index"
+    assert needs_of["cu118"] == (
+        "needs: the default index and pytorch-cu118, vllm-releases (`profiles show cu118 --mirrors`)"
+    )
+    doc = json.loads(run(["profiles", "--json"], capsys).out)
+    plain = {p["name"] for p in doc["result"] if p["sources"]["default_index_only"]}
+    assert plain == {"cu121", "cu124", "cu130"}

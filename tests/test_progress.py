@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 from pathlib import Path
 
@@ -13,7 +15,7 @@ from verl_bundle.airgap.contract.hashing import sha256_file
 from verl_bundle.net.cache import Cache
 from verl_bundle.net.download import Downloader, Want
 from verl_bundle.net.http import Http
-from verl_bundle.progress import Silent
+from verl_bundle.progress import Silent, step
 
 SIZE = 1 << 20
 
@@ -36,7 +38,7 @@ def test_a_slow_download_is_reported_at_each_interval_with_files_and_bytes_done(
 ) -> None:
     slow, quick = sorted(files.glob("slow-*.whl")), sorted(files.glob("quick-*.whl"))
     server.faults.slow[slow[0].name] = (64 << 10, 0.1)  # about 1.6 s for the file
-    silent = Silent(every=0.2)
+    silent = Silent(every=0.2, first=0)  # the status at once: this step is short
     silent.status("fetching 2 files ...")
     d = Downloader(Cache(tmp_path / "c"), Http(), silent)
     d.fetch(_want(server, quick[0]))
@@ -44,6 +46,8 @@ def test_a_slow_download_is_reported_at_each_interval_with_files_and_bytes_done(
     time.sleep(0.5)  # more than an interval with nothing in flight: no line
     silent.close()
     lines = [line for line in capsys.readouterr().err.splitlines() if line]
+    assert lines[0] == "fetching 2 files ..."  # said as the step starts, off a terminal too
+    lines = lines[1:]
     assert len(lines) >= 3, lines  # several intervals passed during the slow download
     assert all(line.split("] ")[1].startswith("fetching 2 files: 1 done (") for line in lines)
     assert all(" 1 in flight (" in line for line in lines)
@@ -85,3 +89,57 @@ def test_a_step_in_flight_is_told_apart_from_the_files() -> None:
     )
     silent.done(tar)
     assert silent.line().endswith("1 done (0.1 MB), 1 in flight (0.20 GB of 0.50 GB)")
+
+
+def test_a_step_is_said_as_it_starts_and_at_each_interval_while_it_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Off a terminal, a long step with no pieces of its own (the wheel checks, verify) says a
+    line as it starts and then the periodic line naming it. stderr is a real pipe read line by
+    line: each read waits for the line, nothing waits on a clock."""
+    read_fd, write_fd = os.pipe()
+    with os.fdopen(read_fd, "r") as reader, os.fdopen(write_fd, "w") as writer:
+        monkeypatch.setattr(sys, "stderr", writer)
+        silent = Silent(every=0.05, first=0)
+        with step(silent, "checking 267 wheels"):
+            first = reader.readline().rstrip("\n")
+            second = reader.readline().rstrip("\n")
+            third = reader.readline().rstrip("\n")
+        silent.close()
+    assert first == "checking 267 wheels ..."
+    for line in (second, third):
+        assert line.startswith("[0m") and "] checking 267 wheels: " in line
+        assert line.endswith("; checking 267 wheels")  # a step with no bytes: its name
+    assert not silent.line().endswith("; checking 267 wheels")  # over: no longer in flight
+
+
+def test_a_status_said_again_is_printed_once(capsys: pytest.CaptureFixture[str]) -> None:
+    silent = Silent(first=0)
+    silent.status("resolving cu130 for cp310 ...")
+    silent.status("resolving cu130 for cp310 ...")
+    silent.status("fetching 268 files ...")
+    silent.close()
+    assert capsys.readouterr().err.splitlines() == [
+        "resolving cu130 for cp310 ...",
+        "fetching 268 files ...",
+    ]
+
+
+def test_a_status_is_said_once_its_step_has_run_first_seconds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A step still under way after `first` seconds is said (the pipe's read waits for it);
+    a step over before that (a usage error's) says nothing, so one-line errors stay one line."""
+    read_fd, write_fd = os.pipe()
+    with os.fdopen(read_fd, "r") as reader, os.fdopen(write_fd, "w") as writer:
+        monkeypatch.setattr(sys, "stderr", writer)
+        silent = Silent(first=0.05)
+        silent.status("resolving cu130 for cp310 ...")
+        assert reader.readline() == "resolving cu130 for cp310 ...\n"
+        quick = Silent(first=3600)  # a step that ends long before its line is due
+        quick.status("fetching 268 files ...")
+        quick.status("writing the bundle ...")
+        quick.close()
+        silent.close()
+        print("end", file=writer, flush=True)
+        assert reader.readline() == "end\n"  # nothing came before it

@@ -19,7 +19,7 @@ from verl_bundle.airgap.install.options import usage
 from verl_bundle.bundle.plan import name_for
 from verl_bundle.cli.render.profile import profile_sources
 from verl_bundle.profile.catalog import builtin_profiles, profile_for_cuda, target_for
-from verl_bundle.profile.mirrors import make_mirrors, mirror_args, needs
+from verl_bundle.profile.mirrors import make_mirrors, mirror_args, needs, only_default_index
 from verl_bundle.profile.model import Profile
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -119,6 +119,11 @@ def test_the_quick_start_bundle_name_is_the_one_build_writes() -> None:
     assert make, "README: no `make bundle CUDA=X.Y PY=X.Y` line"
     cuda, python = make.groups()
     profile = profile_for_cuda(cuda)
+    # the first command builds with only the default index, and the README says which do
+    assert only_default_index(profile), f"the quick start's {profile.name} needs more"
+    plain = [p.name for p in builtin_profiles() if only_default_index(p)]
+    assert plain == ["cu121", "cu124", "cu130"]
+    assert "cu121, cu124 and cu130 build from it alone" in README
     name = name_for(profile.name, target_for(profile, python, None))
     assert f"bundles/{name}.tar" in README
     # the mirror lines are the ones `profiles show NAME --mirrors` prints for that profile
@@ -128,6 +133,24 @@ def test_the_quick_start_bundle_name_is_the_one_build_writes() -> None:
     assert f"verl-bundle profiles show {profile.name} --mirrors" in README
     # every bundle name the README prints is that one
     assert set(re.findall(r"verl-bundle-[a-z0-9.-]+-cp\d+-[a-z0-9_]+", README)) == {name}
+
+
+def test_the_set_up_section_states_the_disk_each_step_needs_and_the_suites_time() -> None:
+    """A newcomer learns before starting what each step costs in disk and how long the suite
+    runs: the figures measured on the real cu130 stack, each named with its step."""
+    start = README.index("## Set up")
+    setup = README[start : README.index("\n## ", start + 1)]
+    for step, figure in (
+        ("download cache", "4.3 GB"),
+        ("the bundle", "4.6 GB"),
+        ("stopped", "4.6 GB"),
+        ("install on the server", "13 GB"),
+    ):
+        assert step in setup and figure in setup, (step, figure)
+    assert re.search(
+        r"`make test`[^.]*about 1,200 tests, about 10 minutes on 2\s+idle cores", setup
+    )
+    assert "Never `pip install verl-bundle`" in setup and "`verl-offline-bundle`" in setup
 
 
 # -- links -------------------------------------------------------------------------------------

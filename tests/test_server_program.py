@@ -583,3 +583,29 @@ def test_no_module_of_the_server_program_shadows_the_standard_library() -> None:
         p.name for p in AIRGAP.iterdir() if (p / "__init__.py").is_file()
     }
     assert not names & set(sys.stdlib_module_names)
+
+
+def test_skip_phases_is_checked_in_one_place_with_one_message() -> None:
+    """--skip-phase of every surface (install.sh, doctor, postinstall, readiness, rehearse, the
+    cluster scripts) goes through airgap/contract/skip_phases.py: one message naming the name
+    and the bundle's phases, exit 2; and no other module words it."""
+    from verl_bundle.airgap.contract.skip_phases import skip_phases
+
+    phases = ("torch", "wheels", "flash-attn", "verl")
+    assert skip_phases(["flash-attn", "verl", "flash-attn"], phases) == ("flash-attn", "verl")
+    with pytest.raises(ServerError) as unknown:
+        skip_phases(["nope"], phases)
+    assert unknown.value.code == 2
+    assert str(unknown.value) == (
+        "--skip-phase nope: the bundle has no such phase; its phases are torch, wheels, "
+        "flash-attn, verl"
+    )
+    with pytest.raises(ServerError, match=r"--skip-phase '\$\(touch x\)': not a phase name"):
+        skip_phases(["$(touch x)"], None)  # no bundle at hand: the shape alone
+    assert skip_phases(["flash-attn"], None) == ("flash-attn",)
+    worded = [
+        str(p.relative_to(ROOT))
+        for p in (ROOT / "verl_bundle").rglob("*.py")
+        if "has no such phase" in p.read_text() or "not a phase name" in p.read_text()
+    ]
+    assert worded == ["verl_bundle/airgap/contract/skip_phases.py"]

@@ -22,6 +22,7 @@ from verl_bundle.bundle.assembly import (
     bundle_name,
 )
 from verl_bundle.bundle.plan import check_phases, driver_line
+from verl_bundle.bundle.tarball import check_output_dir
 from verl_bundle.compile.compiler import CompileOptions
 from verl_bundle.errors import LockError, UsageError
 from verl_bundle.fetch.standalone import fetch_interpreter
@@ -238,6 +239,7 @@ def build(request: BuildRequest, reporter: Reporter) -> BuildResult:
             "--lock builds exactly that lock, verl and all: leave out --verl and --from-lock, "
             "or make a lock with them (`verl-bundle lock --verl SPEC`)"
         )
+    check_output_dir(request.output)  # before hours of work, not after
     downloader = _downloader(req, reporter)
     notes = [*driver_line(req.profile), *req.profile.notes]
     crossing = _crossing(request, notes)

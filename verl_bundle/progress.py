@@ -1,5 +1,8 @@
 """The one progress helper: a bar on stderr when it is a terminal; otherwise (CI, a pipe, a log
-file) one line every 30 s while work is in flight, so a long build is never silent for minutes.
+file) a line once a step has run FIRST seconds (`status`: a step over sooner, such as a usage
+error's, says nothing) and one every 30 s while work is in flight, so a long build is never
+silent for minutes. `step` is a long step that has no pieces of its own (the
+wheel checks, a verify): a line at its start, then the periodic lines while it runs.
 
 A note (a fallback taken, a cut-off not applied) is said once per run, however many times a
 stage reaches the same conclusion. A progress line (`progress`: a compile's objects done, its
@@ -21,6 +24,7 @@ if TYPE_CHECKING:
     from rich.progress import Progress
 
 PERIOD = 30.0  # at most this many seconds between two progress lines of one long step
+FIRST = 5.0  # a step still under way after this many seconds is said (within the 10 s promised)
 
 
 class Reporter(Protocol):
@@ -38,9 +42,11 @@ class Silent:
     last status was, how many of the started files and their bytes are done, and how far each
     step in flight is (a label with a space names a step, "writing bundle"; others a file)."""
 
-    def __init__(self, quiet: bool = False, every: float = 30.0) -> None:
+    def __init__(self, quiet: bool = False, every: float = PERIOD, first: float = FIRST) -> None:
         self.quiet = quiet
         self.every = every
+        self.first = first
+        self._pending: threading.Timer | None = None  # the status to say once FIRST has passed
         self._lock = threading.Lock()
         self._said: set[str] = set()
         self._status = ""
@@ -85,9 +91,30 @@ class Silent:
                 print(message, file=sys.stderr, flush=True)
 
     def status(self, message: str) -> None:
-        """Progress ("resolving ..."): shown on a terminal; here, it heads the periodic line."""
+        """Progress ("resolving ..."): printed once the step has run `first` seconds (once,
+        however often it is said again; at once when `first` is 0), and it heads the periodic
+        line."""
         with self._lock:
-            self._status = message.rstrip(" .")
+            status = message.rstrip(" .")
+            if status == self._status:
+                return
+            self._status = status
+            if self._pending is not None:  # the step before is over: never said
+                self._pending.cancel()
+                self._pending = None
+            if self.quiet or self._closed.is_set():
+                return
+            if self.first <= 0:
+                print(message, file=sys.stderr, flush=True)
+                return
+            self._pending = threading.Timer(self.first, self._say_late, (status, message))
+            self._pending.daemon = True
+            self._pending.start()
+
+    def _say_late(self, status: str, message: str) -> None:
+        with self._lock:
+            if self._status == status and not self._closed.is_set():
+                print(message, file=sys.stderr, flush=True)
 
     def line(self) -> str:
         """What is in flight now, in one line."""
@@ -100,7 +127,10 @@ class Silent:
         moving = sum(p[0] for p in flight)
         expected = sum(max(p) for p in flight)
         head = f"[{seconds // 60}m{seconds % 60:02d}s] {status or 'working'}:"
-        going = "".join(f"; {label} {_size(p[0])} of {_size(max(p))}" for label, p in steps)
+        going = "".join(
+            f"; {label} {_size(p[0])} of {_size(max(p))}" if max(p) else f"; {label}"
+            for label, p in steps
+        )
         return (
             f"{head} {pieces} done ({_size(finished)}), {len(flight)} in flight "
             f"({_size(moving)} of {_size(expected)}){going}"
@@ -127,7 +157,11 @@ class Silent:
 
     def close(self) -> None:
         """No more periodic lines (the run is over, whatever is still winding down)."""
-        self._closed.set()
+        with self._lock:
+            self._closed.set()
+            if self._pending is not None:
+                self._pending.cancel()
+                self._pending = None
 
 
 def _size(count: int) -> str:
@@ -160,6 +194,19 @@ class Bars:
 
     def progress(self, message: str) -> None:
         self.status(message)
+
+
+@contextmanager
+def step(reporter: Reporter, label: str) -> Iterator[None]:
+    """A long step with no pieces of its own ("checking 267 wheels"): said as it starts, and
+    in flight (the periodic line off a terminal, a bar on one) until it ends. `label` holds
+    a space: it names a step, not a file."""
+    reporter.status(f"{label} ...")
+    handle = reporter.start(label, None)
+    try:
+        yield
+    finally:
+        reporter.done(handle)
 
 
 @contextmanager

@@ -28,7 +28,7 @@ def uv_binary() -> str:
         from uv import find_uv_bin
     except ImportError:  # pragma: no cover - uv is a dependency
         raise BundleError(
-            "uv, the resolver, is not installed; reinstall verl-bundle (pip install verl-bundle)"
+            "uv, the resolver, is not installed; reinstall verl-bundle from its clone (pip install .)"
         ) from None
     return str(find_uv_bin())
 

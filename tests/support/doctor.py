@@ -122,7 +122,7 @@ def examine(
     *,
     python: str | None = None,
     require_gpu: bool = False,
-    skipped: tuple[str, ...] = (),
+    skip_phases: tuple[str, ...] = (),
     extra: dict[str, str] | None = None,
     **env: str,
 ) -> Report:
@@ -135,7 +135,7 @@ def examine(
         python=python or sys.executable,
         prefix=str(machine.root),
         require_gpu=require_gpu,
-        skipped=skipped,
+        skip_phases=skip_phases,
     )
 
 

@@ -19,6 +19,7 @@ from typing import Any, Callable, NoReturn, Sequence
 
 from verl_bundle.airgap import render
 from verl_bundle.airgap.checks import of_verify
+from verl_bundle.airgap.contract.skip_phases import skip_phases
 from verl_bundle.airgap.errors import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -66,7 +67,14 @@ def _verify(args: argparse.Namespace) -> int:
 
     if not os.path.exists(args.path):
         raise UsageError(f"verify: {args.path}: no such file or directory")
-    found = check.check(args.path, args.allowed_signers)
+    from verl_bundle.airgap.heartbeat import heartbeat
+
+    def say(text: str) -> None:  # progress goes to stderr: stdout is the result (--json)
+        print(text.strip(), file=sys.stderr, flush=True)
+
+    say(f"verifying {args.path} ...")
+    with heartbeat(say, "verify"):
+        found = check.check(args.path, args.allowed_signers)
     lines = [f"FAILED: {p}" for p in found.problems]
     if found.signed:
         lines.insert(0, f"signed: {found.signed}")
@@ -84,10 +92,10 @@ def _doctor(args: argparse.Namespace) -> int:
 
     root = doctor.locate(args.bundle)
     manifest = _bundle(root, "doctor") if root is not None else None
-    if manifest is None and args.skip_phase:
+    if manifest is None and args.skip_phases:
         raise UsageError("doctor: --skip-phase needs a bundle (--bundle DIR)")
     report = doctor.run_doctor(
-        manifest, args.python, args.prefix, args.require_gpu, args.skip_phase, args.deep
+        manifest, args.python, args.prefix, args.require_gpu, args.skip_phases, args.deep
     )
     v = report.verdict
     render.show(
@@ -123,7 +131,7 @@ def _postinstall(args: argparse.Namespace) -> int:
     found = run_checks(
         manifest,
         args.require_gpu,
-        args.skip_phase,
+        skip_phases(args.skip_phases, manifest.phase_names),
         args.check_files,
         sys.executable,
         deep,
@@ -153,14 +161,9 @@ def _readiness(args: argparse.Namespace) -> int:
 
     manifest = _bundle(args.bundle, "readiness")
     deep = _deep(args)
-    unknown = [name for name in args.skip_phase if manifest.phase(name) is None]
-    if unknown:
-        raise UsageError(
-            f"readiness: --skip-phase {unknown[0]}: the bundle has no such phase; its phases "
-            f"are {', '.join(manifest.phase_names)}"
-        )
+    chosen = skip_phases(args.skip_phases, manifest.phase_names)
     report = run_readiness(
-        manifest, args.python, args.require_gpu, args.purpose, args.timeout, deep, args.skip_phase
+        manifest, args.python, args.require_gpu, args.purpose, args.timeout, deep, chosen
     )
     v = report.verdict
     render.show(
@@ -378,6 +381,7 @@ def parser() -> Parser:
         action="append",
         default=[],
         metavar="NAME",
+        dest="skip_phases",
         help="a phase the install leaves out (repeatable): what only it needs is not required",
     )
     p.add_argument(
@@ -391,7 +395,7 @@ def parser() -> Parser:
     p = command("postinstall", _postinstall, "check the installed environment (venv's python)")
     p.add_argument("--bundle", required=True, metavar="DIR", help="the extracted bundle")
     p.add_argument("--require-gpu", action="store_true", help="no GPU is not ready")
-    p.add_argument("--skip-phase", action="append", default=[], metavar="NAME")
+    p.add_argument("--skip-phase", action="append", default=[], metavar="NAME", dest="skip_phases")
     p.add_argument(
         "--check-files",
         action="store_true",
@@ -418,6 +422,7 @@ def parser() -> Parser:
         action="append",
         default=[],
         metavar="NAME",
+        dest="skip_phases",
         help="a phase left out of the install (install.sh --skip-phase): what it would have "
         "brought is named as left out (repeatable)",
     )
@@ -516,7 +521,7 @@ def add_install_options(p: Parser) -> None:
     p.add_argument("--dry-run", action="store_true")
     p.add_argument("--skip-doctor", action="store_true")
     p.add_argument("--require-gpu", action="store_true")
-    p.add_argument("--skip-phase", action="append", default=[], metavar="NAME")
+    p.add_argument("--skip-phase", action="append", default=[], metavar="NAME", dest="skip_phases")
     p.add_argument("--repair", action="store_true")
     p.add_argument("--quick", action="store_true")
     p.add_argument("--image", metavar="FILE")

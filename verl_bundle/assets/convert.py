@@ -136,7 +136,8 @@ def convert(repo_id: str, files: list[FetchedFile], work: Path) -> Converted:
         import pyarrow as pa
     except ImportError:
         raise UsageError(
-            "--dataset needs pyarrow on this host: pip install 'verl-bundle[assets]'"
+            "--dataset needs pyarrow on this host: pip install pyarrow (or, in verl-bundle's "
+            "clone, pip install '.[assets]')"
         ) from None
 
     groups = group_splits(repo_id, files)

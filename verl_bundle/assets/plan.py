@@ -25,7 +25,7 @@ from verl_bundle.assets import sbom as assets_sbom
 from verl_bundle.assets.convert import convert
 from verl_bundle.assets.fetch import AssetSpec, Fetched, Hub, fetch
 from verl_bundle.bundle.entries import Entry, airgap_entries, made_here
-from verl_bundle.bundle.tarball import Bundle, write_bundle
+from verl_bundle.bundle.tarball import Bundle, check_output_dir, write_bundle
 from verl_bundle.errors import FetchError, UsageError
 from verl_bundle.progress import Reporter
 from verl_bundle.resources import data_dir
@@ -187,6 +187,7 @@ def build_assets(req: AssetsRequest, reporter: Reporter) -> AssetsBuilt:
     seen = [(s.kind, s.repo_id) for s in req.specs]
     if len(set(seen)) != len(seen):
         raise UsageError("verl-bundle assets: a repository is given twice")
+    check_output_dir(req.output)
     ids = {s.repo_id for s in req.specs}
     for pattern in (*req.allow, *req.deny):
         if ":" in pattern and pattern.split(":", 1)[0] not in ids:

@@ -35,7 +35,7 @@ from verl_bundle.bundle.tarstream import (
     recipe,
     stream,
 )
-from verl_bundle.errors import AssembleError
+from verl_bundle.errors import AssembleError, UsageError
 from verl_bundle.leftovers import alive
 from verl_bundle.progress import Reporter
 
@@ -175,7 +175,7 @@ def _zstd_command(raw: IO[bytes]) -> Iterator[IO[bytes]]:
     exe = shutil.which("zstd")
     if exe is None:
         raise AssembleError(
-            "--compress zstd needs the zstd command or `pip install verl-bundle[zstd]`; "
+            "--compress zstd needs the zstd command or `pip install zstandard`; "
             "or use --compress gz"
         )
     proc = subprocess.Popen(
@@ -214,6 +214,19 @@ def remove_stale_partials(output: Path, reporter: Reporter) -> None:
             )
 
 
+def check_output_dir(output: Path) -> None:
+    """-o names the directory the tarball goes in: a file (or anything else) already there is
+    a usage error, said before anything is fetched or written."""
+    for part in (output, *output.parents):
+        if part.exists() or part.is_symlink():
+            if not part.is_dir():
+                raise UsageError(
+                    f"-o {output}: {part} exists and is not a directory; -o names the "
+                    "directory for the tarball (made when missing): give another path"
+                )
+            return
+
+
 def write_bundle(
     name: str,
     entries: Sequence[Entry],
@@ -227,6 +240,7 @@ def write_bundle(
     """Write the tarball (or its volumes, `split` bytes at most each) and its .sha256 beside
     it, then the list's signature (`signer`); each appears under its final name only when
     everything was written and every cached file matched its hash."""
+    check_output_dir(output)
     output.mkdir(parents=True, exist_ok=True)
     remove_stale_partials(output, reporter)
     final = output / f"{name}{SUFFIX[compress]}"

@@ -25,6 +25,7 @@ from verl_bundle.cli.options import (
     VerlSpec,
     session_of,
     show,
+    terminal_question,
 )
 
 
@@ -118,6 +119,15 @@ def build_cmd(
     cc: opt.Cc = None,
     cxx: opt.Cxx = None,
     host_python: opt.HostPython = None,
+    yes: Annotated[
+        bool,
+        typer.Option(
+            "--yes",
+            "-y",
+            help="Start a host compile estimated over 30 min without asking (without a "
+            "terminal, such a compile is refused unless --yes or --compile always).",
+        ),
+    ] = False,
     with_python: opt.WithPython = None,
     base: Annotated[
         Path | None,
@@ -189,7 +199,16 @@ def build_cmd(
         from_lock,
         tuple(extra or ()),
     )
-    compiling = CompileOptions(compile_mode.value, cuda_archs, cuda_home, cc, cxx, host_python)
+    compiling = CompileOptions(
+        compile_mode.value,
+        cuda_archs,
+        cuda_home,
+        cc,
+        cxx,
+        host_python,
+        yes,
+        None if json_out else terminal_question(),
+    )
     stack = options.request(session_of(ctx))
     split = parse_size(split_size) if split_size is not None else None
     req = BuildRequest(

@@ -15,8 +15,8 @@ from verl_bundle.cli.options import (
     NodeRepair,
     NodeRequireGpu,
     Nodes,
-    NodeSkipPhase,
     NodeVenv,
+    SkipPhases,
     Tarball,
     Written,
     command_group,
@@ -223,7 +223,7 @@ def slurm_install_cmd(
     quick: NodeQuick = False,
     repair: NodeRepair = False,
     require_gpu: NodeRequireGpu = False,
-    skip_phase: NodeSkipPhase = None,
+    skip_phases: SkipPhases = None,
     output: Written = Path("verl-bundle-install.sbatch"),
 ) -> None:
     """Write an sbatch script that copies the tarball onto every node (sbcast --compress, read
@@ -249,7 +249,7 @@ def slurm_install_cmd(
         python,
         from_url,
         bundle_sha256,
-        InstallOptions(quick, repair, require_gpu, tuple(skip_phase or ())),
+        InstallOptions(quick, repair, require_gpu, tuple(skip_phases or ())),
     )
     _written(ctx, "slurm install", write_install(req))
 
@@ -343,7 +343,7 @@ def ansible_install_cmd(
     quick: NodeQuick = False,
     repair: NodeRepair = False,
     require_gpu: NodeRequireGpu = False,
-    skip_phase: NodeSkipPhase = None,
+    skip_phases: SkipPhases = None,
     output: Written = Path("verl-bundle-install.yml"),
 ) -> None:
     """Write a playbook that copies the tarball to every host (or has each fetch it from --url,
@@ -369,7 +369,7 @@ def ansible_install_cmd(
         from_url,
         serial,
         bundle_sha256,
-        InstallOptions(quick, repair, require_gpu, tuple(skip_phase or ())),
+        InstallOptions(quick, repair, require_gpu, tuple(skip_phases or ())),
     )
     _written(ctx, "ansible install", write_playbook(req))
 

@@ -28,7 +28,7 @@ from verl_bundle.cli.options import (
     Json,
     ProfileOpt,
     Session,
-    SkipPhase,
+    SkipPhases,
     TargetPython,
     session_of,
     show,
@@ -107,7 +107,7 @@ def rehearse_cmd(
     ] = None,
     no_system_python: opt.NoSystemPython = False,
     server_python: opt.ServerPython = None,
-    skip_phase: SkipPhase = None,
+    skip_phases: SkipPhases = None,
     json_out: Json = False,
 ) -> None:
     """Prove here, before the bundle travels, that it installs with the network cut.
@@ -129,7 +129,7 @@ def rehearse_cmd(
     old = interpreter(server_python, "--server-python") if server_python else None
     bare = BareServer(old) if no_system_python else None
     with reporter(quiet=json_out) as rep:
-        shown = render.rehearsal(rehearse(tarball, py, rep, keep, bare, tuple(skip_phase or ())))
+        shown = render.rehearsal(rehearse(tarball, py, rep, keep, bare, tuple(skip_phases or ())))
     show(ctx, shown, json_out)
 
 
@@ -152,7 +152,7 @@ def doctor_cmd(
             "--require-gpu", help="Make the driver and GPU checks failures, not warnings."
         ),
     ] = False,
-    skip_phase: SkipPhase = None,
+    skip_phases: SkipPhases = None,
     json_out: Json = False,
 ) -> None:
     """Check this machine before installing; each problem comes with its fix.
@@ -182,10 +182,10 @@ def doctor_cmd(
             manifest = load(root)
         except ValueError as exc:  # no manifest there, or one the doctor cannot read
             raise UsageError(f"--bundle {bundle or root}: {exc}") from None
-    if skip_phase and manifest is None:
+    if skip_phases and manifest is None:
         raise UsageError("--skip-phase needs a bundle: give --bundle DIR, --cuda or --profile")
     where = str(prefix) if prefix else None
-    report = doctor.run_doctor(manifest, py, where, require_gpu, skip_phase or ())
+    report = doctor.run_doctor(manifest, py, where, require_gpu, skip_phases or ())
     show(ctx, render.doctor(report), json_out)
 
 
@@ -205,7 +205,7 @@ def explain_cmd(
 
     if str(logfile) != "-" and not logfile.is_file():
         raise UsageError(f"{logfile}: no such file")
-    text = sys.stdin.read() if str(logfile) == "-" else explain.read_log(str(logfile))
+    text = explain.read_log(str(logfile))  # an archive or binary file: refused from its start
     show(ctx, render.explain(explain.explain_text(text), text), json_out)
 
 

@@ -5,6 +5,7 @@ the one place a command's result is written."""
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -139,11 +140,14 @@ CacheDir = Annotated[
 ]
 Jobs = Annotated[int, typer.Option(min=1, max=64, help="Parallel downloads.")]
 Json = Annotated[bool, typer.Option("--json", help="Print a JSON document instead of text.")]
-SkipPhase = Annotated[
+# The one --skip-phase of every command (doctor, rehearse, slurm install, ansible install), as
+# install.sh takes it; checked by airgap/contract/skip_phases.py, the one place for every side.
+SkipPhases = Annotated[
     list[str] | None,
     typer.Option(
         "--skip-phase",
-        help="A phase the install will leave out (repeatable): what only it needs is not required.",
+        help="Leave the install phase NAME out (repeatable; install.sh --skip-phase NAME): what "
+        "only it needs is not required, and the verdict says it was left out.",
         metavar="NAME",
     ),
 ]
@@ -256,14 +260,6 @@ NodeRequireGpu = Annotated[
         "--require-gpu", help="Each node runs install.sh --require-gpu (no usable GPU fails)."
     ),
 ]
-NodeSkipPhase = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--skip-phase",
-        help="Each node runs install.sh --skip-phase NAME (repeatable): that phase is left out.",
-        metavar="NAME",
-    ),
-]
 
 
 class Compress(str, enum.Enum):
@@ -341,3 +337,20 @@ def usage_line(exc: Any) -> str:
     ctx = getattr(exc, "ctx", None)
     where = ctx.command_path if ctx is not None else "verl-bundle"
     return f"{where}: {message}; see `{where} --help`"
+
+
+def terminal_question() -> Callable[[str], bool] | None:
+    """A yes/no question asked on the terminal (stderr, answered on stdin), for the core to
+    call before it commits to hours; None when there is no terminal to ask on."""
+    import sys
+
+    if not (sys.stdin.isatty() and sys.stderr.isatty()):
+        return None
+
+    def ask(question: str) -> bool:
+        try:
+            return bool(typer.confirm(question, default=False, err=True))
+        except (RuntimeError, EOFError):  # click's Abort (Ctrl-D, Ctrl-C at the prompt): a no
+            return False
+
+    return ask

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from verl_bundle.airgap.contract.skip_phases import SkipPhases, skip_phases
 from verl_bundle.credentials import redact_url
 from verl_bundle.errors import UsageError
 
@@ -130,23 +131,17 @@ class InstallOptions:
     quick: bool = False  # --quick: leave out the trainer dry run (minutes per node)
     repair: bool = False  # --repair: reinstall exactly what differs from the bundle
     require_gpu: bool = False  # --require-gpu: a node without a usable GPU fails
-    skip_phases: tuple[str, ...] = ()  # --skip-phase NAME (repeatable)
+    skip_phases: SkipPhases = ()  # --skip-phase NAME (repeatable)
 
     def argv(self) -> list[str]:
         """install.sh's arguments for these options, each a plain word (checked)."""
         out = ["--quick"] * self.quick + ["--repair"] * self.repair
         out += ["--require-gpu"] * self.require_gpu
-        for phase in self.skip_phases:
-            if not PHASE.fullmatch(phase):
-                raise UsageError(
-                    f"--skip-phase {phase[:40]!r}: not a phase name (letters, digits, '.', '_', "
-                    "'-'; the bundle's phases are in its manifest)"
-                )
+        for phase in skip_phases(self.skip_phases, None):  # the bundle may come later
             out += ["--skip-phase", phase]
         return out
 
 
-PHASE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 NO_OPTIONS = InstallOptions()
 
 

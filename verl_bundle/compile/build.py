@@ -20,7 +20,7 @@ import stat
 import tarfile
 import time
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -30,16 +30,24 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
 from verl_bundle.airgap.contract import manifest as mf
+from verl_bundle.airgap.contract.figures import duration
 from verl_bundle.airgap.contract.hashing import sha256_file
+from verl_bundle.airgap.doctor.resources import read_mem_available
 from verl_bundle.compile.buildenv import make_build_env
-from verl_bundle.compile.cost import ARCH_VARIABLES, host_archs, host_estimate
+from verl_bundle.compile.cost import (
+    ARCH_VARIABLES,
+    HostEstimate,
+    host_archs,
+    host_estimate,
+    needs_consent,
+)
 from verl_bundle.compile.run import run_logged
 from verl_bundle.compile.stop import sigterm_unwinds
 from verl_bundle.compile.toolkit import Toolkit
 from verl_bundle.compile.watch import CompileWatch
 from verl_bundle.compile.workdir import WorkDir, claim
 from verl_bundle.credentials import Redactor
-from verl_bundle.errors import BundleError, Terminated
+from verl_bundle.errors import BundleError, Terminated, UsageError
 from verl_bundle.progress import Reporter
 from verl_bundle.uvcmd import uv_binary, uv_env
 
@@ -60,6 +68,10 @@ class CompileOptions:
     cc: str | None = None
     cxx: str | None = None
     host_python: str | None = None
+    # A compile estimated over LONG_MINUTES starts only when said so: --yes, --compile always,
+    # or `ask` (the CLI's question on a terminal; None: no terminal to ask on) answering yes.
+    yes: bool = False
+    ask: Callable[[str], bool] | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -158,11 +170,10 @@ def _max_jobs(job: CompileJob, archs: str = "") -> int:
     given = os.environ.get("MAX_JOBS", "").strip()
     if given.isdigit() and int(given) > 0:
         return int(given)
-    try:
-        avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError):
-        avail = 8 << 30
-    return jobs_for(job, archs, avail, os.cpu_count() or 1)
+    # MemAvailable, not the free pages (SC_AVPHYS_PAGES): the page cache is reclaimable, and a
+    # host that has just downloaded 4 GB has most of its RAM in it.
+    avail = read_mem_available()
+    return jobs_for(job, archs, 8 << 30 if avail is None else avail, os.cpu_count() or 1)
 
 
 def jobs_for(job: CompileJob, archs: str, avail: int, cores: int) -> int:
@@ -274,6 +285,29 @@ class BuildInputs:
     reporter: Reporter
     redact: Redactor
     mode: str = "auto"
+    yes: bool = False
+    ask: Callable[[str], bool] | None = None
+
+
+class CompileRefusedError(UsageError):
+    """A long host compile not started: nobody said yes (exit 2, nothing was done)."""
+
+
+def consent(estimate: HostEstimate, yes: bool, ask: Callable[[str], bool] | None) -> None:
+    """A compile estimated over LONG_MINUTES goes ahead only with --yes or --compile always,
+    or when asked on a terminal and answered yes; without a terminal it is refused."""
+    if not needs_consent(estimate, yes):
+        return
+    asked = ask is not None and ask(f"{estimate.line()}. Compile here now?")
+    if asked:
+        return
+    why = "not confirmed" if ask is not None else "no terminal to confirm it on"
+    raise CompileRefusedError(
+        f"{estimate.package}: not compiled: {why} for a compile of about "
+        f"{duration(estimate.minutes or 0)} on these {estimate.cores} cores; --yes or "
+        "--compile always compiles it here, --compile never leaves it to the server"
+        + (f", --cuda-archs {estimate.archs[-1]} one architecture" if estimate.archs[1:] else "")
+    )
 
 
 def compile_sdist(
@@ -293,11 +327,15 @@ def compile_sdist(
     if hit is not None:
         inputs.reporter.status(f"{job.package}: compiled wheel reused from the cache (key {key})")
         return hit
+    jobs = _max_jobs(job, archs)
+    estimate = host_estimate(job.package, archs, jobs, inputs.mode)
+    inputs.reporter.progress(estimate.line())  # before any of it is spent
+    consent(estimate, inputs.yes, inputs.ask)
     held = claim(root, key)
     work = held.path
     try:
         with sigterm_unwinds():
-            prov = _compile(job, toolkit, archs, key, held, inputs)
+            prov = _compile(job, toolkit, archs, key, held, inputs, estimate)
         out = work / "out"
         (out / "compiled.json").write_text(json.dumps(vars(prov), sort_keys=True) + "\n")
         (wheel,) = out.glob("*.whl")
@@ -313,8 +351,9 @@ def compile_sdist(
     except (KeyboardInterrupt, Terminated):
         if held.prepared:  # hours of objects may be in there: the next build resumes them
             inputs.reporter.note(
-                f"{job.package}: the compile so far is kept in {work}; the next build of this "
-                "bundle resumes it (remove that directory to start over)"
+                f"{job.package}: the compile so far is kept in {work} ({_size(work)}); the next "
+                "build of this bundle resumes it (remove that directory to start over and free "
+                "the space)"
             )
         else:
             shutil.rmtree(work, ignore_errors=True)
@@ -333,13 +372,12 @@ def _compile(
     key: str,
     held: WorkDir,
     inputs: BuildInputs,
+    estimate: HostEstimate,
 ) -> mf.Compiled:
     work = held.path
     log = cache_log(work.parent, job, key)
     reporter = inputs.reporter
-    jobs = _max_jobs(job, archs)
-    estimate = host_estimate(job.package, archs, jobs, inputs.mode)
-    reporter.progress(estimate.line())  # before any of it is spent
+    jobs = estimate.jobs
     if held.resumed:
         python = work / "venv" / "bin" / "python"
         reporter.note(f"{job.package}: resuming the compile stopped earlier in {work}")
@@ -376,6 +414,18 @@ def _compile(
         key=key,
         made=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     )
+
+
+def _size(top: Path) -> str:
+    """The bytes under `top` (links not followed), as "4.6 GB"."""
+    total = 0
+    for here, _dirs, files in os.walk(top):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(here, name)).st_size
+            except OSError:
+                continue
+    return f"{total / 1e9:.1f} GB" if total >= 10**8 else f"{total / 1e6:.1f} MB"
 
 
 def cache_log(root: Path, job: CompileJob, key: str) -> Path:

@@ -120,7 +120,10 @@ class SourceCompiler:
             if self.options.mode == "always":
                 raise
             return self._left(pkg, build, str(exc))
-        inputs = BuildInputs(wheels, self._locked(), reporter, self.redact, self.options.mode)
+        opts = self.options
+        inputs = BuildInputs(
+            wheels, self._locked(), reporter, self.redact, opts.mode, opts.yes, opts.ask
+        )
         wheel = compile_sdist(job, toolkit, self.options, self.cache_root, inputs)
         cu = "cu" + self.profile.cuda.replace(".", "")
         took = wheel.provenance.seconds

@@ -152,6 +152,18 @@ class HostEstimate:
         return f"{head}: about {duration(self.minutes)} {where} ({cost}){tail}"
 
 
+# A host compile estimated longer than this is not started on one line's notice: on a terminal
+# the build asks, without one it refuses unless --yes or --compile always says so.
+LONG_MINUTES = 30.0
+
+
+def needs_consent(estimate: HostEstimate, yes: bool) -> bool:
+    """Whether `estimate` is too long to start unasked (--yes and --compile always are a yes)."""
+    if yes or estimate.mode == "always" or estimate.minutes is None:
+        return False
+    return estimate.minutes > LONG_MINUTES
+
+
 def host_estimate(package: str, archs: str, jobs: int, mode: str) -> HostEstimate:
     """The estimate for compiling `archs` here with `jobs` parallel jobs: the measured figure
     times the architectures, over the jobs that can run at once on this host's cores."""

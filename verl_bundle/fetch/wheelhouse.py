@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -28,7 +29,7 @@ from verl_bundle.net.download import Cached, Downloader, Want
 from verl_bundle.net.http import Http, shown_url
 from verl_bundle.net.index import read_project
 from verl_bundle.profile.model import DEFAULT_INDEX, Profile
-from verl_bundle.progress import Reporter
+from verl_bundle.progress import Reporter, step
 from verl_bundle.resolve.lock import LOCAL, Lock, LockedFile, LockedPackage
 from verl_bundle.sources.hostbuild import BuiltWheel, build_pure_wheel
 from verl_bundle.wheel.integrity import WheelFacts, ensure_whole, passed, recorded
@@ -126,9 +127,10 @@ def fetch(
         want_of = {w.package: w for w in wants}
         order = [want_of[p.name] for p in fetch_order(lock.packages)]
         results = downloader.parallel(fetch_one, order)
-        if checks.checked:
-            reporter.status(f"checking {checks.checked} wheels ...")
-        checks.wait()  # before any compile: a damaged wheel stops the build at once
+        with (
+            step(reporter, f"checking {checks.checked} wheels") if checks.checked else nullcontext()
+        ):
+            checks.wait()  # before any compile: a damaged wheel stops the build at once
     finally:
         checks.close()
     by_name = {r.want.package: r for r in results}

@@ -136,17 +136,41 @@ def name_the_rest(error: FetchError, profile: Profile, mirrored: Mapping[str, st
     found = needs(profile)
     failed = {n.name for n in found if _named(n, message)}
     rest = [n for n in found if n.name not in mirrored and n.name not in failed]
-    if not rest:
+    plain = [] if failed <= {DEFAULT_INDEX} else default_index_only()
+    plain = [name for name in plain if name != profile.name]
+    if not rest and not plain:
         return error
-    listed = "; ".join(
-        f"{n.name} ({shown_url(n.url) if n.url else 'the default index'}: {', '.join(n.serves)})"
-        for n in rest
-    )
-    return type(error)(
-        f"{message.rstrip()} Profile {profile.name} also needs these locations, given no "
-        f"--mirror: {listed}. Behind a mirror, give every one: {mirror_args(found)} "
-        f"(`verl-bundle profiles show {profile.name} --mirrors` says what each serves)."
-    )
+    said = message.rstrip()
+    if rest:
+        listed = "; ".join(
+            f"{n.name} ({shown_url(n.url) if n.url else 'the default index'}: "
+            f"{', '.join(n.serves)})"
+            for n in rest
+        )
+        said += (
+            f" Profile {profile.name} also needs these locations, given no --mirror: {listed}. "
+            f"Behind a mirror, give every one: {mirror_args(found)} "
+            f"(`verl-bundle profiles show {profile.name} --mirrors` says what each serves)."
+        )
+    if plain:
+        said += (
+            f" These profiles need only the default index: {', '.join(plain)} "
+            f"(e.g. --profile {plain[-1]})."
+        )
+    return type(error)(said)
+
+
+def only_default_index(profile: Profile) -> bool:
+    """Whether a default build of `profile` needs nothing but the default index (a location it
+    falls back from, such as a prebuilt wheel's release host, does not count)."""
+    return all(n.name == DEFAULT_INDEX or not n.required for n in needs(profile))
+
+
+def default_index_only() -> list[str]:
+    """The built-in profiles that build with only the default index reachable, in order."""
+    from verl_bundle.profile.catalog import builtin_profiles
+
+    return [p.name for p in builtin_profiles() if only_default_index(p)]
 
 
 @contextmanager

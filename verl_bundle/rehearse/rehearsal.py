@@ -28,6 +28,7 @@ from verl_bundle.airgap import doctor
 from verl_bundle.airgap.checks import STATUSES, Verdict, of_error
 from verl_bundle.airgap.contract.events import Event, read_events
 from verl_bundle.airgap.contract.manifest import Manifest, load
+from verl_bundle.airgap.contract.skip_phases import SkipPhases, skip_phases
 from verl_bundle.airgap.errors import (
     EXIT_DAMAGED,
     EXIT_FAILED,
@@ -130,7 +131,7 @@ def _unbuildable(manifest: Manifest) -> dict[str, str]:
     return {p.name: f"this host cannot build it ({reason})" for p in phases}
 
 
-def steps_from_events(events: list[Event], skipped: dict[str, str]) -> list[Step]:
+def steps_from_events(events: list[Event], not_rehearsed: dict[str, str]) -> list[Step]:
     """install.sh's step and phase events -> rehearse's steps. The "phases" step is shown as
     its phases; a phase left out because this host cannot build it is untested (not rehearsed)."""
     steps: list[Step] = []
@@ -141,8 +142,8 @@ def steps_from_events(events: list[Event], skipped: dict[str, str]) -> list[Step
         detail = str(e.get("detail") or "")
         if e["event"] == "phase":
             phase = str(e.get("phase"))
-            if phase in skipped:
-                steps.append(Step(f"phase {phase}", "untested", 0.0, skipped[phase]))
+            if phase in not_rehearsed:
+                steps.append(Step(f"phase {phase}", "untested", 0.0, not_rehearsed[phase]))
             elif e["status"] == "skip":
                 steps.append(Step(f"phase {phase}", "ok", seconds, detail))
             else:
@@ -198,33 +199,27 @@ def rehearse(
     reporter: Reporter,
     keep: Path | None = None,
     bare: BareServer | None = None,
-    skip: tuple[str, ...] = (),
+    skip_phases: SkipPhases = (),
 ) -> Rehearsal:
     """Rehearse in a temporary directory, or in `keep` (which must not exist), left in place
     with the extracted bundle (bundle/) and the venv (venv/) for inspection. `bare`: as a
-    server with no Python 3.8+ (the bundle's own CPython must do). `skip`: phases left out on
-    request (install.sh --skip-phase), reported as not rehearsed."""
+    server with no Python 3.8+ (the bundle's own CPython must do). `skip_phases`: phases left
+    out on request (install.sh --skip-phase), reported as not rehearsed."""
     if not tarball.is_file():
         raise UsageError(f"{tarball}: no such file; give the bundle's .tar")
     if keep is not None and keep.exists():
         raise UsageError(f"--keep {keep}: already exists; give a new directory")
     if keep is not None:
         keep.mkdir(parents=True)
-        return _rehearse(tarball, python, reporter, keep, bare, skip)
+        return _rehearse(tarball, python, reporter, keep, bare, skip_phases)
     with tempfile.TemporaryDirectory(prefix="verl-bundle-rehearse-") as tmp:
-        return _rehearse(tarball, python, reporter, Path(tmp), bare, skip)
+        return _rehearse(tarball, python, reporter, Path(tmp), bare, skip_phases)
 
 
-def _asked(manifest: Manifest, skip: tuple[str, ...]) -> dict[str, str]:
-    """The phases `--skip-phase` names -> why they are not rehearsed; an unknown name is a
-    usage error that lists the bundle's phases."""
-    unknown = [name for name in skip if manifest.phase(name) is None]
-    if unknown:
-        raise UsageError(
-            f"--skip-phase {unknown[0]}: the bundle has no such phase; "
-            f"its phases are {', '.join(manifest.phase_names)}"
-        )
-    return {name: "left out by --skip-phase" for name in skip}
+def _asked(manifest: Manifest, names: tuple[str, ...]) -> dict[str, str]:
+    """The phases `--skip-phase` names -> why they are not rehearsed; an unknown name is the
+    one usage error every surface gives (airgap/contract/skip_phases.py)."""
+    return {name: "left out by --skip-phase" for name in skip_phases(names, manifest.phase_names)}
 
 
 def _rehearse(
@@ -233,7 +228,7 @@ def _rehearse(
     reporter: Reporter,
     work: Path,
     bare: BareServer | None,
-    skip: tuple[str, ...],
+    asked_out: SkipPhases,
 ) -> Rehearsal:
     prefix = network_cut()
     steps: list[Step] = []
@@ -255,7 +250,7 @@ def _rehearse(
     root = work / "bundle" / first.name.split("/")[0]
     steps.append(Step("extract", "ok", time.monotonic() - t0))
     manifest = load(str(root))
-    asked = _asked(manifest, skip)
+    asked = _asked(manifest, asked_out)
     want = manifest.target.python
     if bare is not None:
         py, command = _bare(manifest, bare, work, root)
@@ -268,13 +263,13 @@ def _rehearse(
         if _python_version(py) != want:
             raise UsageError(f"--python {py} is not Python {want}, which the bundle is for")
         command = [str(root / "install.sh"), "--python", py]
-    skipped = left_out(asked, _unbuildable(manifest))
+    not_rehearsed = left_out(asked, _unbuildable(manifest))
     events = work / "install-events.jsonl"
     args = [*command, "--prefix", str(work / "venv")]
     args += ["--yes", "--skip-doctor", "--events", str(events)]
     # The dry run follows install.sh as a step of its own (dry_run below), not inside it.
     args += ["--quick"] if has_dry_run(manifest) else []
-    for phase in skipped:
+    for phase in not_rehearsed:
         args += ["--skip-phase", phase]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
     env["HOME"] = str(work)  # nothing of this user's is read or written
@@ -292,13 +287,13 @@ def _rehearse(
     code = proc.wait()
     found = read_events(str(events))
     verdict = verdict_of(found, code)
-    ran = [_judged(s, verdict) for s in steps_from_events(found, skipped)]
+    ran = [_judged(s, verdict) for s in steps_from_events(found, not_rehearsed)]
     steps += ran
     if verdict.code not in (EXIT_OK, EXIT_NOT_READY) and not any(s.status == "fail" for s in ran):
         steps.append(Step("install.sh", "fail", 0.0, f"exited {code}"))
     if verdict.code in (EXIT_OK, EXIT_NOT_READY) and has_dry_run(manifest):
         reporter.status("starting verl's trainer offline (the dry run) ...")
-        step, verdict = dry_run([*prefix, *LOOPBACK_UP], root, work, verdict, tuple(skipped))
+        step, verdict = dry_run([*prefix, *LOOPBACK_UP], root, work, verdict, tuple(not_rehearsed))
         steps.append(step)
     return Rehearsal(
         tarball,
@@ -307,7 +302,7 @@ def _rehearse(
         tuple(steps),
         tuple(lines[-25:]),
         verdict,
-        tuple(skipped.items()),
+        tuple(not_rehearsed.items()),
     )
 
 
@@ -333,11 +328,11 @@ def has_dry_run(manifest: Manifest) -> bool:
 
 
 def dry_run(
-    cut: list[str], root: Path, work: Path, installed: Verdict, skipped: tuple[str, ...] = ()
+    cut: list[str], root: Path, work: Path, installed: Verdict, skip_phases: SkipPhases = ()
 ) -> tuple[Step, Verdict]:
     """`readiness --deep` in the rehearsed venv, in a network namespace of its own with its
     loopback up (Ray needs it): verl's own trainer started on a tiny model and dataset, up to
-    the GPU boundary here, told the phases left out (`skipped`, so that what they would have
+    the GPU boundary here, told the phases left out (`skip_phases`, so that what they would have
     brought says so, as install.sh's post-install does). Its verdict (readiness's checks and
     the dry run's, every failure counted) replaces the install's, which it includes; a run
     that gives no verdict fails, and is not ready unless the install's own verdict already
@@ -350,7 +345,7 @@ def dry_run(
     started = time.monotonic()
     # The bundle's own server program, isolated as install.sh runs it.
     argv = ["readiness", "--bundle", str(root), "--deep", "--json"]
-    told = [a for phase in skipped for a in ("--skip-phase", phase)]
+    told = [a for phase in skip_phases for a in ("--skip-phase", phase)]
     cmd = command(str(python), root, [*argv, *told])
     proc = subprocess.run([*cut, *cmd], capture_output=True, text=True, env=env, cwd=work)
     if told and proc.returncode == EXIT_USAGE and not proc.stdout.strip():

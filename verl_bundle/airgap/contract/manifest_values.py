@@ -342,12 +342,12 @@ class Manifest:
     def has(self, name: str) -> bool:
         return any(f.name == canonical(name) for f in self.installed)
 
-    def without_phases(self, skipped: list[str] | tuple[str, ...]) -> Manifest:
+    def without_phases(self, skip_phases: list[str] | tuple[str, ...]) -> Manifest:
         """The manifest as if the skipped phases were not in the bundle (a rehearsal that could
         not do a source build): their packages, imports and builds are not expected."""
-        if not skipped:
+        if not skip_phases:
             return self
-        gone = {f.name for f in self.files if f.phase in skipped}
+        gone = {f.name for f in self.files if f.phase in skip_phases}
         checks = Checks(
             imports=tuple(m for m in self.checks.imports if canonical(m) not in gone),
             torch_version=self.checks.torch_version,
@@ -358,7 +358,7 @@ class Manifest:
         return _replace(
             self,
             files=tuple(f for f in self.files if f.name not in gone),
-            phases=tuple(p for p in self.phases if p.name not in skipped),
+            phases=tuple(p for p in self.phases if p.name not in skip_phases),
             checks=checks,
         )
 

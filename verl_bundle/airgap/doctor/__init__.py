@@ -71,13 +71,13 @@ def run_doctor(
     python: str | None = None,
     prefix: str | None = None,
     require_gpu: bool = False,
-    skipped: Sequence[str] = (),
+    skip_phases: Sequence[str] = (),
     deep: bool = False,
 ) -> Report:
-    """Examine this server against `manifest` less the `skipped` phases (None: no bundle,
-    the host on its own). UsageError for a skipped phase the bundle does not have. `deep`
-    hashes every installed file under `prefix` for the environment fingerprint."""
-    plan = Plan.of(manifest, skipped)
+    """Examine this server against `manifest` less the `skip_phases` (None: no bundle, the
+    host on its own). UsageError for a phase the bundle does not have. `deep` hashes every
+    installed file under `prefix` for the environment fingerprint."""
+    plan = Plan.of(manifest, skip_phases)
     opts = Options(python, prefix, require_gpu)
     return examine(plan, gather(python, prefix, deep), opts)
 

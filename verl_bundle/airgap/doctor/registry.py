@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Callable, Iterable
 
 from verl_bundle.airgap.checks import Check, Registered
 from verl_bundle.airgap.contract.manifest import BuildTime, Manifest
+from verl_bundle.airgap.contract.skip_phases import SkipPhases, skip_phases
 from verl_bundle.airgap.doctor.toolkit import stack_nvcc
-from verl_bundle.airgap.errors import UsageError
 
 if TYPE_CHECKING:
     from verl_bundle.airgap.doctor.facts import Facts
@@ -62,22 +62,16 @@ class Plan:
     (--skip-phase). `manifest` None: no bundle given, the host is checked generically."""
 
     manifest: Manifest | None = None
-    skipped: tuple[str, ...] = ()
-    left_out: tuple[Build, ...] = ()  # source builds of the skipped phases
+    skip_phases: SkipPhases = ()
+    left_out: tuple[Build, ...] = ()  # source builds of the phases left out
 
     @classmethod
-    def of(cls, manifest: Manifest | None, skipped: Iterable[str] = ()) -> Plan:
-        skipped = tuple(skipped)
+    def of(cls, manifest: Manifest | None, names: Iterable[str] = ()) -> Plan:
         if manifest is None:
             return cls()
-        unknown = [s for s in skipped if s not in manifest.phase_names]
-        if unknown:
-            raise UsageError(
-                f"--skip-phase {unknown[0]}: no such phase "
-                f"(phases: {', '.join(manifest.phase_names) or 'none'})"
-            )
-        left_out = _builds(manifest, skipped)
-        return cls(manifest.without_phases(skipped), skipped, left_out)
+        chosen = skip_phases(names, manifest.phase_names)
+        left_out = _builds(manifest, chosen)
+        return cls(manifest.without_phases(chosen), chosen, left_out)
 
     @property
     def generic(self) -> bool:

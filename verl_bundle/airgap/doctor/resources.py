@@ -209,16 +209,29 @@ def max_jobs(
 ) -> int:
     """The MAX_JOBS a source build should use: half the CPUs, one job per `gib_per_job` GiB
     of available RAM, at most `limit`; at least 1. None reads this machine."""
+    return jobs_and_limit(gib_per_job, limit, cpus, mem_available)[0]
+
+
+def jobs_and_limit(
+    gib_per_job: float,
+    limit: int | None,
+    cpus: int | None = None,
+    mem_available: int | None = None,
+) -> tuple[int, str]:
+    """`max_jobs`, with what holds it there: "cpus" (half the CPUs), "memory" (the available
+    RAM over `gib_per_job`) or "limit" (the profile's); the smallest wins, CPUs on a tie."""
     if cpus is None:
         cpus = cpu_count()
     if mem_available is None:
         mem_available = read_mem_available()
-    jobs = cpus // 2 or 1
+    jobs, why = cpus // 2 or 1, "cpus"
     if mem_available is not None and gib_per_job > 0:
-        jobs = min(jobs, math.floor(mem_available / GIB / gib_per_job))
-    if limit:
-        jobs = min(jobs, limit)
-    return max(1, jobs)
+        by_memory = math.floor(mem_available / GIB / gib_per_job)
+        if by_memory < jobs:
+            jobs, why = by_memory, "memory"
+    if limit and limit < jobs:
+        jobs, why = limit, "limit"
+    return max(1, jobs), why
 
 
 def phase_estimates(m: Manifest, phase: str, jobs: int) -> list[str]:
@@ -242,8 +255,9 @@ def check_memory(plan: Plan, facts: Facts, opts: Options) -> Check:
     lines: list[str] = []
     problems: list[str] = []
     forced = facts.env.get("MAX_JOBS", "").strip()
+    by_cpus = False
     for b in plan.builds:
-        jobs = max_jobs(b.gib_per_job, b.limit, cpus, avail)
+        jobs, why = jobs_and_limit(b.gib_per_job, b.limit, cpus, avail)
         cap = f", limit {b.limit}" if b.limit else ""
         eta = build_estimate(b.build_time, int(forced) if forced.isdigit() else jobs)
         lines.append(
@@ -256,7 +270,13 @@ def check_memory(plan: Plan, facts: Facts, opts: Options) -> Check:
                 "build may be killed for lack of memory"
             )
         elif jobs == 1:
-            problems.append(f"{b.package} will build with MAX_JOBS=1: expect a slow build")
+            held = {
+                "cpus": f"half of these {cpus} CPUs",
+                "memory": f"{ram} at {b.gib_per_job:g} GiB per job",
+                "limit": f"the profile's limit of {b.limit}",
+            }[why]
+            by_cpus = by_cpus or why == "cpus"
+            problems.append(f"{b.package} will build with MAX_JOBS=1 ({held}): expect a slow build")
         if forced.isdigit() and avail is not None and int(forced) * b.gib_per_job * GIB > avail:
             problems.append(
                 f"MAX_JOBS={forced} from the environment wins, and needs about "
@@ -270,7 +290,13 @@ def check_memory(plan: Plan, facts: Facts, opts: Options) -> Check:
             "warn",
             problems[0],
             "\n".join(problems + lines),
-            "free memory (stop other jobs) or add RAM; a lower MAX_JOBS trades time for memory; "
-            f"or leave the build out (./install.sh {phases})",
+            (
+                "build on a host with more CPUs (MAX_JOBS=N in the environment uses more of "
+                "these, if the memory allows it)"
+                if by_cpus
+                else "free memory (stop other jobs) or add RAM; a lower MAX_JOBS trades time "
+                "for memory"
+            )
+            + f"; or leave the build out (./install.sh {phases})",
         )
     return ok("; ".join(lines))

@@ -13,11 +13,11 @@ from __future__ import annotations
 import re
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Mapping
 
 from verl_bundle.airgap import render
 from verl_bundle.airgap.checks import Verdict, of_explain
+from verl_bundle.airgap.errors import UsageError
 from verl_bundle.airgap.explain.signatures import SIGNATURES, Signature, values_near
 
 TAIL_LINES = 20
@@ -222,7 +222,58 @@ def render_json(findings: list[Finding], text: str) -> dict[str, Any]:
     return render.envelope("explain", v.ok, result_json(findings, text), v)
 
 
+# What is not a log: an archive or a compressed file by its magic bytes (a bundle's tarball
+# holds explain's own signature samples: read as a log, it "matched" 29 causes in 7 minutes).
+HEAD = 4096  # the first block: all that is read of a file that is refused
+_MAGIC = (
+    (0, b"\x1f\x8b", "a gzip file"),
+    (0, b"\x28\xb5\x2f\xfd", "a zstd file"),
+    (0, b"PK\x03\x04", "a zip archive (or a wheel)"),
+    (0, b"PK\x05\x06", "a zip archive"),
+    (0, b"\xfd7zXZ\x00", "an xz file"),
+    (0, b"BZh", "a bzip2 file"),
+    (257, b"ustar", "a tar archive"),
+)
+
+
+def not_a_log(head: bytes) -> str | None:
+    """What the first block of a file says it is when it is no log ("a tar archive"), or
+    None for text."""
+    for offset, magic, what in _MAGIC:
+        if head[offset : offset + len(magic)] == magic:
+            return what
+    nuls = head.count(b"\0")
+    # A NUL in a log is terminal junk now and then (kept: its lines are shown escaped); NULs
+    # beside bytes that are no UTF-8, or many of them, are a binary file.
+    if nuls and (nuls * 8 > len(head) or not _utf8(head)):
+        return "a binary file (it holds NUL bytes)"
+    return None
+
+
+def _utf8(head: bytes) -> bool:
+    """Whether `head` is UTF-8 (a character the block cuts short at its end allowed)."""
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return exc.start >= len(head) - 3 and exc.reason == "unexpected end of data"
+    return True
+
+
 def read_log(path: str) -> str:
-    """The log's text (`-` is standard input); undecodable bytes become U+FFFD."""
-    data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
-    return data.decode("utf-8", "replace")
+    """The log's text (`-` is standard input); undecodable bytes become U+FFFD. An archive
+    or binary file is refused from its first block, in one line (UsageError), unread."""
+    if path == "-":
+        head = sys.stdin.buffer.read(HEAD)
+        rest = b"" if len(head) < HEAD or not_a_log(head) else sys.stdin.buffer.read()
+    else:
+        with open(path, "rb") as fh:
+            head = fh.read(HEAD)
+            rest = b"" if len(head) < HEAD or not_a_log(head) else fh.read()
+    what = not_a_log(head)
+    if what is not None:
+        shown = "standard input" if path == "-" else path
+        raise UsageError(
+            f"explain: {shown} is {what}, not a log; give the failed command's output or log "
+            "(install.sh writes PREFIX/.verl-bundle/install.log and phase-NAME.log there)"
+        )
+    return (head + rest).decode("utf-8", "replace")

@@ -98,20 +98,57 @@ def choose_python(opts: Options, m: Manifest, target: str) -> str:
         return opts.python
     if os.access(own, os.X_OK):
         return own
-    for name in (f"python{m.target.python}", "python3"):
-        found = shutil.which(name)
-        if found:
-            return found
-    raise ServerNotReadyError(
-        f"no python3 found. This bundle needs Python {m.target.python}: {_python_fix(m)}",
+    want = m.target.python
+    dead: list[str] = []
+    first: str | None = None  # the first python3 that runs, for the wrong-Python sentence
+    for name in (f"python{want}", "python3"):
+        for found in on_path(name):
+            got = python_version(found)
+            if got is None:  # a pyenv shim outside its context exits 127: try the next
+                dead.append(found)
+            elif got == want:
+                return found
+            elif first is None:
+                first = found
+        if name != "python3" and python_version(sys.executable) == want:
+            return sys.executable  # the interpreter install.sh found running this installer
+    if first is not None:
+        return first
+    passed = (
+        f" ({', '.join(dead)} did not report a version: a pyenv shim outside its context does "
+        "not run)"
+        if dead
+        else ""
     )
+    raise ServerNotReadyError(
+        f"no Python {want} or python3 runs here{passed}. This bundle needs Python {want}: "
+        f"{_python_fix(m)}",
+    )
+
+
+def on_path(name: str) -> list[str]:
+    """Every executable `name` in PATH's directories, in order (not only the first, which a
+    shim may shadow), each once."""
+    found: list[str] = []
+    for folder in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        path = os.path.join(folder or ".", name)
+        if os.path.isfile(path) and os.access(path, os.X_OK) and path not in found:
+            found.append(path)
+    return found
 
 
 def check_python(python: str, m: Manifest, got: str | None = None) -> str:
     """The interpreter's X.Y (`got` where already asked), or ServerNotReadyError with the
-    "wrong or old Python" sentence."""
-    got = got or python_version(python) or "unknown"
+    "wrong or old Python" sentence; one that reports no version is said as such, never as a
+    Python to build for."""
+    got = got or python_version(python)
     want = m.target.python
+    if got is None:
+        raise ServerNotReadyError(
+            f"{python} does not run (it reported no version; a pyenv shim outside its context "
+            f"exits 127). This bundle's wheels are built for Python {want} "
+            f"({m.target.python_tag}).\n{_python_fix(m)}.",
+        )
     if got != want:
         raise ServerNotReadyError(
             f"{python} is Python {got}, but this bundle's wheels are built for Python {want} "
@@ -119,6 +156,14 @@ def check_python(python: str, m: Manifest, got: str | None = None) -> str:
             f"(verl-bundle build --python {got}).",
         )
     return got
+
+
+NO_VERSION = "not running (it reported no version)"  # said of it, never "Python unknown"
+
+
+def shown_version(python: str) -> str:
+    """ "3.10", or NO_VERSION for an interpreter that reports none."""
+    return python_version(python) or NO_VERSION
 
 
 def lock_prefix(target: str) -> Confined:

@@ -8,6 +8,7 @@ import os
 from dataclasses import dataclass
 
 from verl_bundle.airgap.contract.manifest import Manifest
+from verl_bundle.airgap.contract.skip_phases import SkipPhases, skip_phases
 from verl_bundle.airgap.errors import UsageError, exit_table
 
 
@@ -21,7 +22,7 @@ class Options:
     dry_run: bool = False
     skip_doctor: bool = False
     require_gpu: bool = False
-    skip_phases: tuple[str, ...] = ()
+    skip_phases: SkipPhases = ()
     yes: bool = False
     log: str | None = None
     events: str | None = None
@@ -52,11 +53,7 @@ def default_prefix(m: Manifest) -> str | None:
 def options(args: argparse.Namespace, m: Manifest | None) -> Options:
     """The parsed command line as Options; UsageError for a phase the bundle does not have
     or two targets at once."""
-    for name in args.skip_phase:
-        if m is not None and name not in m.phase_names:
-            raise UsageError(
-                f"--skip-phase {name}: no such phase (phases: {' '.join(m.phase_names)})"
-            )
+    chosen = skip_phases(args.skip_phases, m.phase_names if m is not None else None)
     if args.image and args.into_env:
         raise UsageError(
             "--image packs a venv this installer makes (--prefix, the path nodes will mount "
@@ -85,7 +82,7 @@ def options(args: argparse.Namespace, m: Manifest | None) -> Options:
         dry_run=args.dry_run,
         skip_doctor=args.skip_doctor,
         require_gpu=args.require_gpu,
-        skip_phases=tuple(args.skip_phase),
+        skip_phases=chosen,
         yes=args.yes,
         log=args.log,
         events=args.events,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import threading
 from typing import IO, Callable
 
 from verl_bundle.airgap.confined import append_outside
@@ -22,6 +23,7 @@ class Output:
         self._log: IO[str] | None = None
         self.log_path: str | None = None
         self.why = ""  # why the log could not be opened
+        self._lock = threading.RLock()  # a step's heartbeat (a thread) says lines too
 
     def say(self, text: str = "") -> None:
         self._emit(self.stream, text)
@@ -31,6 +33,10 @@ class Output:
             self._emit(sys.stderr, f"install.sh: {line}" if line else "")
 
     def _emit(self, stream: IO[str], text: str) -> None:
+        with self._lock:
+            self._emit_now(stream, text)
+
+    def _emit_now(self, stream: IO[str], text: str) -> None:
         with contextlib.suppress(OSError, ValueError):  # a closed terminal must not stop it
             say(text, stream)
         if self._log is not None:

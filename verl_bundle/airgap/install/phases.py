@@ -3,6 +3,7 @@ real run), the clean-up that makes a rerun always resume, and the logged command
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shlex
@@ -217,13 +218,15 @@ def _differing(
     return bad, sorted(f"{n} {f.version}" for n, f in wanted.items() if n not in have)
 
 
-def differing(m: Manifest, skipped: Sequence[str], paths: dists.SitePaths) -> dict[str, list[str]]:
+def differing(
+    m: Manifest, skip_phases: Sequence[str], paths: dists.SitePaths
+) -> dict[str, list[str]]:
     """--repair: for each phase installed, the distributions whose files (every one hashed
     against its RECORD) or versions differ from the bundle, or that are missing, with why."""
     found = dists.installed(paths)
     out: dict[str, list[str]] = {}
     for phase in m.phase_names:
-        if phase in skipped:
+        if phase in skip_phases:
             continue
         bad, missing = _differing(m, phase, found, True)
         lines = [f"{d.name} {d.version} ({why})" for d, why in bad]
@@ -278,7 +281,8 @@ def run_logged(cmd: Command, log: IO[str], say: Callable[[str], None]) -> int:
         env=cmd.environ(),
     )
     try:
-        _pump(proc.stdout, log, say)
+        with proc.stdout if proc.stdout is not None else contextlib.nullcontext():
+            _pump(proc.stdout, log, say)
         return proc.wait()
     except BaseException:
         # Ctrl-C reached the command too (same process group); let it end on its own

@@ -38,7 +38,7 @@ def dry_run(inst: Installer) -> None:
         )
     try:
         python = envs.choose_python(opts, m, inst.target)
-        got = envs.python_version(python) or "unknown"
+        got = envs.shown_version(python)
         say(f"  python:  {python} is {got} (must be {m.target.python})")
         if opts.bundled_python and m.interpreter is not None:
             unpacked = os.path.isfile(os.path.join(opts.bundled_python, bundled.MARK))
@@ -112,10 +112,10 @@ def dry_run(inst: Installer) -> None:
         else:
             say(f"  5.{i} phase {plan.phase}: {plan.why}")
         say(f"       {packages}")
-    skipped = list(opts.skip_phases)
+    skip_phases = list(opts.skip_phases)
     result = inst.state.path("checks.json")
-    say(f"  6. post-install checks: {inst.postinstall_command(skipped, result).show()}")
-    for item in left_out(m, skipped):  # what leaving phases out means for the verdict
+    say(f"  6. post-install checks: {inst.postinstall_command(skip_phases, result).show()}")
+    for item in left_out(m, skip_phases):  # what leaving phases out means for the verdict
         say(f"     {item.line()}")
     say(f"  7. activate: source {shlex.quote(inst.target + '/bin/activate')}")
     if opts.image:

@@ -1,5 +1,5 @@
 """How an install step is shown and recorded: announced to people (terminal and log) as
-"==> [n/7] ...", timed, and emitted as structured start and end events with its status
+"==> [n/7] ...", a line every 30 s while it runs (airgap/heartbeat.py), timed, and emitted as structured start and end events with its status
 (`--events FILE`, the `--json` result). What each step does is in steps.py.
 """
 
@@ -11,6 +11,7 @@ from typing import Any, Iterator
 
 from verl_bundle.airgap.contract.events import EventLog
 from verl_bundle.airgap.errors import ServerError
+from verl_bundle.airgap.heartbeat import heartbeat
 from verl_bundle.airgap.install.output import Output
 
 STEPS = (
@@ -23,6 +24,8 @@ STEPS = (
     ("done", "done"),
 )
 _NUMBER = {name: i for i, (name, _) in enumerate(STEPS, start=1)}
+# Steps with no heartbeat of their own: "phases" beats per phase (steps.py), "done" is instant.
+_QUIET = ("phases", "done")
 
 
 def heading(step: str, text: str) -> str:
@@ -47,8 +50,14 @@ class Steps:
         self.events.emit("step", step=name, status="start")
         result: dict[str, Any] = {"status": "ok", "detail": ""}
         started = time.monotonic()
+        beat = (
+            contextlib.nullcontext()
+            if name in _QUIET
+            else heartbeat(self.out.say, (text or name).split(",")[0])
+        )
         try:
-            yield result
+            with beat:
+                yield result
         except ServerError as exc:
             self._end(
                 "step", name, "fail", started, exc.message.splitlines()[0] if exc.message else ""

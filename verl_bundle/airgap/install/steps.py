@@ -32,6 +32,7 @@ from verl_bundle.airgap.errors import (
     StepError,
     UsageError,
 )
+from verl_bundle.airgap.heartbeat import heartbeat
 from verl_bundle.airgap.install import bundled
 from verl_bundle.airgap.install import env as envs
 from verl_bundle.airgap.install import phases as ph
@@ -197,17 +198,19 @@ class Installer(Steps):
         with self.step("python") as result:
             py = envs.choose_python(self.opts, self.m, self.target)
             carried = bundled.checked(self.opts, self.m, py)
-            got = envs.python_version(py) or "unknown"
+            got = envs.python_version(py)
             self.out.say(
                 heading(
                     "python",
-                    f"Python: {py} is {got}; this bundle is for Python {self.m.target.python} ({self.m.target.python_tag})",
+                    f"Python: {py} is {got or envs.NO_VERSION}; this bundle is for Python {self.m.target.python} ({self.m.target.python_tag})",
                 )
             )
             if carried:
                 self.out.say(f"    the {carried}: {bundled.why(self.opts, self.m)}")
             envs.check_python(py, self.m, got)
-            result["detail"] = f"{py} is {got}" + (f" ({carried})" if carried else "")
+            result["detail"] = f"{py} is {got or envs.NO_VERSION}" + (
+                f" ({carried})" if carried else ""
+            )
         return py
 
     def doctor(self, python: str) -> None:
@@ -342,9 +345,9 @@ class Installer(Steps):
             if self.checking is not None:
                 self.damaged(self.checking.finish())
             self.state.record_installed({f.name: f.version for f in self.m.installed})
-            skipped = [p.phase for p in plans if p.action == "skip"]
-            result["detail"] = f"skipped: {', '.join(skipped)}" if skipped else ""
-        return skipped
+            skip_phases = [p.phase for p in plans if p.action == "skip"]
+            result["detail"] = f"skipped: {', '.join(skip_phases)}" if skip_phases else ""
+        return skip_phases
 
     def confine(self, paths: Any, tools: envs.Tools) -> None:
         """Before a phase writes into the environment: the links there that lead outside the
@@ -432,7 +435,8 @@ class Installer(Steps):
             self.state.start("pip")
         self.state.start(plan.phase)
         try:
-            self.run_or_fail(plan.phase, plan.command, f"phase-{plan.phase}.log")
+            with heartbeat(self.out.say, f"phase {plan.phase}"):
+                self.run_or_fail(plan.phase, plan.command, f"phase-{plan.phase}.log")
         except (ServerError, KeyboardInterrupt) as exc:
             detail = (
                 "interrupted"
@@ -516,7 +520,7 @@ class Installer(Steps):
                 if name.startswith("uv-cache.old-"):
                     _quietly_remove(state, name)
 
-    def postinstall_command(self, skipped: list[str], result: str) -> ph.Command:
+    def postinstall_command(self, skip_phases: list[str], result: str) -> ph.Command:
         argv = [self.target_py, *ISOLATED, "-c", BOOT, os.path.join(self.opts.bundle, "lib")]
         argv += ["postinstall", "--bundle", self.opts.bundle, "--result", result]
         argv += ["--require-gpu"] if self.opts.require_gpu else []
@@ -525,11 +529,11 @@ class Installer(Steps):
         # every installed file is also checked against its RECORD.
         argv += ["--check-files"] if self.resumed else []
         argv += ["--deep"] if self.dry_run else []
-        for name in skipped:
+        for name in skip_phases:
             argv += ["--skip-phase", name]
         return ph.Command(tuple(argv))
 
-    def postinstall(self, skipped: list[str]) -> Findings:
+    def postinstall(self, skip_phases: list[str]) -> Findings:
         """Post-install's checks, run by the venv's python, read back as typed findings from
         the JSON envelope it writes, and shown here (the verdict is judged from them)."""
         title = STEPS[5][1]
@@ -539,7 +543,7 @@ class Installer(Steps):
             where = self.state.path("checks.json")
             self.state.remove("checks.json")
             self.run_or_fail(
-                "post-install checks", self.postinstall_command(skipped, where), "checks.log"
+                "post-install checks", self.postinstall_command(skip_phases, where), "checks.log"
             )
             found = _read_findings(where)
             if self.opts.quick and self.recipe:
@@ -588,7 +592,7 @@ class Installer(Steps):
         kept = tuple(c for c in found.readiness if c.id != check.id)  # its "not started" too
         return dataclasses.replace(found, readiness=(*kept, check))
 
-    def done(self, skipped: list[str]) -> None:
+    def done(self, skip_phases: list[str]) -> None:
         with self.step("done", f"done: {self.m.name} is installed in {self.target}") as result:
             from verl_bundle.airgap.doctor import fingerprint
 
@@ -604,12 +608,12 @@ class Installer(Steps):
             self.out.say(
                 f"    activate it with:  source {shlex.quote(self.target + '/bin/activate')}"
             )
-            if skipped:
+            if skip_phases:
                 self.out.say(
-                    f"    skipped phases: {', '.join(skipped)} (--skip-phase): their packages "
+                    f"    skipped phases: {', '.join(skip_phases)} (--skip-phase): their packages "
                     "are not installed"
                 )
-                result["detail"] = f"skipped: {', '.join(skipped)}"
+                result["detail"] = f"skipped: {', '.join(skip_phases)}"
             if self.out.log_path:
                 self.out.say(f"    log: {self.out.log_path}")
 
@@ -675,7 +679,7 @@ class Installer(Steps):
                 if exc.code != EXIT_DAMAGED and self.checking is not None:
                     self.damaged(self.checking.finish())
                 raise
-            skipped = self.phases(tools)
+            skip_phases = self.phases(tools)
         except BaseException:
             self.swept()
             raise
@@ -686,9 +690,9 @@ class Installer(Steps):
                 self.early_uv.close()
         self.examined = self.examine()
         try:
-            found = self.postinstall(skipped)
+            found = self.postinstall(skip_phases)
             if found.verdict.code != EXIT_FAILED:  # installed as bundled (ready to train or not)
-                self.done(skipped)
+                self.done(skip_phases)
         finally:
             self.swept()  # before an image packs the prefix: no uv cache left in it
             self.tmp.close()  # nor this run's TMPDIR

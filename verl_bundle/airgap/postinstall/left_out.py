@@ -71,15 +71,15 @@ def needs_of(module: str, verl: str | None, table: dict[str, Any]) -> list[tuple
 
 
 def left_out(
-    m: mf.Manifest, skipped: list[str] | tuple[str, ...], table: dict[str, Any] | None = None
+    m: mf.Manifest, skip_phases: list[str] | tuple[str, ...], table: dict[str, Any] | None = None
 ) -> list[LeftOut]:
     """What each skipped phase leaves out, judged against the whole bundle's readiness plan."""
-    if not skipped:
+    if not skip_phases:
         return []
     table = table or readiness.load_table()
     plan = readiness.plan_for(m, None, table)
     out = []
-    for phase in skipped:
+    for phase in skip_phases:
         packages = tuple(
             dict.fromkeys(f.name for f in m.files_of(phase) if f.kind in ("wheel", "sdist"))
         )

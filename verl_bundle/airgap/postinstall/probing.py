@@ -156,15 +156,15 @@ def run_readiness(
     purpose: str | None = None,
     timeout: float = 1800,
     deep: DryRunRequest | None = None,
-    skipped: Sequence[str] = (),
+    skip_phases: Sequence[str] = (),
 ) -> ReadinessReport:
     """Prove the installed environment of `python` can start the bundle's trainer. The pip
     check (a subprocess of its own) runs while the probe imports. `deep`: then start verl's
     own trainer on a tiny model and dataset (the trainer dry run), when the probe found
-    nothing that already stops it. `skipped`: phases left out of the install, whose missing
+    nothing that already stops it. `skip_phases`: phases left out of the install, whose missing
     modules are said as left out."""
     table = load_table()
-    plan = plan_for(manifest, purpose, table, skipped)
+    plan = plan_for(manifest, purpose, table, skip_phases)
     with ThreadPoolExecutor(max_workers=1) as pool:
         pip = pool.submit(pip_check, python, None, manifest.checks.overrides)
         facts = probe(python, plan, require_gpu, timeout)

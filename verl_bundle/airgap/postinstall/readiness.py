@@ -139,10 +139,10 @@ def plan_for(
     m: mf.Manifest,
     purpose: str | None = None,
     table: dict[str, Any] | None = None,
-    skipped: Sequence[str] = (),
+    skip_phases: Sequence[str] = (),
 ) -> Plan:
     """The modules and config readiness checks for this bundle (and `--purpose`, if given).
-    `m` is the whole bundle: a phase left out (`skipped`) never removes a module the purpose
+    `m` is the whole bundle: a phase left out (`skip_phases`) never removes a module the purpose
     needs; its distributions are named in `left_out`, so that their failed imports say why."""
     table = table or load_table()
     verl = next((f.version for f in m.installed if f.name == "verl"), None)
@@ -165,7 +165,7 @@ def plan_for(
         modules = (*modules, "flash_attn")
     left_out = {
         mf.canonical(f.name): phase
-        for phase in skipped
+        for phase in skip_phases
         for f in m.files_of(phase)
         if f.kind in ("wheel", "sdist")
     }
@@ -203,15 +203,63 @@ Facts = Dict[str, Any]  # what the probe found (probe.py's result)
 _MISSING = re.compile(r"No module named '([^']+)'")
 
 
+# What names a missing distribution in a finding: an import error, or a requirement check's
+# "requires `torch==2.1.2`, but it's not installed" (uv) / "requires torch, not installed".
+_REQUIRED = re.compile(r"requires `?([A-Za-z0-9][A-Za-z0-9._-]*)[^;]*?not installed")
+
+
+def _phase_of(plan: Plan, name: str) -> str | None:
+    """The phase left out that installs `name` (a module or a distribution): by its name, or a
+    distribution named after it ("hydra" -> hydra-core)."""
+    wanted = mf.canonical(name)
+    if wanted in plan.left_out:
+        return plan.left_out[wanted]
+    for dist, phase in sorted(plan.left_out.items()):
+        if dist.startswith(wanted + "-") or dist.endswith("-" + wanted):
+            return phase
+    return None
+
+
 def _left_out(plan: Plan, error: str) -> tuple[str, str] | None:
-    """(the missing module, the phase left out by --skip-phase that installs it) for an import
-    error that misses a distribution of a skipped phase; None otherwise."""
+    """(the missing module or distribution, the phase left out by --skip-phase that installs
+    it) for a failure that misses a distribution of a skipped phase; None otherwise."""
     hit = _MISSING.search(error)
-    if hit is None:
-        return None
-    top = hit.group(1).split(".")[0]
-    phase = plan.left_out.get(mf.canonical(top))
-    return (top, phase) if phase else None
+    names = [hit.group(1).split(".")[0]] if hit else []
+    names += [m.group(1) for m in _REQUIRED.finditer(error)]
+    for name in names:
+        phase = _phase_of(plan, name.split("=")[0])
+        if phase:
+            return name, phase
+    return None
+
+
+def left_out_findings(
+    plan: Plan, installed: Sequence[Check], ready: Sequence[Check]
+) -> tuple[tuple[Check, ...], tuple[Check, ...]]:
+    """(installed, readiness) with every failure that a phase left out on purpose explains
+    said so, in readiness: such a bundle is installed as asked but not ready to train (exit 5,
+    naming the phase and the way back), never a failed step (1) with another fix."""
+    if not plan.left_out:
+        return tuple(installed), tuple(ready)
+
+    def said(check: Check) -> Check | None:
+        missing = _left_out(plan, f"{check.summary} {check.detail}")
+        if check.status != "fail" or missing is None:
+            return None
+        top, phase = missing
+        return Check(
+            check.id,
+            "fail",
+            f"{top} is not installed (phase {phase} was left out)",
+            f"{check.summary}; the bundle's phase {phase} installs {top}",
+            f"run ./install.sh again with the same options but without --skip-phase {phase} "
+            "(it installs only what is missing)",
+            check.subject,
+        )
+
+    moved = [c for c in (said(c) for c in installed) if c is not None]
+    kept = tuple(c for c in installed if said(c) is None)
+    return kept, (*moved, *(said(c) or c for c in ready))
 
 
 def check_imports(plan: Plan, facts: Facts, table: dict[str, Any]) -> list[Check]:

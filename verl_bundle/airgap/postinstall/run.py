@@ -76,14 +76,14 @@ class Findings:
 def run_checks(
     manifest: Manifest,
     require_gpu: bool = False,
-    skipped: Sequence[str] = (),
+    skip_phases: Sequence[str] = (),
     files: bool = False,
     python: str = sys.executable,
     deep: DryRunRequest | None = None,
     uv: str | None = None,
 ) -> Findings:
     """All post-install checks. `manifest` is the whole bundle: the phases left out
-    (`skipped`) are not installed, so their distributions are not asked for, but every module
+    (`skip_phases`) are not installed, so their distributions are not asked for, but every module
     readiness needs is still imported, and one that a skipped phase would have brought makes
     the trainer not ready, saying so. Every heavy import (the profile's checks, readiness's
     trainer modules, torch's build, the GPU smoke test) happens once, in one isolated probe
@@ -92,10 +92,11 @@ def run_checks(
     (dryrun.py), when nothing before it already failed. With `uv` (the bundled one), the
     requirements check is its `uv pip check`, the same run the readiness pip check reads,
     instead of pip's own requirement parser imported here."""
-    m = manifest.without_phases(list(skipped))
+    m = manifest.without_phases(list(skip_phases))
     table = readiness.load_table()
     flash = m.has("flash-attn")  # installed: only then is it called in the GPU smoke test
-    plan = readiness.plan_for(manifest, None, table, skipped) if m.has("verl") else None
+    # The whole bundle's verl: a phase left out that holds it leaves a trainer that cannot start.
+    plan = readiness.plan_for(manifest, None, table, skip_phases) if manifest.has("verl") else None
     asked = (
         dataclasses.replace(plan, flash_attn=flash)
         if plan
@@ -135,7 +136,8 @@ def run_checks(
     if plan is None or pipped is None:
         return Findings(tuple(found), tuple(gpu))
     report = readiness.report(manifest, plan, facts, pipped, table, run.unlisted_check(facts))
-    ready = report.checks + tuple(gpu)
+    kept, ready = readiness.left_out_findings(plan, found, report.checks + tuple(gpu))
+    found = list(kept)
     if deep is not None:
         before = (*found, *ready)
         ready += tuple(run.dry_run_checks(python, plan, facts, before, deep))

@@ -5,6 +5,7 @@ the licences, the signer, the lock's hash, and what changed since the bundle app
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +42,9 @@ class Inspection:
     base: str | None = None  # the bundle compared with (--base)
     changes: tuple[Change, ...] = ()
     base_release: int | None = None  # the release of the bundle compared with
+    # When the bundle was written here (UTC): its file's time. Not in the manifest, so that
+    # one lock builds the same tarball byte for byte; the manifest's `created` is the lock's.
+    written: str = ""
 
     @property
     def manifest(self) -> mf.Manifest:
@@ -91,4 +95,18 @@ def inspect(path: Path, base: Path | None = None, allowed: Path | None = None) -
         base=old.manifest.name if old else None,
         changes=changes(old.manifest, m) if old else (),
         base_release=old.manifest.release if old else None,
+        written=written(path, opened),
     )
+
+
+def written(path: Path, opened: Opened) -> str:
+    """The time the bundle's file was written (the tarball, its first volume, or a directory's
+    manifest.json), as YYYY-MM-DDThh:mm:ssZ; "" when it cannot be read."""
+    where = opened.volumes[0] if opened.volumes else opened.tarball or path
+    if where.is_dir():
+        where = next(where.rglob(mf.MANIFEST), where)
+    try:
+        when = where.stat().st_mtime
+    except OSError:
+        return ""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))

@@ -83,6 +83,7 @@ def inspect_json(i: Inspection) -> dict[str, Any]:
             "glibc": m.target.glibc,
         },
         "created": m.created,
+        "written": i.written or None,
         "created_by": m.created_by,
         "release": m.release,
         "lock_sha256": i.lock_sha256,
@@ -136,7 +137,8 @@ def inspect_text(i: Inspection) -> str:
         f"target:    Python {t.python} ({t.python_tag}), {t.platform}, CUDA {t.cuda}"
         + (f", glibc >= {t.glibc}" if t.glibc else "")
     )
-    lines.append(f"made:      {m.created or '?'} by {m.created_by or '?'}")
+    lines.append(f"written:   {i.written or '?'} by {m.created_by or '?'} (the bundle file's time)")
+    lines.append(f"locked:    {m.created or '?'} (when the lock was resolved)")
     release = f"release:   {m.release or '(none: built before release numbers)'}"
     if i.base_release is not None:
         older = m.release < i.base_release

@@ -31,11 +31,25 @@ def profiles_text(profiles: list[Profile]) -> str:
         lines.append(f"{p.name:<{width}}  {p.cuda:<5}  {p.python:<6}  {p.description}")
         limit = f"; known limit: {p.readiness.limit}" if p.readiness.limit else ""
         lines.append(f"{'':<{width}}  ready for: {p.readiness.purpose}{limit}")
+        lines.append(f"{'':<{width}}  needs: {_needs(p)}")
     return "\n".join(lines)
+
+
+def _needs(p: Profile) -> str:
+    """What a build of `p` must reach: only the default index, or which locations more."""
+    from verl_bundle.profile.mirrors import needs, only_default_index
+    from verl_bundle.profile.model import DEFAULT_INDEX
+
+    if only_default_index(p):
+        return "only the default index"
+    more = [n.name for n in needs(p) if n.required and n.name != DEFAULT_INDEX]
+    return f"the default index and {', '.join(more)} (`profiles show {p.name} --mirrors`)"
 
 
 def profile_sources(p: Profile) -> dict[str, Any]:
     """Where a profile's files come from, and whether it needs more than the default index."""
+    from verl_bundle.profile.mirrors import only_default_index
+
     used: dict[str, list[str]] = {}
     for pkg, loc in sorted(p.bindings.items()):
         used.setdefault(loc, []).append(pkg)
@@ -51,6 +65,7 @@ def profile_sources(p: Profile) -> dict[str, Any]:
         },
         "needs_extra_index": bool(indexes),
         "needs_release_assets": any(a.fallback == "error" for a in p.artifacts),
+        "default_index_only": only_default_index(p),
         "uses_release_assets": bool(assets),
         "lock": str(p.lock) if p.lock else None,
     }
