@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import List, Optional, Tuple
 
 from verl_bundle.airgap.contract import manifest as mf
 from verl_bundle.airgap.verify import delta, signature, volumes
@@ -30,19 +29,19 @@ class Checked:
     report: Report
     signer: str = ""
     signed: str = ""
-    notes: Tuple[str, ...] = field(default=())
+    notes: tuple[str, ...] = field(default=())
 
     @property
     def ok(self) -> bool:
         return self.report.ok
 
     @property
-    def problems(self) -> List[str]:
+    def problems(self) -> list[str]:
         """One line per problem: 'PATH: what'."""
         return [p.line() for p in self.report.problems]
 
 
-def volume_set(path: str) -> Optional[Tuple[str, List[str]]]:
+def volume_set(path: str) -> tuple[str, list[str]] | None:
     """(the joined tarball's name, its volumes in join order) when `path` names a volume set:
     its list or one of its volumes, or the joined name with volumes beside it, and no tarball
     of that name; None otherwise (a directory, a tarball)."""
@@ -57,7 +56,7 @@ def volume_set(path: str) -> Optional[Tuple[str, List[str]]]:
     return (joined, found) if found or path != joined else None
 
 
-def _left_to_base(report: Report, path: str) -> List[str]:
+def _left_to_base(report: Report, path: str) -> list[str]:
     """A delta's omitted files, which the full check reports missing, taken out of the report
     (they are not damage); the note that says so. The manifest is the one the check read (a
     tarball's from its single read)."""
@@ -82,7 +81,7 @@ def _left_to_base(report: Report, path: str) -> List[str]:
     ]
 
 
-def check(path: str, allowed_signers: Optional[str] = None) -> Checked:
+def check(path: str, allowed_signers: str | None = None) -> Checked:
     """Every file of the bundle at `path` (see the module's docstring); the signature first
     when `allowed_signers` is given (a refusal is then the only problem)."""
     split = volume_set(path)
