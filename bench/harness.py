@@ -1,8 +1,13 @@
 """Running contenders side by side and reporting medians, ratios and targets.
 
-Every benchmark measures two or more contenders the same number of times, interleaved (ABBA
-order, so that a slow drift of the machine does not favour one side), and reports the median
-of each and the ratios it promises, as a small table or as JSON.
+Every benchmark measures two or more contenders the same number of times (5 by default),
+interleaved (ABBA order: sample i of every contender is taken next to sample i of the others,
+so each ratio is a median over adjacent pairs, and a slow drift of the machine favours no
+side), and reports every sample raw, wall and CPU seconds (getrusage of the children), the load
+average before and after each, and the ratios it promises: the median of the paired ratios and
+their range, in wall and in CPU seconds, as a small table or as JSON. `--hogs` measures every
+contender a second time with two CPU hogs (`yes >/dev/null`) running, started and killed here;
+`drop_page_cache` gives a contender a cold page cache for the files it reads.
 """
 
 from __future__ import annotations
@@ -67,6 +72,7 @@ class Options:
     python: str  # the interpreter of the target Python (PYTHON), a real path
     keep: bool
     before: Path | None = None  # a checkout of older code, for a side-by-side "before" row
+    hogs: bool = False  # every contender also measured with two CPU hogs running
 
 
 @dataclass(frozen=True)
@@ -114,23 +120,37 @@ class Comparison:
     figure shown for information (the ratio to the familiar, weaker baseline)."""
 
     label: str
-    value: float
+    value: float  # a ratio: the median of the paired ratios (sample i over sample i)
     unit: str  # "x" for ratios
     limit: float | None
     # A ratio's range over the runs: sample i of one side over sample i of the other (the
     # two ran next to each other in ABBA order, so under about the same load).
     low: float | None = None
     high: float | None = None
+    # The same ratio in CPU seconds (user + system of each side's processes), where both sides
+    # have them: a busy machine stretches wall times far more than CPU times.
+    cpu: float | None = None
+    cpu_low: float | None = None
+    cpu_high: float | None = None
 
     @property
     def passed(self) -> bool:
-        return self.limit is None or self.value <= self.limit
+        """Within the limit in wall time and, where measured, in CPU time."""
+        if self.limit is None:
+            return True
+        return self.value <= self.limit and (self.cpu is None or self.cpu <= self.limit)
 
     @property
     def spread(self) -> str:
         if self.low is None or self.high is None:
             return "-"
         return f"{num(self.low, self.unit).rstrip('x')}-{num(self.high, self.unit)}"
+
+    @property
+    def cpu_spread(self) -> str:
+        if self.cpu is None or self.cpu_low is None or self.cpu_high is None:
+            return "-"
+        return f"{self.cpu:.2f}x ({self.cpu_low:.2f}-{self.cpu_high:.2f}x)"
 
 
 @dataclass(frozen=True)
@@ -188,7 +208,9 @@ def find_target_python() -> str:
 
 def parser(description: str | None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description)
-    p.add_argument("--runs", type=int, default=3, help="timed runs of each contender (default 3)")
+    p.add_argument(
+        "--runs", type=int, default=5, help="timed runs of each contender (default 5: 5 pairs)"
+    )
     p.add_argument(
         "--size",
         type=parse_size,
@@ -211,7 +233,12 @@ def parser(description: str | None) -> argparse.ArgumentParser:
         metavar="DIR",
         help="also run the build with the verl_bundle package found in DIR (older code, e.g. "
         "`git archive COMMIT verl_bundle profiles templates | tar x -C DIR`), side by side "
-        "(cold_build)",
+        "(cold_build, verify, warm_rebuild)",
+    )
+    p.add_argument(
+        "--hogs",
+        action="store_true",
+        help="also measure every contender with two CPU hogs (`yes >/dev/null`) running",
     )
     return p
 
@@ -242,6 +269,7 @@ def options(args: argparse.Namespace) -> Options:
         args.python or find_target_python(),
         args.keep,
         args.before.resolve() if args.before else None,
+        args.hogs,
     )
 
 
@@ -367,6 +395,75 @@ def paired(contenders: list[Contender], *names: str) -> list[Contender]:
     return [pinned(c, core) for c in contenders if c.name in names]
 
 
+HOGS = 2  # CPU hogs beside a hogged contender: a busy 2-core machine's other work
+
+
+def hogged(c: Contender, hogs: int = HOGS) -> Contender:
+    """A twin of `c` measured while `hogs` CPU hogs (`yes >/dev/null`) run, started after its
+    preparation and killed before its cleanup; their CPU is not counted as the contender's."""
+    running: list[subprocess.Popen[bytes]] = []
+
+    def prepare() -> None:
+        c.prepare()
+        running.extend(
+            subprocess.Popen(["yes"], stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+            for _ in range(hogs)
+        )
+
+    def cleanup() -> None:
+        while running:
+            proc = running.pop()
+            proc.kill()
+            proc.wait()
+        c.cleanup()
+
+    return Contender(
+        f"{c.name} [{hogs} hogs]",
+        f"{c.command}  # with {hogs} x `yes >/dev/null` running",
+        c.measure,
+        prepare,
+        cleanup,
+        c.unit,
+    )
+
+
+def with_hogs(contenders: list[Contender], opts: Options) -> list[Contender]:
+    """The contenders, and with --hogs each one's hogged twin after them."""
+    return contenders + ([hogged(c) for c in contenders] if opts.hogs else [])
+
+
+def drop_page_cache(*paths: Path) -> None:
+    """Give the next reader of these files (each file under a directory) a cold page cache:
+    written back first (os.sync), then dropped with posix_fadvise(POSIX_FADV_DONTNEED), which
+    needs no root and leaves the rest of the machine's cache alone."""
+    os.sync()
+    for path in paths:
+        files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
+        for f in files:
+            fd = os.open(f, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
+def cold(c: Contender, *paths: Path) -> Contender:
+    """A twin of `c` that finds `paths` out of the page cache (see drop_page_cache)."""
+
+    def prepare() -> None:
+        c.prepare()
+        drop_page_cache(*paths)
+
+    return Contender(
+        f"{c.name} (cold cache)",
+        f"{c.command}  # page cache dropped first",
+        c.measure,
+        prepare,
+        c.cleanup,
+        c.unit,
+    )
+
+
 def _children_cpu() -> float:
     """CPU seconds of every child process waited for so far (getrusage: user + system)."""
     used = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -389,14 +486,15 @@ def interleave(contenders: list[Contender], runs: int, progress: TextIO | None) 
                 with suppress(Exception):  # the failure to report is the measure's
                     c.cleanup()
                 raise
+            # CPU read before the cleanup: what it waits for (the hogs) is not the contender's.
+            c.cpu.append(_children_cpu() - before)
             c.loads.append((load, load_average()))
             c.cleanup()
             c.samples.append(value)
-            c.cpu.append(_children_cpu() - before)
             if progress is not None:
                 print(
                     f"  run {i + 1}/{runs}  {c.name:<34} {value:8.2f} {c.unit}  "
-                    f"(load {load:.1f} -> {c.loads[-1][1]:.1f})",
+                    f"cpu {c.cpu[-1]:.2f} s  (load {load:.1f} -> {c.loads[-1][1]:.1f})",
                     file=progress,
                 )
 
@@ -408,15 +506,26 @@ def measured(contenders: list[Contender]) -> tuple[Measured, ...]:
     )
 
 
+def _paired(a: Sequence[float], b: Sequence[float]) -> list[float]:
+    return [x / y for x, y in zip(a, b, strict=True) if y > 0]
+
+
 def ratio(label: str, a: Measured, b: Measured, limit: float | None) -> Comparison:
-    paired = [x / y for x, y in zip(a.samples, b.samples, strict=True) if y > 0]
+    """a/b as the median of the paired ratios (sample i of each ran next to the other's), in
+    wall time and, where both sides have them in seconds, in CPU time."""
+    wall = _paired(a.samples, b.samples) or [a.median / b.median]
+    both_cpu = a.unit == b.unit == "s" and len(a.cpu) == len(b.cpu) == len(a.samples)
+    cpu = _paired(a.cpu, b.cpu) if both_cpu else []
     return Comparison(
         label,
-        a.median / b.median,
+        statistics.median(wall),
         "x",
         limit,
-        min(paired, default=None),
-        max(paired, default=None),
+        min(wall),
+        max(wall),
+        statistics.median(cpu) if cpu else None,
+        min(cpu, default=None),
+        max(cpu, default=None),
     )
 
 
@@ -507,18 +616,21 @@ def render_text(report: Report) -> str:
         lines.append(f"     [{m.name}] {m.command}")
     width = max(len(m.name) for m in report.measured)
     width = max([width, *(len(c.label) for c in report.comparisons)])
-    lines.append(f"   {'':<{width}}  {'median':>10}   {'cpu':>8}   {'load':>14}   samples")
+    lines.append(
+        f"   {'':<{width}}  {'median':>10}   {'cpu':>8}   {'load':>14}   samples (wall; cpu)"
+    )
     for m in report.measured:
         samples = " ".join(num(s, m.unit).split()[0] for s in m.samples)
         cpu = f"{m.cpu_median:.2f} s" if m.cpu_median is not None and m.unit == "s" else "-"
+        cpus = f"; {' '.join(f'{x:.2f}' for x in m.cpu)}" if cpu != "-" else ""
         lines.append(
             f"   {m.name:<{width}}  {num(m.median, m.unit):>10}   {cpu:>8}   {m.load:>14}   "
-            f"[{samples}]"
+            f"[{samples}{cpus}]"
         )
     for c in report.comparisons:
         lines.append(
             f"   {c.label:<{width}}  {num(c.value, c.unit):>10}   range {c.spread}   "
-            f"target {target(c)}  {verdict(c)}"
+            f"cpu {c.cpu_spread}   target {target(c)}  {verdict(c)}"
         )
     lines += [f"   note: {n}" for n in report.notes]
     return "\n".join(lines)

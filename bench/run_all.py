@@ -22,6 +22,7 @@ if __package__ in (None, ""):  # run as `python bench/run_all.py`
 from bench import cold_build, harness, install, peak_memory, startup, verify, warm_rebuild
 from bench.harness import BenchError, Options, Report
 
+START_LOAD = os.getloadavg()  # the machine's load when the run began (1, 5, 15 minutes)
 BENCHES: dict[str, Callable[[Options, TextIO | None], Report]] = {
     "cold_build": cold_build.bench,
     "warm_rebuild": warm_rebuild.bench,
@@ -43,6 +44,7 @@ def summary(reports: list[Report], size: int, runs: int) -> str:
     runs, then every ratio with its range over the runs: against the strongest baseline (with
     its target: PASS or MISS) and the familiar one (info)."""
     lines = [
+        f"Load average at the start {' '.join(f'{x:.1f}' for x in START_LOAD)}.",
         f"Synthetic stack of {size / 1e9:g} GB (peak_memory: also "
         f"{peak_memory.GROWTH * size / 1e9:g} GB), median and range of {runs} run(s) in ABBA "
         f"order, 127.0.0.1 index; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
@@ -60,13 +62,13 @@ def summary(reports: list[Report], size: int, runs: int) -> str:
         ]
     lines += [
         "",
-        "| benchmark | ratio | measured | range | target | result |",
-        "|---|---|---:|---:|---:|---|",
+        "| benchmark | ratio (median of pairs) | wall | range | CPU (range) | target | result |",
+        "|---|---|---:|---:|---:|---:|---|",
     ]
     for r in reports:
         lines += [
             f"| {r.bench} | {c.label} | {harness.num(c.value, c.unit)} | {c.spread} | "
-            f"{harness.target(c)} | {harness.verdict(c, long=False)} |"
+            f"{c.cpu_spread} | {harness.target(c)} | {harness.verdict(c, long=False)} |"
             for c in r.comparisons
         ]
     return "\n".join(lines)

@@ -5,12 +5,14 @@ The rebuild is timed from a lock (`--lock FILE`, from `verl-bundle lock`) and re
 of the same files into one file is the disk/copy limit (info). Every contender runs once
 untimed first, so the page cache is warm for all (and the build has written this layout
 before). Neither the build nor tar fsyncs its output.
-The build hashes every cached file against the lock's sha256 (a damaged cache never ships),
-on every core, while the kernel copies it (copy_file_range); the tarball's .sha256 comes from
-the earlier build that hashed the same bytes (same layout, same files by hash).
-Target: the rebuild with a lock at most 1.1x tar's time.
+The build hashes every cached file against the lock's sha256 (a damaged cache never ships)
+from the same read that copies it into the tarball; the tarball's .sha256 comes from the
+earlier build that hashed the same bytes (same layout, same files by hash). The "(cold cache)"
+rows drop the cached wheels (ours) and the wheel files (tar's) from the page cache before each
+run. `--before DIR` adds the rebuild with older code.
+Target: the rebuild with a lock at most 1.1x tar's time, in wall and in CPU seconds.
 
-    python bench/warm_rebuild.py [--runs N] [--size 1G] [--json]
+    python bench/warm_rebuild.py [--runs N] [--size 1G] [--json] [--hogs] [--before DIR]
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ def bench(opts: Options, progress: TextIO | None) -> Report:
             f"xargs -0 cat > {shlex.quote(str(out / 'all.bin'))}",
         ]
         # The same work as ours by standard tools: tar writes the files while OpenSSL hashes
-        # each of them (ours checks every cached file against the lock while the kernel copies).
+        # each of them (ours checks every cached file against the lock as it copies it).
         files = shlex.quote(str(stack.index))
         floor_cmd = [
             "bash",
@@ -106,9 +108,18 @@ def bench(opts: Options, progress: TextIO | None) -> Report:
                 lambda: harness.run(floor_cmd, log),
             ),
         ]
-        # ours hashes the cached files on every core while the kernel copies, tar copies on
-        # one: the pair again with both on one core.
-        contenders += harness.paired(contenders, contenders[0].name, contenders[2].name)
+        if opts.before is not None:
+            # The same command with older code first on the path (the module, not the script;
+            # from the work directory, since `-m` puts the current one first on the path).
+            old_cmd = [sys.executable, "-m", "verl_bundle", *lock_cmd[len(harness.verl_bundle()) :]]
+            old_env = dict(env, PYTHONPATH=str(opts.before))
+            contenders.append(
+                Contender(
+                    f"build --lock (warm), code in {opts.before.name}",
+                    harness.show(old_cmd, old_env),
+                    lambda: harness.run(old_cmd, log, old_env, cwd=work),
+                )
+            )
         for c in contenders:
             c.prepare = lambda: harness.fresh(out)
             c.cleanup = lambda: harness.remove(out)
@@ -116,9 +127,50 @@ def bench(opts: Options, progress: TextIO | None) -> Report:
             c.prepare()
             c.measure()
             c.cleanup()
+        # The same with the wheels out of the page cache before each run (read from disk).
+        contenders += [
+            harness.cold(contenders[0], cache),
+            harness.cold(contenders[2], stack.index),
+            *(harness.cold(c, cache) for c in contenders[5:6]),
+        ]
+        # ours hashes as it copies on two threads, tar copies on one: the pair again with both
+        # on one core.
+        contenders += harness.paired(contenders, contenders[0].name, contenders[2].name)
+        contenders = harness.with_hogs(contenders, opts)
         harness.interleave(contenders, opts.runs, progress)
     results = harness.measured(contenders)
+    by = {m.name: m for m in results}
     lock_m, resolve_m, tar_m, cat_m, floor_m = results[:5]
+    extra = [
+        harness.ratio(
+            "ratio build --lock/tar, cold cache",
+            by["build --lock (warm) (cold cache)"],
+            by["tar cf (cold cache)"],
+            TARGET,
+        )
+    ]
+    if opts.before is not None:
+        old = f"build --lock (warm), code in {opts.before.name}"
+        extra += [
+            harness.ratio("ratio build --lock before/tar", by[old], tar_m, None),
+            harness.ratio("ratio build --lock/build --lock before", lock_m, by[old], None),
+            harness.ratio(
+                "ratio build --lock before/tar, cold cache",
+                by[f"{old} (cold cache)"],
+                by["tar cf (cold cache)"],
+                None,
+            ),
+        ]
+    if opts.hogs:
+        extra.append(
+            harness.ratio(
+                "ratio build --lock/tar, 2 hogs",
+                by["build --lock (warm) [2 hogs]"],
+                by["tar cf [2 hogs]"],
+                TARGET,
+            )
+        )
+    pinned = [m for m in results if "[core " in m.name]
     return Report(
         bench="warm_rebuild",
         title="warm rebuild vs tar cf",
@@ -130,7 +182,8 @@ def bench(opts: Options, progress: TextIO | None) -> Report:
             harness.ratio("ratio build resolving/tar", resolve_m, tar_m, TARGET_RESOLVING),
             harness.ratio("ratio build --lock/cat", lock_m, cat_m, None),
             harness.ratio("ratio build --lock/tar + openssl at once", lock_m, floor_m, None),
-            *harness.paired_ratios("ratio build --lock/tar", results[5:]),
+            *extra,
+            *harness.paired_ratios("ratio build --lock/tar", pinned),
         ),
     )
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -18,7 +20,7 @@ from support.shared import Value
 
 from verl_bundle.airgap.contract import manifest as mf
 from verl_bundle.airgap.install import base as completion
-from verl_bundle.airgap.verify.bundle import verify_dir
+from verl_bundle.airgap.verify.bundle import verify, verify_dir
 
 EINOPS = "wheels/einops-1.1.0-py3-none-any.whl"
 
@@ -107,6 +109,34 @@ def test_host_verify_takes_the_delta_as_intact(delta: tuple[Path, dict[str, obje
     proc = verl_bundle("verify", str(delta[0]))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "left to the base" in proc.stderr
+
+
+def test_the_servers_verify_is_the_hosts_on_a_delta_tarball(
+    pinned_pair: Pair, delta: tuple[Path, dict[str, object]]
+) -> None:
+    """One verify (airgap/verify/check.py) on both sides: the server's takes a delta's tarball
+    as intact too (it used to call every file left to the base missing), with the same count."""
+    tarball = delta[0]
+    host = verl_bundle("verify", "--json", str(tarball))
+    assert host.returncode == 0, host.stdout + host.stderr
+    server = subprocess.run(
+        [sys.executable, "-I", "-m", "verl_bundle.airgap", "verify", "--json", str(tarball)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert server.returncode == 0, server.stdout + server.stderr
+    checked = result(host)["checked"]
+    on_server = json.loads(server.stdout)["result"]
+    assert on_server["checked"] == checked and on_server["problems"] == []
+    # the files left to the base are not counted as checked, on either side
+    with tarfile.open(tarball) as tf:
+        top = tf.getmembers()[0].name.split("/")[0]
+        manifest = tf.extractfile(f"{top}/{mf.MANIFEST}")
+        assert manifest is not None
+        m = mf.loads(manifest.read().decode())
+    assert m.delta is not None and m.delta.omitted
+    assert checked == verify(str(pinned_pair.new)).checked - len(m.delta.omitted)
 
 
 def test_delta_and_old_directory_install_what_the_full_bundle_installs(

@@ -115,8 +115,11 @@ def test_a_tree_is_built_by_its_own_build_system_with_the_forks_module(tmp_path:
     assert "src/verl/fork_pkg/mod.py" in note and "has no __init__.py" in note
     assert made.source.kind == "tree" and made.source.origin == str(tree)
     assert made.source.tree_sha256 == tree_sha256(tree, tree_state(tree).files)
-    # Stored in the download cache under its own hash, where the fetch stage looks.
-    assert Cache(tmp_path / "cache").lookup(made.wheel.sha256) is not None
+    # Stored in the download cache under its own hash, where the fetch stage looks: the wheel
+    # built into the cache is linked there, not written a second time.
+    blob = Cache(tmp_path / "cache").lookup(made.wheel.sha256)
+    assert blob is not None and blob != made.wheel.path
+    assert blob.stat().st_ino == made.wheel.path.stat().st_ino
 
 
 def test_the_tree_hash_follows_content_and_mode_not_place(tmp_path: Path) -> None:
@@ -177,6 +180,10 @@ def test_a_wheel_and_an_sdist_file(tmp_path: Path) -> None:
     made = builder(tmp_path).make("verl", WheelFile(wheel))
     assert made.version == "0.9.1" and made.source.kind == "wheel"
     assert made.wheel.path == wheel
+    # The user's own wheel is copied into the cache (a rebuild may rewrite it in place).
+    blob = Cache(tmp_path / "cache").lookup(made.wheel.sha256)
+    assert blob is not None and blob.read_bytes() == wheel.read_bytes()
+    assert blob.stat().st_ino != wheel.stat().st_ino
     sdist = build_sdist(tmp_path / "s", "verl", "0.9.2", modules={"verl": "", "verl/mine": ""})
     made = builder(tmp_path).make("verl", SdistFile(sdist))
     assert made.version == "0.9.2" and made.source.kind == "sdist"

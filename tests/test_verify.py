@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import gzip
 import shutil
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -152,3 +154,23 @@ def test_a_sha256sums_line_damaged_in_its_separator_names_sha256sums(
     problems = {p.path: p.what for p in report.problems}
     assert "SHA256SUMS" in problems, report.problems
     assert "is not '<sha256>  <path>'" in problems["SHA256SUMS"]
+
+
+def test_a_tarballs_own_sha256_named_checks_the_tarball_on_both_sides(
+    built_bundle: Built, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`verify NAME.tar.sha256` beside its tarball is the tarball's check (one verify,
+    airgap/verify/check.py): not a damaged tar (the host's answer before), nor a one-volume set
+    (the server's)."""
+    sidecar = f"{built_bundle[0]}.sha256"
+    host = run(["verify", sidecar], capsys)
+    assert host.code == 0, host.out + host.err
+    assert host.out.strip().splitlines()[-1].endswith("files match SHA256SUMS and the manifest")
+    server = subprocess.run(
+        [sys.executable, "-I", "-m", "verl_bundle.airgap", "verify", sidecar],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert server.returncode == 0, server.stdout + server.stderr
+    assert server.stdout.strip().splitlines()[-1] == host.out.strip().splitlines()[-1]

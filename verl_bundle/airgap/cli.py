@@ -78,10 +78,10 @@ def _verify(args: argparse.Namespace) -> int:
     lines = [f"FAILED: {p}" for p in found.problems]
     if found.signed:
         lines.insert(0, f"signed: {found.signed}")
-    what = found.what or "files match SHA256SUMS and the manifest"
-    v = of_verify(found.problems, f"OK: {found.checked} {what}")
+    report = found.report
+    v = of_verify(found.problems, f"OK: {report.checked} {report.what}")
     lines.append(v.line)
-    result = {"path": found.subject, "checked": found.checked, "problems": found.problems}
+    result = {"path": report.subject, "checked": report.checked, "problems": found.problems}
     result["signed_by"] = found.signer
     render.show("verify", v.ok, result, "\n".join(lines), args.json, v)
     return v.code

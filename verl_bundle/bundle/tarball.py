@@ -4,8 +4,9 @@ optionally compressed, under a hidden temporary name renamed only when complete 
 Every cached file is hashed once against the lock's sha256 (in the download that fetched it, or
 while it is copied), so a damaged cache blob is caught before the tarball gets its final name.
 The tarball's own .sha256 is hashed while it is written, or, when an earlier build already
-hashed the very same bytes (same layout, same files by hash), taken from the `DigestMemo`; the
-payload is then copied by the kernel (bundle/tarstream.py).
+hashed the very same bytes (same layout, same files by hash), taken from the `DigestMemo`; either
+way each cached file is read once, and hashed and written from that one read
+(bundle/tarstream.py).
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from verl_bundle.bundle.tarstream import (
     MTIME,
     Copied,
     HashingWriter,
-    copy,
     layout,
     recipe,
     stream,
@@ -287,8 +287,9 @@ def _write_whole(
     writer: HashingWriter | None = None
     try:
         with tmp.open("wb") as raw:
-            if known is not None:
-                copied = copy(pieces, raw.fileno(), reporter)
+            if known is not None:  # the same bytes as before: only the cached files hashed
+                copied = stream(pieces, raw, reporter)
+                raw.flush()
                 digest, size = known, os.fstat(raw.fileno()).st_size
             else:
                 writer = HashingWriter(raw)

@@ -1,19 +1,16 @@
-"""The tarball's bytes: its layout (pax headers, data, padding, in order) and the two ways of
+"""The tarball's bytes: its layout (pax headers, data, padding, in order) and the one way of
 writing it.
 
-- `stream`: every payload byte is read once into memory and written; a thread hashes the whole
-  output for the tarball's .sha256 (the caller's `HashingWriter`), another hashes each cached
-  file against the lock's sha256. A file fetched and hashed in this very run (`Entry.verified`)
-  is not hashed a second time.
-- `copy`: for a tarball whose digest is known already (`recipe` names the exact bytes the layout
-  makes, and an earlier build hashed those bytes): the kernel copies the payload
-  (copy_file_range), while every core hashes the cached files against the lock, each from the
-  same open file the copy reads. No check is dropped: every cached file is still hashed once.
+`stream`: every payload byte is read once into memory, and that same buffer is written out and
+hashed: a thread hashes each cached file against the lock's sha256 as it goes by (a file fetched
+and hashed in this very run, `Entry.verified`, is not hashed a second time), and, unless an
+earlier build hashed the exact same bytes (`recipe` names them), the caller's `HashingWriter`
+hashes the whole output for the tarball's .sha256 on another. No check is dropped on a warm
+rebuild: every cached file is still hashed once, from the read that copies it.
 """
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import io
 import os
@@ -21,7 +18,6 @@ import queue
 import tarfile
 import threading
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -30,7 +26,6 @@ from verl_bundle.bundle.entries import Entry
 from verl_bundle.progress import Reporter
 
 CHUNK = 1 << 20  # reads: large enough for hashlib to release the GIL, small enough for the caches
-COPY_STEP = 64 << 20  # one copy_file_range call at most, so progress moves
 QUEUED = 8  # chunks waiting per hashing thread: memory stays at a few MiB
 # Files in a bundle get one fixed time, so that the same inputs give the same tarball.
 MTIME = int(os.environ.get("SOURCE_DATE_EPOCH", "315619200"))  # 1980-01-02
@@ -212,93 +207,3 @@ def _stream_file(
     if files is not None:
         files.cut()
     return had
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def _hash_fd(fd: int, size: int) -> tuple[int, str]:
-    """(bytes the open file has, sha256 of its first `size` bytes), read with pread so that
-    the copy may use the same file at once; closes `fd`."""
-    try:
-        had = os.fstat(fd).st_size
-        h = hashlib.sha256()
-        offset = 0
-        while offset < size and (data := os.pread(fd, min(CHUNK, size - offset), offset)):
-            h.update(data)
-            offset += len(data)
-        return had, h.hexdigest()
-    finally:
-        os.close(fd)
-
-
-def _copy_fd(src: int, dst: int, size: int, reporter: Reporter, handle: object) -> int:
-    """Copy up to `size` bytes from the start of `src` to `dst`'s position, in the kernel
-    where it can (copy_file_range, else sendfile, else read and write); bytes copied."""
-    done = 0
-    kernel = True
-    while done < size:
-        step = min(COPY_STEP, size - done)
-        n = 0
-        if kernel:
-            try:
-                n = os.copy_file_range(src, dst, step, done)
-            except OSError as exc:
-                if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
-                    raise
-                kernel = False
-        if not kernel:
-            data = os.pread(src, min(CHUNK, step), done)
-            _write_all(dst, data)
-            n = len(data)
-        if n == 0:
-            break
-        done += n
-        reporter.advance(handle, n)
-    return done
-
-
-def copy(pieces: Sequence[Piece], fd: int, reporter: Reporter) -> list[Copied]:
-    """Write the pieces to the file `fd`: made bytes written, cached files copied by the kernel
-    while a pool of threads (one per core) hashes each file that was not verified in this run.
-    Cache blobs are never written in place (a download is renamed into place when complete),
-    and the hash and the copy read the same open file, so the bytes hashed are the bytes
-    copied."""
-    workers = max(1, min(4, os.cpu_count() or 1))
-    handle = reporter.start("writing bundle", sum(p.size for p in pieces if isinstance(p, Entry)))
-    results: list[tuple[Entry, int, Future[tuple[int, str]] | None]] = []
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        try:
-            for p in pieces:
-                if isinstance(p, bytes):
-                    _write_all(fd, p)
-                    continue
-                assert p.source is not None  # noqa: S101 - an Entry has data or a source
-                try:
-                    src = os.open(p.source, os.O_RDONLY)
-                except FileNotFoundError:
-                    _write_all(fd, b"\0" * p.size)
-                    results.append((p, -1, None))
-                    continue
-                try:
-                    check = None if p.verified else pool.submit(_hash_fd, os.dup(src), p.size)
-                    copied = _copy_fd(src, fd, p.size, reporter, handle)
-                    had = os.fstat(src).st_size
-                finally:
-                    os.close(src)
-                if copied < p.size:
-                    _write_all(fd, b"\0" * (p.size - copied))
-                results.append((p, had, check))
-        finally:
-            reporter.done(handle)
-    out = []
-    for e, had, check in results:
-        if check is None:
-            out.append(Copied(e, had, None))
-        else:
-            had, digest = check.result()
-            out.append(Copied(e, had, digest))
-    return out

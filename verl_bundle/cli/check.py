@@ -40,16 +40,17 @@ def verify_cmd(
     each missing or altered file (or volume), or the signature's refusal."""
     import dataclasses
 
-    from verl_bundle.bundle.verify import check
+    from verl_bundle.airgap.verify.check import check
     from verl_bundle.cli.render import results as render
     from verl_bundle.progress import reporter, step
 
     if not path.exists() and not path.with_name(path.name + ".000").exists():
         raise UsageError(f"{path}: no such file or directory")
     with reporter(quiet=json_out) as rep, step(rep, f"verifying {path.name}"):
-        checked = check(path, allowed_signers)  # a minute for a 4.6 GB bundle: never silent
-    shown = render.verify(checked.report)
-    show(ctx, dataclasses.replace(shown, notes=checked.notes), json_out)
+        # a minute for a 4.6 GB bundle: never silent
+        checked = check(str(path), str(allowed_signers) if allowed_signers is not None else None)
+    notes = ((checked.signed,) if checked.signed else ()) + checked.notes
+    show(ctx, dataclasses.replace(render.verify(checked.report), notes=notes), json_out)
 
 
 def inspect_cmd(

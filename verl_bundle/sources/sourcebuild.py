@@ -144,14 +144,11 @@ class SourceBuilder:
         return BuiltSource(name, str(version), wheel, source, _requires(wheel.path))
 
     def _store(self, path: Path) -> BuiltWheel:
-        """A copy of the wheel in the download cache's blob store, where the fetch stage looks
-        it up by hash; the wheel returned is `path` (uv takes it by its file name)."""
+        """The wheel in the download cache's blob store, where the fetch stage looks it up by
+        hash; the wheel returned is `path` (uv takes it by its file name)."""
         sha = sha256_file(path)
         if self.cache.lookup(sha) is None:
-            fd, tmp = tempfile.mkstemp(prefix=".adopt-", dir=self.cache.root)
-            os.close(fd)
-            shutil.copyfile(path, tmp)
-            self.cache.store(Path(tmp), sha)
+            self.cache.store(_adopted(path, self.cache.root), sha)
         return BuiltWheel(path, path.name, sha, path.stat().st_size)
 
     # -- trees ---------------------------------------------------------------------------------
@@ -462,6 +459,25 @@ def tree_sha256(root: Path, files: Iterable[str]) -> str:
             digest = sha256_file(path)
         h.update(f"{rel}\0{mode}\0{digest}\n".encode())
     return h.hexdigest()
+
+
+def _adopted(path: Path, root: Path) -> Path:
+    """`path` under a hidden new name in the cache `root`, for `Cache.store` to rename. A wheel
+    the cache itself holds (built here, under root) is hard-linked: the cache never writes a
+    file in place, so both names keep the same bytes, written once. Anything else (the user's
+    own wheel, which a rebuild may rewrite in place), or a link the filesystem refuses, is
+    copied."""
+    fd, tmp = tempfile.mkstemp(prefix=".adopt-", dir=root)
+    os.close(fd)
+    if path.resolve().is_relative_to(root.resolve()):
+        os.unlink(tmp)
+        try:
+            os.link(path, tmp)
+            return Path(tmp)
+        except OSError:
+            pass  # another filesystem, or one without hard links: copied below
+    shutil.copyfile(path, tmp)
+    return Path(tmp)
 
 
 def copy_tree(root: Path, files: Iterable[str], dest: Path) -> None:

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 
 from verl_bundle.airgap.contract import manifest as mf
 from verl_bundle.airgap.contract.hashing import sha256_file
-from verl_bundle.airgap.verify.served import STATE as FETCH_STATE
 from verl_bundle.airgap.verify.tarread import (
     Keep,
     Problem,
@@ -152,6 +151,10 @@ def _judge(
 def scan(root: str, problems: list[Problem]) -> tuple[dict[str, str], dict[str, str]]:
     """Every regular file under `root` (bundle path -> full path), and the text of the two
     lists; a symbolic link is a problem (a bundle holds none)."""
+    # Here, not at the top: served.py brings http.client and urllib, which a tarball's check
+    # (most of verify's runs) never needs.
+    from verl_bundle.airgap.verify.served import STATE as FETCH_STATE
+
     texts: dict[str, str] = {}
     files: dict[str, str] = {}
     for dirpath, dirnames, filenames in os.walk(root):

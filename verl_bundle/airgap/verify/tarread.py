@@ -3,13 +3,13 @@ SHA256SUMS and manifest.json, and the whole file's sha256 for the .sha256 beside
 
 A plain tarball is read in large reads (headers found by seeking first) by one thread, while
 two others hash: one each member, one the whole file (only when a .sha256 is there), so both
-digests come from one read and both cores hash. Compressed tarballs are read as a stream.
+digests, and the bytes of the members kept (the two lists), come from one read of each byte
+and both cores hash. Compressed tarballs are read as a stream.
 Unsafe members (absolute paths, '..', links, devices, a name twice) and damage become problems.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import posixpath
 import queue
@@ -128,10 +128,10 @@ def _check_members(
 
 def _plain_tar(path: str, problems: list[Problem], hash_whole: bool, keep: Keep) -> Read | None:
     """An uncompressed tarball: headers read by seeking, then one pass of large reads; each
-    member's bytes go to one hashing thread, the whole file to another when asked. Returns
-    (member digests, the kept members' bytes, whole digest) or None when the tar is damaged
-    (the problem is in the report). The kept members are read again after the pass, each
-    checked against the digest the pass took of it (a file changed meanwhile is damage)."""
+    member's bytes go to one hashing thread, the whole file to another when asked, and the
+    kept members' bytes are copied from the same buffers (so the bytes kept are the bytes
+    hashed). Returns (member digests, the kept members' bytes, whole digest) or None when the
+    tar is damaged (the problem is in the report)."""
     base = os.path.basename(path)
     with tarfile.open(path, "r:") as tf:
         members = tf.getmembers()
@@ -150,8 +150,8 @@ def _plain_tar(path: str, problems: list[Problem], hash_whole: bool, keep: Keep)
     members_hasher = _Hasher(len(files))
     whole = _Hasher(1) if hash_whole else None
     leftover = False
-    wanted = [rel for rel, _ in files if (keep or lists)(rel)]
-    index = {rel: i for i, (rel, _) in enumerate(files)}
+    wanted = keep or lists
+    kept: dict[int, list[bytes]] = {i: [] for i, (rel, _) in enumerate(files) if wanted(rel)}
     try:
         with open(path, "rb", buffering=0) as raw:
             pos, k = 0, 0  # k: the first member whose data may still lie ahead
@@ -169,6 +169,8 @@ def _plain_tar(path: str, problems: list[Problem], hash_whole: bool, keep: Keep)
                     lo, hi = max(spans[j][0], pos), min(spans[j][1], stop)
                     if lo < hi:
                         work.append((j, view[lo - pos : hi - pos]))
+                        if j in kept:
+                            kept[j].append(bytes(view[lo - pos : hi - pos]))
                     if spans[j][1] <= stop:
                         k = j + 1
                     j += 1
@@ -191,15 +193,7 @@ def _plain_tar(path: str, problems: list[Problem], hash_whole: bool, keep: Keep)
         )
         return None
     actual = {rel: digests[i] for i, (rel, _) in enumerate(files)}
-    texts: dict[str, bytes] = {}
-    with open(path, "rb") as fh:
-        for rel in wanted:
-            m = files[index[rel]][1]
-            fh.seek(m.offset_data)
-            texts[rel] = fh.read(m.size)
-            if hashlib.sha256(texts[rel]).hexdigest() != actual[rel]:
-                problems.append(Problem(rel, "changed while it was read; copy the bundle again"))
-                return None
+    texts = {files[i][0]: b"".join(parts) for i, parts in kept.items()}
     return actual, texts, whole_hex or ""
 
 
