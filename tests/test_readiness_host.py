@@ -55,7 +55,7 @@ def _our_wheel(out: Path) -> Path:
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    return next(out.glob("verl_bundle-*.whl"))
+    return next(out.glob("verl_offline_bundle-*.whl"))
 
 
 def test_a_pip_installed_verl_bundle_checks_the_environment_not_itself(tmp_path: Path) -> None:

@@ -385,6 +385,7 @@ TRAINER = (
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # two Slurm jobs, each waiting for its nodes, as its Ray siblings
 def test_every_node_runs_preflight_in_ray_mode_before_ray_starts(
     slurm: Slurm, tmp_path: Path, node_tmp: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
