@@ -25,7 +25,9 @@ from support.slurm import Slurm, lint, started
 
 # One Slurm for the module and a Ray cluster on fixed ports: with every other test that starts
 # Slurm, on one xdist worker (make test runs with --dist loadgroup).
-pytestmark = pytest.mark.xdist_group("slurm")
+# Every test here waits for a Ray head the script gives 300 s to start on a loaded node (and
+# its retries): the test's limit is for a hang, above the script's own bounds.
+pytestmark = [pytest.mark.xdist_group("slurm"), pytest.mark.timeout(900)]
 REPO = Path(__file__).resolve().parents[1]
 
 # The tiny job, as a recipe of verl's would be (`python -m recipe.tiny.main_tiny`, its Hydra
@@ -180,9 +182,13 @@ def submit(
             env=env,
             capture_output=True,
             text=True,
-            timeout=900,
+            timeout=840,  # under the test's 900 s, so that a hang fails with the job's lines
             check=False,
         )
+    except subprocess.TimeoutExpired:
+        logs = "".join(p.read_text(errors="replace") for p in sorted(tmp.glob("verl-ray-*.out")))
+        slurm.run("scancel", "--full", "-p", "test", timeout=30)
+        pytest.fail(f"the job did not end within 840 s; its output:\n{logs[-4000:]}")
     finally:
         _stop_leftovers(node_tmp)
 
@@ -222,7 +228,6 @@ def write_ray(tmp: Path, capsys: pytest.CaptureFixture[str], *extra: str, nodes:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)  # Ray's start-up on a loaded 2-core machine (retried, with the load said)
 def test_a_real_two_node_ray_cluster_in_token_mode_runs_a_recipe_in_each_nodes_venv(
     slurm: Slurm, tmp_path: Path, node_tmp: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -267,7 +272,6 @@ def test_a_real_two_node_ray_cluster_in_token_mode_runs_a_recipe_in_each_nodes_v
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)  # Ray's start-up on a loaded 2-core machine (retried, with the load said)
 def test_two_ray_jobs_on_one_node_do_not_collide(
     slurm: Slurm, tmp_path: Path, node_tmp: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -385,7 +389,6 @@ TRAINER = (
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)  # two Slurm jobs, each waiting for its nodes, as its Ray siblings
 def test_every_node_runs_preflight_in_ray_mode_before_ray_starts(
     slurm: Slurm, tmp_path: Path, node_tmp: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -138,6 +138,9 @@ def started(root: Path) -> Iterator[Slurm]:
     try:
         yield cluster
     finally:
+        # A job a timed-out test left is cancelled, and what it started (its slurmstepd, its
+        # steps, their Ray) is stopped: nothing of this Slurm outlives it.
+        cluster.run("scancel", "--full", "--quiet", "-p", "test", timeout=30)
         for p in procs:
             p.terminate()
         for p in procs:
@@ -146,6 +149,19 @@ def started(root: Path) -> Iterator[Slurm]:
             except subprocess.TimeoutExpired:
                 p.kill()
         _stop(ours)
+        _kill_started_by(conf)
+
+
+def _kill_started_by(conf: Path) -> None:
+    """SIGKILL every process that carries SLURM_CONF=conf in its environment (slurmd hands it
+    to each slurmstepd and job): those this Slurm started, and nothing else on the machine."""
+    mark = f"SLURM_CONF={conf}".encode()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        with contextlib.suppress(OSError):
+            if mark in (proc / "environ").read_bytes().split(b"\0"):
+                os.kill(int(proc.name), 9)
 
 
 def _munged_running() -> bool:
