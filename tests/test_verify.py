@@ -14,7 +14,7 @@ import pytest
 from conftest import NAME
 from support.cli import run
 
-from verl_bundle.airgap.verify.bundle import verify
+from verl_bundle.airgap.verify.bundle import verify, verify_tar
 
 Built = tuple[Path, Path, dict[str, object]]
 
@@ -165,7 +165,11 @@ def test_a_tarballs_own_sha256_named_checks_the_tarball_on_both_sides(
     sidecar = f"{built_bundle[0]}.sha256"
     host = run(["verify", sidecar], capsys)
     assert host.code == 0, host.out + host.err
-    assert host.out.strip().splitlines()[-1].endswith("files match SHA256SUMS and the manifest")
+    assert (
+        host.out.strip()
+        .splitlines()[-1]
+        .endswith("files match SHA256SUMS and the manifest, through the tarball's .sha256")
+    )
     server = subprocess.run(
         [sys.executable, "-I", "-m", "verl_bundle.airgap", "verify", sidecar],
         capture_output=True,
@@ -174,3 +178,72 @@ def test_a_tarballs_own_sha256_named_checks_the_tarball_on_both_sides(
     )
     assert server.returncode == 0, server.stdout + server.stderr
     assert server.stdout.strip().splitlines()[-1] == host.out.strip().splitlines()[-1]
+
+
+def _sidecar(tarball: Path) -> None:
+    import hashlib
+
+    digest = hashlib.sha256(tarball.read_bytes()).hexdigest()
+    (tarball.parent / f"{tarball.name}.sha256").write_text(f"{digest}  {tarball.name}\n")
+
+
+def test_a_tarball_that_matches_its_sha256_is_hashed_whole_and_each_file_on_request(
+    built_bundle: Built, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With a .sha256 that matches, the whole tarball is the evidence (each byte hashed once)
+    and the line says so; --each-file hashes every member too, on both sides. A tarball whose
+    member differs from SHA256SUMS, with a .sha256 made for it (not a build's), passes the
+    whole-file check and is named by --each-file: what the default proves is said, not more."""
+    tarball = str(built_bundle[0])
+    whole, each = verify(tarball), verify_tar(tarball, members=True)
+    assert whole.ok and each.ok and whole.checked == each.checked
+    assert whole.what.endswith("through the tarball's .sha256") and "through" not in each.what
+    copy = _copy(built_bundle, tmp_path)
+    wheel = next((copy / "wheels").glob("*.whl"))
+    wheel.write_bytes(wheel.read_bytes() + b"\0")
+    odd = _tar(copy, tmp_path / "odd.tar")
+    _sidecar(odd)
+    assert verify(str(odd)).ok  # the whole matches: the tarball is the one its .sha256 names
+    for argv in (
+        ["verify", "--each-file", str(odd)],
+        [sys.executable, "-I", "-m", "verl_bundle.airgap", "verify", "--each-file", str(odd)],
+    ):
+        if argv[0] == "verify":
+            result = run(argv, capsys)
+            code, out = result.code, result.out
+        else:
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+            code, out = proc.returncode, proc.stdout
+        assert code == 3, out
+        assert f"FAILED: wheels/{wheel.name}: altered: sha256" in out, out
+
+
+def test_a_whole_match_with_a_member_sha256sums_does_not_list_hashes_each_member(
+    built_bundle: Built, tmp_path: Path
+) -> None:
+    """The whole-file shortcut holds only when SHA256SUMS lists every member: a planted file
+    (its .sha256 made anew) sends the check member by member, and the file is named."""
+    copy = _copy(built_bundle, tmp_path)
+    (copy / "lib" / "sitecustomize.py").write_text("import os\n")
+    planted = _tar(copy, tmp_path / "planted.tar")
+    _sidecar(planted)
+    report = verify(str(planted))
+    assert report.extra == ["lib/sitecustomize.py"] and not report.ok
+    assert "through" not in report.what
+
+
+def test_a_tarball_that_does_not_match_its_sha256_names_the_changed_file(
+    built_bundle: Built, tmp_path: Path
+) -> None:
+    """The whole does not match: a second read hashes each member and names the one that
+    changed, beside the .sha256's own line."""
+    data = bytearray(built_bundle[0].read_bytes())
+    with tarfile.open(built_bundle[0]) as tf:
+        member = next(m for m in tf.getmembers() if m.name.endswith(".whl") and m.size)
+    data[member.offset_data] ^= 1
+    bad = tmp_path / built_bundle[0].name
+    bad.write_bytes(bytes(data))
+    shutil.copy(f"{built_bundle[0]}.sha256", f"{bad}.sha256")
+    report = verify(str(bad))
+    rel = member.name.split("/", 1)[1]
+    assert sorted(p.path for p in report.problems) == sorted([bad.name, rel]), report.problems

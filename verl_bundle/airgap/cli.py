@@ -62,6 +62,12 @@ def _bundle(path: str, command: str) -> Any:
     return load(root)
 
 
+EACH_FILE = (
+    "hash every file of a tarball too, when it matches its .sha256 (by default the whole file is "
+    "hashed, each byte once: its members are the bytes the build hashed against the lock)"
+)
+
+
 def _verify(args: argparse.Namespace) -> int:
     from verl_bundle.airgap.verify import check
 
@@ -74,7 +80,7 @@ def _verify(args: argparse.Namespace) -> int:
 
     say(f"verifying {args.path} ...")
     with heartbeat(say, "verify"):
-        found = check.check(args.path, args.allowed_signers)
+        found = check.check(args.path, args.allowed_signers, args.each_file)
     lines = [f"FAILED: {p}" for p in found.problems]
     if found.signed:
         lines.insert(0, f"signed: {found.signed}")
@@ -369,6 +375,7 @@ def parser() -> Parser:
         "tools first (ssh-keygen -Y verify of NAME.tar.sha256.sig, then sha256sum -c "
         "NAME.tar.sha256), or with the installed verl-bundle-verify",
     )
+    p.add_argument("--each-file", action="store_true", help=EACH_FILE)
     p.add_argument("--json", action="store_true", help="print the versioned JSON envelope")
 
     p = command("doctor", _doctor, "check this server against the bundle's needs")

@@ -31,6 +31,16 @@ def verify_cmd(
             metavar="FILE",
         ),
     ] = None,
+    each_file: Annotated[
+        bool,
+        typer.Option(
+            "--each-file",
+            help="Hash every file of a tarball too, when it matches its .sha256. By default the "
+            "whole tarball is hashed, each byte once: its members are then the bytes the build "
+            "hashed against the lock; a tarball that does not match is hashed file by file "
+            "anyway, to name what changed.",
+        ),
+    ] = False,
     json_out: Json = False,
 ) -> None:
     """Recheck every file of a bundle against its manifest and SHA256SUMS.
@@ -48,7 +58,8 @@ def verify_cmd(
         raise UsageError(f"{path}: no such file or directory")
     with reporter(quiet=json_out) as rep, step(rep, f"verifying {path.name}"):
         # a minute for a 4.6 GB bundle: never silent
-        checked = check(str(path), str(allowed_signers) if allowed_signers is not None else None)
+        signers = str(allowed_signers) if allowed_signers is not None else None
+        checked = check(str(path), signers, each_file)
     notes = ((checked.signed,) if checked.signed else ()) + checked.notes
     show(ctx, dataclasses.replace(render.verify(checked.report), notes=notes), json_out)
 

@@ -5,9 +5,10 @@ that matches the manifest but not SHA256SUMS means SHA256SUMS itself was altered
 neither lists (a planted lib/sitecustomize.py, a __pycache__/*.pyc) is a problem too: a bundle
 holds only what it lists, and the installer refuses to run code it does not.
 
-Reads are large and every byte is hashed once per question: in a directory each file once, by
-as many threads as there are cores; a tarball is read once by airgap/verify/tarread.py, each member
-hashed on one thread while another hashes the whole file for its .sha256.
+Reads are large and every byte is hashed once: in a directory each file once, by as many
+threads as there are cores; a tarball is read once by airgap/verify/tarread.py, hashed whole
+when a .sha256 is beside it (its members then are the bytes the build hashed), else member by
+member; only a tarball that does not match its .sha256 is read again, to name the file.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from verl_bundle.airgap.contract.hashing import sha256_file
 from verl_bundle.airgap.verify.tarread import (
     Keep,
     Problem,
+    is_plain,
     read_tarball,
     sidecar,
     unsafe_member,
@@ -194,16 +196,43 @@ def verify_dir(path: str) -> Report:
     return report
 
 
-def verify_tar(path: str, expected: str | None = None, keep: Keep = None) -> Report:
+# What `checked` counts when the tarball was hashed whole (each byte once) and matched.
+BY_WHOLE = "files match SHA256SUMS and the manifest, through the tarball's .sha256"
+
+
+def verify_tar(
+    path: str, expected: str | None = None, keep: Keep = None, members: bool = False
+) -> Report:
     """Check a tarball without extracting it (plain, gzip, or zstd through the zstd command):
     the whole file against `expected` (default: the sha256 its .sha256 beside it names), every
-    member against both lists. `keep`: members whose bytes go into `report.kept`."""
+    member against both lists. `keep`: members whose bytes go into `report.kept`.
+
+    A plain tarball with an expected sha256 is hashed whole, each byte once (the members'
+    headers, names and lists are still checked): when the whole matches, the tarball is byte
+    for byte the one the build wrote, whose every member it hashed against the lock, so each
+    member's digest is its SHA256SUMS line. When it does not, a second read hashes each member,
+    to name the file that changed. `members=True` hashes them in the first read anyway."""
     report = Report(path)
     base = os.path.basename(path)
     if expected is None:
         expected = sidecar(path)
+    whole_only = expected is not None and not members
     try:
-        done = read_tarball(path, report.problems, expected is not None, keep)
+        whole_only = whole_only and is_plain(path)
+        done = read_tarball(path, report.problems, expected is not None, keep, not whole_only)
+        if (
+            done is not None
+            and expected is not None
+            and whole_only
+            and not _implied(done, expected)
+        ):
+            # Not the tarball built (or a member its SHA256SUMS does not list): each member
+            # hashed, to name what differs; the header problems are found again.
+            whole_hex = done[2]
+            report.problems.clear()
+            done = read_tarball(path, report.problems, False, keep)
+            done = done and (done[0], done[1], whole_hex)
+            whole_only = False
     except FileNotFoundError as exc:
         report.problems.append(Problem(base, f"cannot read it ({exc})"))
         return report
@@ -214,10 +243,23 @@ def verify_tar(path: str, expected: str | None = None, keep: Keep = None) -> Rep
         return report
     actual, kept, whole_hex = done
     report.kept = kept
+    texts = decoded(kept)
+    if whole_only:  # the whole matched: each member is what SHA256SUMS lists for it
+        sums = parse_sums(texts[SUMS])
+        actual = {rel: sums[rel] for rel in actual if rel != SUMS}
+        report.what = BY_WHOLE
     if expected is not None and expected != whole_hex:
         report.problems.append(Problem(base, f"does not match {base}.sha256"))
-    judge(report, actual, decoded(kept))
+    judge(report, actual, texts)
     return report
+
+
+def _implied(done: tuple[dict[str, str], dict[str, bytes], str], expected: str) -> bool:
+    """The whole matched its .sha256 and SHA256SUMS lists every member: each member's digest
+    is then its line there."""
+    actual, kept, whole_hex = done
+    sums = parse_sums(decoded(kept).get(SUMS, ""))
+    return whole_hex == expected and all(rel in sums for rel in actual if rel != SUMS)
 
 
 def decoded(kept: dict[str, bytes]) -> dict[str, str]:

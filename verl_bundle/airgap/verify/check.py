@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from verl_bundle.airgap.contract import manifest as mf
 from verl_bundle.airgap.verify import delta, signature, volumes
-from verl_bundle.airgap.verify.bundle import Problem, Report, verify
+from verl_bundle.airgap.verify.bundle import Problem, Report, verify, verify_tar
 
 VOLUMES_MATCH = "volumes match their list"
 
@@ -81,9 +81,11 @@ def _left_to_base(report: Report, path: str) -> list[str]:
     ]
 
 
-def check(path: str, allowed_signers: str | None = None) -> Checked:
+def check(path: str, allowed_signers: str | None = None, each_file: bool = False) -> Checked:
     """Every file of the bundle at `path` (see the module's docstring); the signature first
-    when `allowed_signers` is given (a refusal is then the only problem)."""
+    when `allowed_signers` is given (a refusal is then the only problem). A tarball that
+    matches its .sha256 is hashed whole (bundle.verify_tar), or member by member as well with
+    `each_file`."""
     split = volume_set(path)
     signer, said = "", ""
     if allowed_signers:
@@ -106,5 +108,5 @@ def check(path: str, allowed_signers: str | None = None) -> Checked:
         return Checked(report, signer, said, (note,))
     if path.endswith(".sha256") and os.path.isfile(path[: -len(".sha256")]):
         path = path[: -len(".sha256")]  # a tarball's own .sha256 named: the tarball checked
-    report = verify(path)
+    report = verify_tar(path, members=True) if each_file and os.path.isfile(path) else verify(path)
     return Checked(report, signer, said, tuple(_left_to_base(report, path)))

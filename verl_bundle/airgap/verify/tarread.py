@@ -4,7 +4,8 @@ SHA256SUMS and manifest.json, and the whole file's sha256 for the .sha256 beside
 A plain tarball is read in large reads (headers found by seeking first) by one thread, while
 two others hash: one each member, one the whole file (only when a .sha256 is there), so both
 digests, and the bytes of the members kept (the two lists), come from one read of each byte
-and both cores hash. Compressed tarballs are read as a stream.
+and both cores hash. Or, asked for the whole file alone (`members=False`: verify with a .sha256,
+bundle.py), one thread hashes each byte once. Compressed tarballs are read as a stream.
 Unsafe members (absolute paths, '..', links, devices, a name twice) and damage become problems.
 """
 
@@ -126,12 +127,15 @@ def _check_members(
     return files, top or ""
 
 
-def _plain_tar(path: str, problems: list[Problem], hash_whole: bool, keep: Keep) -> Read | None:
+def _plain_tar(
+    path: str, problems: list[Problem], hash_whole: bool, keep: Keep, each: bool = True
+) -> Read | None:
     """An uncompressed tarball: headers read by seeking, then one pass of large reads; each
     member's bytes go to one hashing thread, the whole file to another when asked, and the
     kept members' bytes are copied from the same buffers (so the bytes kept are the bytes
     hashed). Returns (member digests, the kept members' bytes, whole digest) or None when the
-    tar is damaged (the problem is in the report)."""
+    tar is damaged (the problem is in the report). `each=False`: the members are not
+    hashed (each digest is ""), the whole file only: one hash of each byte."""
     base = os.path.basename(path)
     with tarfile.open(path, "r:") as tf:
         members = tf.getmembers()
@@ -147,7 +151,7 @@ def _plain_tar(path: str, problems: list[Problem], hash_whole: bool, keep: Keep)
         )
         return None
     spans = [(m.offset_data, m.offset_data + m.size) for _, m in files]
-    members_hasher = _Hasher(len(files))
+    members_hasher = _Hasher(len(files) if each else 0)
     whole = _Hasher(1) if hash_whole else None
     leftover = False
     wanted = keep or lists
@@ -168,7 +172,8 @@ def _plain_tar(path: str, problems: list[Problem], hash_whole: bool, keep: Keep)
                 while j < len(spans) and spans[j][0] < stop:
                     lo, hi = max(spans[j][0], pos), min(spans[j][1], stop)
                     if lo < hi:
-                        work.append((j, view[lo - pos : hi - pos]))
+                        if each:
+                            work.append((j, view[lo - pos : hi - pos]))
                         if j in kept:
                             kept[j].append(bytes(view[lo - pos : hi - pos]))
                     if spans[j][1] <= stop:
@@ -192,7 +197,7 @@ def _plain_tar(path: str, problems: list[Problem], hash_whole: bool, keep: Keep)
             )
         )
         return None
-    actual = {rel: digests[i] for i, (rel, _) in enumerate(files)}
+    actual = {rel: digests[i] if each else "" for i, (rel, _) in enumerate(files)}
     texts = {files[i][0]: b"".join(parts) for i, parts in kept.items()}
     return actual, texts, whole_hex or ""
 
@@ -265,14 +270,26 @@ def _gzip_tar(path: str, problems: list[Problem], keep: Keep) -> Read | None:
     return actual, texts, raw.hexdigest()
 
 
+def is_plain(path: str) -> bool:
+    """An uncompressed tarball (not gzip, not zstd), by its first bytes."""
+    with open(path, "rb") as fh:
+        magic = fh.read(4)
+    return magic != ZSTD and magic[:2] != GZIP
+
+
 def read_tarball(
-    path: str, problems: list[Problem], hash_whole: bool | None = None, keep: Keep = None
+    path: str,
+    problems: list[Problem],
+    hash_whole: bool | None = None,
+    keep: Keep = None,
+    members: bool = True,
 ) -> Read | None:
     """Read a tarball by its content (plain, gzip, or zstd through the zstd command); None
     when it is damaged (the problem is in `problems`). `hash_whole`: also the whole file's
     sha256 (default: when a .sha256 is beside it); `keep`: the members whose bytes to return
-    (default: the two lists). Raises OSError, tarfile.TarError and EOFError for a file that
-    cannot be read as a tarball at all."""
+    (default: the two lists); `members=False` (a plain tarball, with hash_whole): the whole
+    file hashed alone, each member's digest "". Raises OSError, tarfile.TarError and EOFError
+    for a file that cannot be read as a tarball at all."""
     whole = sidecar(path) is not None if hash_whole is None else hash_whole
     with open(path, "rb") as fh:
         magic = fh.read(4)
@@ -280,4 +297,4 @@ def read_tarball(
         return _zstd_tar(path, problems, whole, keep)
     if magic[:2] == GZIP:
         return _gzip_tar(path, problems, keep)
-    return _plain_tar(path, problems, whole, keep)
+    return _plain_tar(path, problems, whole, keep, members or not whole)
