@@ -36,7 +36,9 @@ from verl_bundle.profile.sources import Git
 from verl_bundle.profile.target import Target
 from verl_bundle.progress import Reporter
 from verl_bundle.resolve import resolver
+from verl_bundle.resolve.artifacts import apply_artifacts
 from verl_bundle.resolve.lock import LOCAL, Lock, LockedFile, now
+from verl_bundle.resolve.uvcompile import Candidate, resolve
 from verl_bundle.sources.sourcebuild import BuiltSource, SourceBuilder
 from verl_bundle.uvcmd import run_uv
 
@@ -228,10 +230,10 @@ def lock_from_uv(
     files = project_files(spec.path.parent) if spec.path else dict(verl.project)
     project = read_project(files, where)
     pins = selected(export(project, spec.extras, where, downloader), target)
-    chosen: dict[str, resolver.Candidate] = {}
+    chosen: dict[str, Candidate] = {}
     built: dict[str, BuiltSource] = {"verl": verl}
     wanted_from_index: dict[str, str] = {}  # name -> version, taken from the default index
-    hashless: dict[str, tuple[str, resolver.Candidate]] = {}  # name -> (index, candidate)
+    hashless: dict[str, tuple[str, Candidate]] = {}  # name -> (index, candidate)
     indexes = project.indexes
     for pin in pins:
         record = project.record(pin.name, pin.version)
@@ -290,7 +292,7 @@ def lock_from_uv(
     bootstrap = {canonicalize_name(Requirement(r).name) for r in profile.bootstrap}
     for name in bootstrap:
         chosen.setdefault(name, side[name])
-    server = resolver._server_builds(profile, chosen)
+    server = resolver.server_builds(profile, chosen)
     # A server build's build requirements join the stack (installed before it, --no-build-
     # isolation): those the lock lacks (flash-attn's `wheel`) from the default index, held to
     # the versions the lock has.
@@ -302,8 +304,8 @@ def lock_from_uv(
         more = _from_default_index(profile, target, {}, downloader, absent, held)
         for req in absent:
             chosen[_name(req)] = more[_name(req)]
-    chosen = resolver._complete(chosen, downloader)
-    packages = tuple(resolver._classify(profile, c, server) for c in chosen.values())
+    chosen = resolver.complete(chosen, downloader)
+    packages = tuple(resolver.classify(profile, c, server) for c in chosen.values())
     locations = {
         name: loc.url or ""
         for name, loc in sorted(profile.locations.items())
@@ -339,11 +341,9 @@ def _git_of(pin: Pin, source: Mapping[str, Any]) -> Git:
     return Git(base or (pin.git.url if pin.git else ""), commit, asked)
 
 
-def _local(made: BuiltSource) -> resolver.Candidate:
+def _local(made: BuiltSource) -> Candidate:
     w = made.wheel
-    return resolver.Candidate(
-        made.name, made.version, LockedFile(w.filename, "", w.sha256, w.size), LOCAL
-    )
+    return Candidate(made.name, made.version, LockedFile(w.filename, "", w.sha256, w.size), LOCAL)
 
 
 def _filename(url: str) -> str:
@@ -352,7 +352,7 @@ def _filename(url: str) -> str:
 
 def _from_record(
     name: str, version: str, record: Mapping[str, Any], target: Target, location: str, where: str
-) -> resolver.Candidate:
+) -> Candidate:
     """The lock's best file for the target (a wheel, else its sdist)."""
     best: tuple[int, Mapping[str, Any]] | None = None
     for wheel in record.get("wheels", []):
@@ -368,7 +368,7 @@ def _from_record(
     digest = str(entry.get("hash", ""))
     sha = digest.removeprefix("sha256:") if digest.startswith("sha256:") else ""
     file = LockedFile(_filename(entry["url"]), str(entry["url"]), sha, entry.get("size"))
-    return resolver.Candidate(name, version, file, location)
+    return Candidate(name, version, file, location)
 
 
 def _name(requirement: str) -> str:
@@ -382,7 +382,7 @@ def _from_default_index(
     downloader: Downloader,
     more: Sequence[str] = (),
     held: Sequence[str] = (),
-) -> dict[str, resolver.Candidate]:
+) -> dict[str, Candidate]:
     """`name==version` for each wanted package (and `more` requirements, with `held` as
     constraints) and the profile's bootstrap, resolved on the default index alone, with the
     profile's static metadata for what cannot be built."""
@@ -396,7 +396,7 @@ def _from_default_index(
         artifacts=(),
         uv_lock=None,
     )
-    return resolver._resolve(alone, target, None, (), downloader)
+    return resolve(alone, target, None, (), downloader)
 
 
 def _hashless(
@@ -404,11 +404,11 @@ def _hashless(
     target: Target,
     name: str,
     index: str,
-    cand: resolver.Candidate,
-    fallback: resolver.Candidate | None,
+    cand: Candidate,
+    fallback: Candidate | None,
     downloader: Downloader,
     reporter: Reporter,
-) -> resolver.Candidate:
+) -> Candidate:
     """A file the lock names without a hash (verl's wheelhouse): the profile's artifacts for
     it in order, else the lock's own URL; hashed as it is downloaded. Where none is there:
     the default index's sdist for the profile's source build, else one line."""
@@ -421,7 +421,7 @@ def _hashless(
     else:
         arts = [replace(a, fallback="resolved") for a in arts]
         start = {name: fallback}
-    got = resolver._apply_artifacts(profile, target, start, downloader, reporter, arts)
+    got = apply_artifacts(profile, target, start, downloader, reporter, arts)
     return got[name]
 
 
