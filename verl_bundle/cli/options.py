@@ -295,7 +295,7 @@ class StackOptions:
         if self.verl is not None:
             chosen = chosen.with_verl(self.verl)
         if self.from_lock is not None:
-            from verl_bundle.resolve.uvlock import with_from_lock
+            from verl_bundle.resolve.uvproject import with_from_lock
 
             chosen = with_from_lock(chosen, self.from_lock, self.extras, self.verl is not None)
         elif self.extras:

@@ -178,7 +178,7 @@ def _candidates(
         location = profile.bindings.get(name, DEFAULT_INDEX)
         best: tuple[int, Mapping[str, Any]] | None = None
         for wheel in raw.get("wheels", []):
-            filename = wheel.get("name") or _filename(wheel["url"])
+            filename = wheel.get("name") or filename_of(wheel["url"])
             rank = target.wheel_rank(filename)
             if rank is not None and (best is None or rank < best[0]):
                 best = (rank, wheel)
@@ -195,7 +195,7 @@ def _candidates(
         sha = entry.get("hashes", {}).get("sha256", "")
         try:
             filename = plain_filename(
-                entry.get("name") or _filename(url), f"{name}: the index's file name"
+                entry.get("name") or filename_of(url), f"{name}: the index's file name"
             )
         except UnsafeNameError as exc:
             raise ResolutionError(
@@ -213,7 +213,7 @@ def _archive(name: str, raw: Mapping[str, Any]) -> Candidate:
     hash; the lock records its source (resolve/local.py), the fetch stage finds it by hash."""
     archive = raw["archive"]
     where = str(archive.get("path") or archive.get("url") or "")
-    filename = plain_filename(_filename(where), f"{name}: the local wheel's file name")
+    filename = plain_filename(filename_of(where), f"{name}: the local wheel's file name")
     sha = archive.get("hashes", {}).get("sha256", "")
     path = Path(unquote(urlsplit(where).path)) if where.startswith("file:") else Path(where)
     size = archive.get("size") or (path.stat().st_size if path.is_file() else None)
@@ -225,5 +225,6 @@ def _archive(name: str, raw: Mapping[str, Any]) -> Candidate:
     )
 
 
-def _filename(url: str) -> str:
+def filename_of(url: str) -> str:
+    """The file name a URL ends in, unquoted."""
     return unquote(urlsplit(url).path.rsplit("/", 1)[-1])
