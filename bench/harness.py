@@ -355,6 +355,28 @@ class Contender:
     loads: list[tuple[float, float]] = field(default_factory=list)
 
 
+def older(
+    cmd: Sequence[str], env: dict[str, str], before: Path
+) -> tuple[list[str], dict[str, str]]:
+    """`cmd` (ours, as `verl_bundle()` starts it) with the older code in `before` first on the
+    path: the module, not the script; run it from a directory that holds no verl_bundle (`-m`
+    puts the current one first on the path)."""
+    return [sys.executable, "-m", "verl_bundle", *cmd[len(verl_bundle()) :]], dict(
+        env, PYTHONPATH=str(before)
+    )
+
+
+def writing_into(contenders: list[Contender], out: Path) -> None:
+    """Each contender writes into `out`, made fresh before each run and removed after; each
+    runs once now, untimed, so that the page cache holds its inputs for every one alike."""
+    for c in contenders:
+        c.prepare = lambda: fresh(out)
+        c.cleanup = lambda: remove(out)
+        c.prepare()
+        c.measure()
+        c.cleanup()
+
+
 def paired_core() -> str | None:
     """The one core both sides of a paired row run on: the last this process may use (the
     first is where interrupts and most other work land). None without taskset or with one
@@ -536,6 +558,48 @@ def paired_ratios(label: str, twins: Sequence[Measured]) -> list[Comparison]:
         return []
     core = twins[0].name.rsplit("[", 1)[-1].rstrip("]")
     return [ratio(f"{label}, both on {core}", twins[0], twins[1], None)]
+
+
+Row = tuple[str, str, str, float | None]  # (label, contender, baseline, limit), by name
+
+
+def ratios(results: Sequence[Measured], rows: Sequence[Row]) -> list[Comparison]:
+    """`ratio` of each (label, contender, baseline, limit) row whose both sides ran."""
+    by = {m.name: m for m in results}
+    return [ratio(label, by[a], by[b], limit) for label, a, b, limit in rows if a in by and b in by]
+
+
+def side_rows(
+    word: str, base_word: str, ours: str, base: str, old: str | None, limit: float | None
+) -> list[Row]:
+    """The rows a side-by-side bench adds to its own, by contender name: ours/base with the
+    files out of the page cache (`cold`), older code (`old`: the --before contender) against
+    the base and ours, warm and cold, and ours/base beside CPU hogs (`hogged`). `ratios` leaves
+    out the rows whose contenders did not run."""
+    rows: list[Row] = [
+        (
+            f"ratio {word}/{base_word}, cold cache",
+            f"{ours} (cold cache)",
+            f"{base} (cold cache)",
+            limit,
+        )
+    ]
+    if old is not None:
+        rows += [
+            (f"ratio {word} before/{base_word}", old, base, None),
+            (f"ratio {word}/{word} before", ours, old, None),
+            (
+                f"ratio {word} before/{base_word}, cold cache",
+                f"{old} (cold cache)",
+                f"{base} (cold cache)",
+                None,
+            ),
+        ]
+    hogs = f"[{HOGS} hogs]"
+    rows.append(
+        (f"ratio {word}/{base_word}, {HOGS} hogs", f"{ours} {hogs}", f"{base} {hogs}", limit)
+    )
+    return rows
 
 
 def spread(m: Measured) -> str:
