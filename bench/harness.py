@@ -366,12 +366,14 @@ def older(
     )
 
 
-def writing_into(contenders: list[Contender], out: Path) -> None:
-    """Each contender writes into `out`, made fresh before each run and removed after; each
-    runs once now, untimed, so that the page cache holds its inputs for every one alike."""
+def warm_up(
+    contenders: list[Contender], prepare: Callable[[], object], cleanup: Callable[[], object]
+) -> None:
+    """Each contender with `prepare` before each run and `cleanup` after (a fresh output
+    directory, say), run once now, untimed, so that the page cache holds its inputs for every
+    one alike."""
     for c in contenders:
-        c.prepare = lambda: fresh(out)
-        c.cleanup = lambda: remove(out)
+        c.prepare, c.cleanup = prepare, cleanup
         c.prepare()
         c.measure()
         c.cleanup()
@@ -717,16 +719,21 @@ def emit(report: Report, as_json: bool) -> None:
         print(render_text(report))
 
 
+def emitted(name: str, make: Callable[[], Report], as_json: bool) -> int:
+    """Run `make` and print its report: 0 even on a MISS (a benchmark reports; it does not
+    gate), 1 with one line (`bench NAME: ...`) when a contender failed."""
+    try:
+        report = make()
+    except BenchError as exc:
+        print(f"{' '.join(['bench', name]).strip()}: {exc}", file=sys.stderr)
+        return 1
+    emit(report, as_json)
+    return 0
+
+
 def main_for(
     bench: Callable[[Options, TextIO | None], Report], argv: list[str] | None, doc: str | None
 ) -> int:
-    """The body of every script's main(): parse, run, print; exit 0 even on a MISS (a
-    benchmark reports; it does not gate), 1 when a contender failed."""
+    """The body of every script's main(): parse, run, print (`emitted`)."""
     opts = options(parser(doc).parse_args(argv))
-    try:
-        report = bench(opts, sys.stderr)
-    except BenchError as exc:
-        print(f"bench: {exc}", file=sys.stderr)
-        return 1
-    emit(report, opts.json)
-    return 0
+    return emitted("", lambda: bench(opts, sys.stderr), opts.json)

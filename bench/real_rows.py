@@ -133,7 +133,7 @@ def warm_rows(
                 lambda: harness.run(old, log, old_env, cwd=work),
             )
         )
-    harness.writing_into(contenders, out)
+    harness.warm_up(contenders, lambda: harness.fresh(out), lambda: harness.remove(out))
     cold = [(0, cache), (1, files)] + ([(3, cache)] if before is not None else [])
     contenders = _twins(contenders, cold, hogs)
     harness.interleave(contenders, runs, sys.stderr)

@@ -117,7 +117,7 @@ def bench(opts: Options, progress: TextIO | None) -> Report:
                     lambda: harness.run(old_cmd, log, old_env, cwd=work),
                 )
             )
-        harness.writing_into(contenders, out)
+        harness.warm_up(contenders, lambda: harness.fresh(out), lambda: harness.remove(out))
         # The same with the wheels out of the page cache before each run (read from disk).
         contenders += [
             harness.cold(contenders[0], cache),
