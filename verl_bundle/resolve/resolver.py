@@ -42,8 +42,23 @@ def lock_profile(
         chosen = resolve(profile, target, cutoff, extra, downloader)
         chosen = apply_artifacts(profile, target, chosen, downloader, reporter)
         builds = server_builds(profile, chosen)
-    chosen = complete(chosen, downloader)
-    packages = tuple(classify(profile, c, builds) for c in chosen.values())
+    overrides = tuple(o for o in profile.overrides if not Requirement(o).url)
+    return lock_of(profile, target, chosen, builds, downloader, cutoff, overrides)
+
+
+def lock_of(
+    profile: Profile,
+    target: Target,
+    chosen: dict[str, Candidate],
+    builds: list[SourceBuild],
+    downloader: Downloader,
+    cutoff: str | None,
+    overrides: tuple[str, ...],
+) -> Lock:
+    """The lock of the chosen files: the sizes and hashes an index did not give filled in,
+    each package classified, and the locations it uses named without their credentials."""
+    chosen = _complete(chosen, downloader)
+    packages = tuple(_classify(profile, c, builds) for c in chosen.values())
     locations = {
         name: split_credentials(loc.url)[0] if loc.url else ""
         for name, loc in sorted(profile.locations.items())
@@ -58,7 +73,7 @@ def lock_profile(
         locations=locations,
         exclude_newer=cutoff,
         created=now(),
-        overrides=tuple(o for o in profile.overrides if not Requirement(o).url),
+        overrides=overrides,
     )
 
 
@@ -107,7 +122,7 @@ def server_builds(profile: Profile, chosen: Mapping[str, Candidate]) -> list[Sou
     ]
 
 
-def complete(chosen: dict[str, Candidate], downloader: Downloader) -> dict[str, Candidate]:
+def _complete(chosen: dict[str, Candidate], downloader: Downloader) -> dict[str, Candidate]:
     """Fill in sizes (HEAD) and hashes (download) an index did not give."""
     missing = [c for c in chosen.values() if c.file.size is None or not c.file.sha256]
 
@@ -123,7 +138,7 @@ def complete(chosen: dict[str, Candidate], downloader: Downloader) -> dict[str, 
     return chosen
 
 
-def classify(profile: Profile, c: Candidate, builds: list[SourceBuild]) -> LockedPackage:
+def _classify(profile: Profile, c: Candidate, builds: list[SourceBuild]) -> LockedPackage:
     bootstrap = {canonicalize_name(Requirement(r).name) for r in profile.bootstrap}
     built_here = {canonicalize_name(b.package) for b in builds}
     build_deps = {canonicalize_name(Requirement(r).name) for b in builds for r in b.build_requires}

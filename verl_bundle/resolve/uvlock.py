@@ -23,6 +23,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from verl_bundle.credentials import split_credentials
 from verl_bundle.errors import ProfileError, ResolutionError
 from verl_bundle.net.download import Downloader
 from verl_bundle.profile.model import DEFAULT_INDEX, DirectArtifact, Profile
@@ -31,7 +32,7 @@ from verl_bundle.profile.target import Target
 from verl_bundle.progress import Reporter
 from verl_bundle.resolve import resolver
 from verl_bundle.resolve.artifacts import apply_artifacts
-from verl_bundle.resolve.lock import LOCAL, Lock, LockedFile, now
+from verl_bundle.resolve.lock import LOCAL, Lock, LockedFile
 from verl_bundle.resolve.uvcompile import Candidate, filename_of, resolve
 from verl_bundle.resolve.uvproject import Pin, export, project_files, read_project, selected
 from verl_bundle.sources.sourcebuild import BuiltSource, SourceBuilder
@@ -134,24 +135,8 @@ def lock_from_uv(
         more = _from_default_index(profile, target, {}, downloader, absent, held)
         for req in absent:
             chosen[_name(req)] = more[_name(req)]
-    chosen = resolver.complete(chosen, downloader)
-    packages = tuple(resolver.classify(profile, c, server) for c in chosen.values())
-    locations = {
-        name: loc.url or ""
-        for name, loc in sorted(profile.locations.items())
-        if name in {p.location for p in packages} or name == DEFAULT_INDEX
-    }
-    lock = Lock(
-        profile=profile.name,
-        profile_sha256=profile.sha256,
-        target=target,
-        cuda=profile.cuda,
-        packages=tuple(sorted(packages, key=lambda p: p.name)),
-        locations=locations,
-        exclude_newer=None,
-        created=now(),
-        overrides=project.overrides(target, spec.extras),
-    )
+    overrides = project.overrides(target, spec.extras)
+    lock = resolver.lock_of(profile, target, chosen, server, downloader, None, overrides)
     return FromLock(lock, built)
 
 
@@ -254,7 +239,7 @@ def _hashless(
 def _artifact_of_url(profile: Profile, name: str, index: str, url: str) -> DirectArtifact:
     """The lock's own URL as a direct artifact of the files location it lies under."""
     for loc in profile.locations.values():
-        base = (loc.url or "").rstrip("/")
+        base = split_credentials(loc.url or "")[0].rstrip("/")
         if loc.kind == "files" and base and url.startswith(base + "/"):
             path = url[len(base) + 1 :]
             return DirectArtifact(name, loc.name, path.replace("{", "{{").replace("}", "}}"))
