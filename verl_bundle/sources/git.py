@@ -16,7 +16,7 @@ from urllib.parse import unquote, urlsplit
 from verl_bundle.credentials import Redactor, redact_url
 from verl_bundle.errors import HostBuildError, UsageError
 from verl_bundle.progress import Reporter
-from verl_bundle.sources.tree import GIT_TIMEOUT, git_env, safe_relpath
+from verl_bundle.sources.tree import GIT_TIMEOUT, git_env, run_git, safe_relpath
 
 
 class GitReader:
@@ -153,17 +153,9 @@ class GitReader:
     def _git_run(
         self, repo: Path, args: list[str], cwd: Path | None = None
     ) -> subprocess.CompletedProcess[str]:
-        base = ["git"] if cwd is not None else ["git", f"--git-dir={repo}"]
+        where = [] if cwd is not None else [f"--git-dir={repo}"]
         try:
-            return subprocess.run(
-                [*base, *args],
-                cwd=cwd,
-                capture_output=True,
-                text=True,
-                timeout=GIT_TIMEOUT,
-                env=git_env(),
-                check=False,
-            )
+            return run_git([*where, *args], cwd)
         except FileNotFoundError:
             raise HostBuildError(
                 "git is not installed on this host; install it to build from a git source"

@@ -10,7 +10,7 @@ import os
 import shutil
 import stat
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -103,17 +103,23 @@ def _is_file(path: Path) -> bool:
     return path.is_symlink() or path.is_file()
 
 
+def run_git(args: Sequence[str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """git with `args` (in `cwd`), its output captured as text, within GIT_TIMEOUT and with
+    `git_env()`; FileNotFoundError (no git) and TimeoutExpired are the caller's to judge."""
+    return subprocess.run(
+        ["git", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=GIT_TIMEOUT,
+        env=git_env(),
+        check=False,
+    )
+
+
 def _git_plain(cwd: Path, args: list[str]) -> str | None:
     try:
-        run = subprocess.run(
-            ["git", *args],
-            cwd=cwd,
-            capture_output=True,
-            text=True,
-            timeout=GIT_TIMEOUT,
-            env=git_env(),
-            check=False,
-        )
+        run = run_git(args, cwd)
     except (FileNotFoundError, subprocess.TimeoutExpired):
         return None
     return run.stdout if run.returncode == 0 else None
