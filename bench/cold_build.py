@@ -173,9 +173,7 @@ def bench(opts: Options, progress: TextIO | None) -> Report:
         everyone = [ours, curl, pip, floor]
         everyone += harness.paired(everyone, ours.name, curl.name)
         if opts.before is not None:
-            # The same command with older code first on the path (the module, not the script).
-            old_cmd = [sys.executable, "-m", "verl_bundle", *ours_cmd[len(harness.verl_bundle()) :]]
-            old_env = dict(env, PYTHONPATH=str(opts.before))
+            old_cmd, old_env = harness.older(ours_cmd, env, opts.before)
             everyone.append(
                 Contender(
                     f"build (cold), code in {opts.before.name}",

@@ -355,6 +355,30 @@ class Contender:
     loads: list[tuple[float, float]] = field(default_factory=list)
 
 
+def older(
+    cmd: Sequence[str], env: dict[str, str], before: Path
+) -> tuple[list[str], dict[str, str]]:
+    """`cmd` (ours, as `verl_bundle()` starts it) with the older code in `before` first on the
+    path: the module, not the script; run it from a directory that holds no verl_bundle (`-m`
+    puts the current one first on the path)."""
+    return [sys.executable, "-m", "verl_bundle", *cmd[len(verl_bundle()) :]], dict(
+        env, PYTHONPATH=str(before)
+    )
+
+
+def warm_up(
+    contenders: list[Contender], prepare: Callable[[], object], cleanup: Callable[[], object]
+) -> None:
+    """Each contender with `prepare` before each run and `cleanup` after (a fresh output
+    directory, say), run once now, untimed, so that the page cache holds its inputs for every
+    one alike."""
+    for c in contenders:
+        c.prepare, c.cleanup = prepare, cleanup
+        c.prepare()
+        c.measure()
+        c.cleanup()
+
+
 def paired_core() -> str | None:
     """The one core both sides of a paired row run on: the last this process may use (the
     first is where interrupts and most other work land). None without taskset or with one
@@ -538,6 +562,48 @@ def paired_ratios(label: str, twins: Sequence[Measured]) -> list[Comparison]:
     return [ratio(f"{label}, both on {core}", twins[0], twins[1], None)]
 
 
+Row = tuple[str, str, str, float | None]  # (label, contender, baseline, limit), by name
+
+
+def ratios(results: Sequence[Measured], rows: Sequence[Row]) -> list[Comparison]:
+    """`ratio` of each (label, contender, baseline, limit) row whose both sides ran."""
+    by = {m.name: m for m in results}
+    return [ratio(label, by[a], by[b], limit) for label, a, b, limit in rows if a in by and b in by]
+
+
+def side_rows(
+    word: str, base_word: str, ours: str, base: str, old: str | None, limit: float | None
+) -> list[Row]:
+    """The rows a side-by-side bench adds to its own, by contender name: ours/base with the
+    files out of the page cache (`cold`), older code (`old`: the --before contender) against
+    the base and ours, warm and cold, and ours/base beside CPU hogs (`hogged`). `ratios` leaves
+    out the rows whose contenders did not run."""
+    rows: list[Row] = [
+        (
+            f"ratio {word}/{base_word}, cold cache",
+            f"{ours} (cold cache)",
+            f"{base} (cold cache)",
+            limit,
+        )
+    ]
+    if old is not None:
+        rows += [
+            (f"ratio {word} before/{base_word}", old, base, None),
+            (f"ratio {word}/{word} before", ours, old, None),
+            (
+                f"ratio {word} before/{base_word}, cold cache",
+                f"{old} (cold cache)",
+                f"{base} (cold cache)",
+                None,
+            ),
+        ]
+    hogs = f"[{HOGS} hogs]"
+    rows.append(
+        (f"ratio {word}/{base_word}, {HOGS} hogs", f"{ours} {hogs}", f"{base} {hogs}", limit)
+    )
+    return rows
+
+
 def spread(m: Measured) -> str:
     """The range of a contender's samples, e.g. '1.02-1.31 s'."""
     lo, hi = min(m.samples), max(m.samples)
@@ -653,16 +719,21 @@ def emit(report: Report, as_json: bool) -> None:
         print(render_text(report))
 
 
+def emitted(name: str, make: Callable[[], Report], as_json: bool) -> int:
+    """Run `make` and print its report: 0 even on a MISS (a benchmark reports; it does not
+    gate), 1 with one line (`bench NAME: ...`) when a contender failed."""
+    try:
+        report = make()
+    except BenchError as exc:
+        print(f"{' '.join(['bench', name]).strip()}: {exc}", file=sys.stderr)
+        return 1
+    emit(report, as_json)
+    return 0
+
+
 def main_for(
     bench: Callable[[Options, TextIO | None], Report], argv: list[str] | None, doc: str | None
 ) -> int:
-    """The body of every script's main(): parse, run, print; exit 0 even on a MISS (a
-    benchmark reports; it does not gate), 1 when a contender failed."""
+    """The body of every script's main(): parse, run, print (`emitted`)."""
     opts = options(parser(doc).parse_args(argv))
-    try:
-        report = bench(opts, sys.stderr)
-    except BenchError as exc:
-        print(f"bench: {exc}", file=sys.stderr)
-        return 1
-    emit(report, opts.json)
-    return 0
+    return emitted("", lambda: bench(opts, sys.stderr), opts.json)

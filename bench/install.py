@@ -185,11 +185,11 @@ def bench(opts: Options, progress: TextIO | None) -> Report:
             ),
         ]
         contenders += harness.paired(twins, *(t.name for t in twins))
-        for c in contenders:
-            c.prepare = c.cleanup = lambda: harness.remove(prefix, work / "uv-cache")
-            c.prepare()
-            c.measure()  # untimed warm-up
-            c.cleanup()
+
+        def clear() -> None:
+            harness.remove(prefix, work / "uv-cache")
+
+        harness.warm_up(contenders, clear, clear)
         for d in (split, split_uv, steps_all, steps_nodoc):
             d.clear()
         harness.interleave(contenders, opts.runs, progress)

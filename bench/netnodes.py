@@ -183,11 +183,9 @@ def bench(opts: Options, counts: tuple[int, ...], node_rate: str, server_rate: s
                         lambda n=n: run(n),  # type: ignore[misc]
                     )
                 )
-            for c in contenders:
-                c.prepare = c.cleanup = lambda: harness.fresh(nodes_dir)
-                c.prepare()
-                c.measure()  # untimed warm-up
-                c.cleanup()
+            harness.warm_up(
+                contenders, lambda: harness.fresh(nodes_dir), lambda: harness.fresh(nodes_dir)
+            )
             fetched.clear()
             harness.interleave(contenders, opts.runs, progress)
     results = harness.measured(contenders)
@@ -224,13 +222,9 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"{rate!r}: give a tc rate such as 100mbit or 1gbit")
     opts = harness.options(args)
     counts = tuple(int(n) for n in args.nodes.split(","))
-    try:
-        report = bench(opts, counts, args.node_rate, args.server_rate)
-    except BenchError as exc:
-        print(f"bench netnodes: {exc}", file=sys.stderr)
-        return 1
-    harness.emit(report, opts.json)
-    return 0  # a benchmark reports; it does not gate
+    return harness.emitted(
+        "netnodes", lambda: bench(opts, counts, args.node_rate, args.server_rate), opts.json
+    )
 
 
 if __name__ == "__main__":

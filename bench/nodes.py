@@ -144,11 +144,7 @@ def bench(opts: Options, progress: TextIO | None, counts: tuple[int, ...] = COUN
                         lambda n=n: served(n),  # type: ignore[misc]
                     )
                 )
-            for c in contenders:
-                c.prepare = c.cleanup = clear
-                c.prepare()
-                c.measure()  # untimed warm-up
-                c.cleanup()
+            harness.warm_up(contenders, clear, clear)
             fetched.clear()
             harness.interleave(contenders, opts.runs, progress)
     results = harness.measured(contenders)
@@ -184,13 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     opts = harness.options(args)
     counts = tuple(int(n) for n in args.nodes.split(","))
-    try:
-        report = bench(opts, sys.stderr, counts)
-    except BenchError as exc:
-        print(f"bench nodes: {exc}", file=sys.stderr)
-        return 1
-    harness.emit(report, opts.json)
-    return 0  # a benchmark reports; it does not gate
+    return harness.emitted("nodes", lambda: bench(opts, sys.stderr, counts), opts.json)
 
 
 if __name__ == "__main__":

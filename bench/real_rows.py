@@ -79,14 +79,6 @@ def build_once(profile: str, python: str, lock: Path, work: Path, cache: Path) -
     return next((work / "first").glob("*.tar"))
 
 
-def _old(cmd: list[str], env: dict[str, str], before: Path) -> tuple[list[str], dict[str, str]]:
-    """`cmd` (ours) with the older code in `before` first on the path: the module, not the
-    script, run from a directory that holds no verl_bundle (`-m` puts it first on the path)."""
-    return [sys.executable, "-m", "verl_bundle", *cmd[len(harness.verl_bundle()) :]], dict(
-        env, PYTHONPATH=str(before)
-    )
-
-
 def _twins(
     contenders: list[Contender], cold: list[tuple[int, Path]], hogs: bool
 ) -> list[Contender]:
@@ -94,18 +86,6 @@ def _twins(
     and with `hogs` every one of them again beside two CPU hogs."""
     out = contenders + [harness.cold(contenders[i], files) for i, files in cold]
     return out + ([harness.hogged(c) for c in out] if hogs else [])
-
-
-def _ratios(
-    m: tuple[Measured, ...], pairs: list[tuple[str, str, str, float | None]]
-) -> list[Comparison]:
-    """harness.ratio of each (label, contender, baseline, limit) whose both sides ran."""
-    by = {x.name: x for x in m}
-    return [
-        harness.ratio(label, by[a], by[b], limit)
-        for label, a, b, limit in pairs
-        if a in by and b in by
-    ]
 
 
 def warm_rows(
@@ -145,7 +125,7 @@ def warm_rows(
         ),
     ]
     if before is not None:
-        old, old_env = _old(ours, env, before)
+        old, old_env = harness.older(ours, env, before)
         contenders.append(
             Contender(
                 "build --lock (warm), before",
@@ -153,12 +133,7 @@ def warm_rows(
                 lambda: harness.run(old, log, old_env, cwd=work),
             )
         )
-    for c in contenders:
-        c.prepare = lambda: harness.fresh(out)
-        c.cleanup = lambda: harness.remove(out)
-        c.prepare()
-        c.measure()  # untimed warm-up: the page cache holds the cache for every contender
-        c.cleanup()
+    harness.warm_up(contenders, lambda: harness.fresh(out), lambda: harness.remove(out))
     cold = [(0, cache), (1, files)] + ([(3, cache)] if before is not None else [])
     contenders = _twins(contenders, cold, hogs)
     harness.interleave(contenders, runs, sys.stderr)
@@ -174,29 +149,16 @@ def warm_rows(
         comparisons=(
             harness.ratio("ratio build --lock/tar cf", m[0], m[1], TARGETS["warm"]),
             harness.ratio("ratio build --lock/tar + openssl at once", m[0], m[2], None),
-            *_ratios(
+            *harness.ratios(
                 m,
-                [
-                    (
-                        "ratio build --lock/tar cf, cold cache",
-                        "build --lock (warm) (cold cache)",
-                        "tar cf of the cached files (cold cache)",
-                        TARGETS["warm"],
-                    ),
-                    ("ratio before/tar cf", "build --lock (warm), before", m[1].name, None),
-                    (
-                        "ratio before/tar cf, cold cache",
-                        "build --lock (warm), before (cold cache)",
-                        "tar cf of the cached files (cold cache)",
-                        None,
-                    ),
-                    (
-                        "ratio build --lock/tar cf, 2 hogs",
-                        "build --lock (warm) [2 hogs]",
-                        "tar cf of the cached files [2 hogs]",
-                        TARGETS["warm"],
-                    ),
-                ],
+                harness.side_rows(
+                    "build --lock",
+                    "tar cf",
+                    m[0].name,
+                    m[1].name,
+                    "build --lock (warm), before",
+                    TARGETS["warm"],
+                ),
             ),
         ),
         notes=(
@@ -226,7 +188,7 @@ def verify_rows(
         ),
     ]
     if before is not None:
-        old, old_env = _old(ours, harness.clean_env(), before)
+        old, old_env = harness.older(ours, harness.clean_env(), before)
         contenders.append(
             Contender(
                 "verify, before",
@@ -249,29 +211,18 @@ def verify_rows(
         comparisons=(
             harness.ratio("ratio verify/openssl", m[0], m[1], TARGETS["verify"]),
             harness.ratio("ratio verify/sha256sum -c", m[0], m[2], None),
-            *_ratios(
+            *harness.ratios(
                 m,
                 [
-                    (
-                        "ratio verify/openssl, cold cache",
-                        "verl-bundle verify (cold cache)",
-                        "openssl dgst -sha256 (cold cache)",
+                    *harness.side_rows(
+                        "verify",
+                        "openssl",
+                        m[0].name,
+                        m[1].name,
+                        "verify, before",
                         TARGETS["verify"],
                     ),
-                    ("ratio verify before/openssl", "verify, before", m[1].name, None),
                     ("ratio verify before/sha256sum -c", "verify, before", m[2].name, None),
-                    (
-                        "ratio verify before/openssl, cold cache",
-                        "verify, before (cold cache)",
-                        "openssl dgst -sha256 (cold cache)",
-                        None,
-                    ),
-                    (
-                        "ratio verify/openssl, 2 hogs",
-                        "verl-bundle verify [2 hogs]",
-                        "openssl dgst -sha256 [2 hogs]",
-                        TARGETS["verify"],
-                    ),
                 ],
             ),
         ),

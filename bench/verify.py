@@ -32,8 +32,9 @@ def _before(opts: Options, tarball: Path, log: Path, work: Path) -> list[Contend
     script; run from the work directory, since `-m` puts the current one first)."""
     if opts.before is None:
         return []
-    cmd = [sys.executable, "-m", "verl_bundle", "verify", str(tarball)]
-    env = harness.clean_env(PYTHONPATH=str(opts.before))
+    cmd, env = harness.older(
+        [*harness.verl_bundle(), "verify", str(tarball)], harness.clean_env(), opts.before
+    )
     return [
         Contender(
             f"verify, code in {opts.before.name}",
@@ -81,43 +82,18 @@ def bench(opts: Options, progress: TextIO | None) -> Report:
         harness.interleave(contenders, opts.runs, progress)
         size = tarball.stat().st_size
     results = harness.measured(contenders)
-    by = {m.name: m for m in results}
     ours_m, openssl_m, both_m, sums_m = results[:4]
     comparisons = [
         harness.ratio("ratio verify/openssl", ours_m, openssl_m, TARGET),
         harness.ratio("ratio verify/sha256sum -c", ours_m, sums_m, None),
         harness.ratio("ratio verify/2 x openssl at once (its two passes)", ours_m, both_m, None),
         harness.ratio("cores' gain: 2 x openssl at once/openssl", both_m, openssl_m, None),
-        harness.ratio(
-            "ratio verify/openssl, cold cache",
-            by["verl-bundle verify (cold cache)"],
-            by["openssl dgst -sha256 (cold cache)"],
-            TARGET,
-        ),
     ]
-    if opts.before is not None:
-        old = f"verify, code in {opts.before.name}"
-        comparisons += [
-            harness.ratio("ratio verify before/openssl", by[old], openssl_m, None),
-            harness.ratio("ratio verify/verify before", ours_m, by[old], None),
-            harness.ratio(
-                "ratio verify before/openssl, cold cache",
-                by[f"{old} (cold cache)"],
-                by["openssl dgst -sha256 (cold cache)"],
-                None,
-            ),
-        ]
+    old = f"verify, code in {opts.before.name}" if opts.before else None
+    rows = harness.side_rows("verify", "openssl", ours_m.name, openssl_m.name, old, TARGET)
+    comparisons += harness.ratios(results, rows)
     pinned = [m for m in results if m.name.endswith("]") and "[core " in m.name]
     comparisons += harness.paired_ratios("ratio verify/openssl", pinned)
-    if opts.hogs:
-        comparisons.append(
-            harness.ratio(
-                "ratio verify/openssl, 2 hogs",
-                by["verl-bundle verify [2 hogs]"],
-                by["openssl dgst -sha256 [2 hogs]"],
-                TARGET,
-            )
-        )
     return Report(
         bench="verify",
         title="verify a tarball vs openssl dgst and sha256sum -c",

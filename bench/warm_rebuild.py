@@ -109,10 +109,7 @@ def bench(opts: Options, progress: TextIO | None) -> Report:
             ),
         ]
         if opts.before is not None:
-            # The same command with older code first on the path (the module, not the script;
-            # from the work directory, since `-m` puts the current one first on the path).
-            old_cmd = [sys.executable, "-m", "verl_bundle", *lock_cmd[len(harness.verl_bundle()) :]]
-            old_env = dict(env, PYTHONPATH=str(opts.before))
+            old_cmd, old_env = harness.older(lock_cmd, env, opts.before)
             contenders.append(
                 Contender(
                     f"build --lock (warm), code in {opts.before.name}",
@@ -120,13 +117,7 @@ def bench(opts: Options, progress: TextIO | None) -> Report:
                     lambda: harness.run(old_cmd, log, old_env, cwd=work),
                 )
             )
-        for c in contenders:
-            c.prepare = lambda: harness.fresh(out)
-            c.cleanup = lambda: harness.remove(out)
-            # Untimed warm-up: the page cache holds the cached wheels for every contender.
-            c.prepare()
-            c.measure()
-            c.cleanup()
+        harness.warm_up(contenders, lambda: harness.fresh(out), lambda: harness.remove(out))
         # The same with the wheels out of the page cache before each run (read from disk).
         contenders += [
             harness.cold(contenders[0], cache),
@@ -139,37 +130,9 @@ def bench(opts: Options, progress: TextIO | None) -> Report:
         contenders = harness.with_hogs(contenders, opts)
         harness.interleave(contenders, opts.runs, progress)
     results = harness.measured(contenders)
-    by = {m.name: m for m in results}
     lock_m, resolve_m, tar_m, cat_m, floor_m = results[:5]
-    extra = [
-        harness.ratio(
-            "ratio build --lock/tar, cold cache",
-            by["build --lock (warm) (cold cache)"],
-            by["tar cf (cold cache)"],
-            TARGET,
-        )
-    ]
-    if opts.before is not None:
-        old = f"build --lock (warm), code in {opts.before.name}"
-        extra += [
-            harness.ratio("ratio build --lock before/tar", by[old], tar_m, None),
-            harness.ratio("ratio build --lock/build --lock before", lock_m, by[old], None),
-            harness.ratio(
-                "ratio build --lock before/tar, cold cache",
-                by[f"{old} (cold cache)"],
-                by["tar cf (cold cache)"],
-                None,
-            ),
-        ]
-    if opts.hogs:
-        extra.append(
-            harness.ratio(
-                "ratio build --lock/tar, 2 hogs",
-                by["build --lock (warm) [2 hogs]"],
-                by["tar cf [2 hogs]"],
-                TARGET,
-            )
-        )
+    old = f"build --lock (warm), code in {opts.before.name}" if opts.before else None
+    rows = harness.side_rows("build --lock", "tar", lock_m.name, tar_m.name, old, TARGET)
     pinned = [m for m in results if "[core " in m.name]
     return Report(
         bench="warm_rebuild",
@@ -182,7 +145,7 @@ def bench(opts: Options, progress: TextIO | None) -> Report:
             harness.ratio("ratio build resolving/tar", resolve_m, tar_m, TARGET_RESOLVING),
             harness.ratio("ratio build --lock/cat", lock_m, cat_m, None),
             harness.ratio("ratio build --lock/tar + openssl at once", lock_m, floor_m, None),
-            *extra,
+            *harness.ratios(results, rows),
             *harness.paired_ratios("ratio build --lock/tar", pinned),
         ),
     )

@@ -183,19 +183,21 @@ def test_compiler_error_names_the_log_and_explains_it(tiny: Tiny, tmp_path: Path
 def test_max_jobs_from_the_environment_wins(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from verl_bundle.compile.build import CompileJob, _max_jobs
+    from verl_bundle.compile.buildenv import compile_jobs
+    from verl_bundle.compile.job import CompileJob
 
     job = CompileJob("x", tmp_path, "x.tar.gz", "0" * 64, "cp310", "13.0", None, ())
     monkeypatch.setenv("MAX_JOBS", "3")
-    assert _max_jobs(job) == 3
+    assert compile_jobs(job) == 3
     monkeypatch.setenv("MAX_JOBS", "nonsense")
-    assert 1 <= _max_jobs(job) <= (os.cpu_count() or 1)
+    assert 1 <= compile_jobs(job) <= (os.cpu_count() or 1)
 
 
 def test_one_architecture_sizes_jobs_at_its_measured_share(tmp_path: Path) -> None:
     """A 24 GB, 2-core host (the flash-attn compile-real machine, 17 GiB free): 9 GiB per job
     gives 2 jobs for one architecture (one nvcc pipeline each), 1 job for two."""
-    from verl_bundle.compile.build import CompileJob, jobs_for
+    from verl_bundle.compile.buildenv import jobs_for
+    from verl_bundle.compile.job import CompileJob
 
     job = CompileJob("x", tmp_path, "x.tar.gz", "0" * 64, "cp310", "13.0", None, ())
     free = 17 << 30
@@ -211,7 +213,8 @@ def test_max_jobs_counts_the_page_cache_as_available(
     """The issue's host: MemFree 4.9 GiB, MemAvailable 20.7 GiB (the page cache is reclaimable):
     a one-architecture compile at 9 GiB per job runs 2 jobs on 2 cores, not 1."""
     from verl_bundle.airgap.doctor import resources
-    from verl_bundle.compile.build import CompileJob, _max_jobs
+    from verl_bundle.compile.buildenv import compile_jobs
+    from verl_bundle.compile.job import CompileJob
 
     meminfo = tmp_path / "meminfo"
     meminfo.write_text(
@@ -223,8 +226,8 @@ def test_max_jobs_counts_the_page_cache_as_available(
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
     monkeypatch.delenv("MAX_JOBS", raising=False)
     job = CompileJob("x", tmp_path, "x.tar.gz", "0" * 64, "cp310", "13.0", None, ())
-    assert _max_jobs(job, "9.0") == 2
-    assert _max_jobs(job, "8.0;9.0") == 2  # 20.7 GiB holds two 9 GiB jobs
+    assert compile_jobs(job, "9.0") == 2
+    assert compile_jobs(job, "8.0;9.0") == 2  # 20.7 GiB holds two 9 GiB jobs
 
 
 def _estimate(minutes_archs: str, jobs: int, mode: str = "auto") -> HostEstimate:
@@ -317,7 +320,7 @@ def test_the_abi_in_the_cache_key_is_what_the_torch_wheel_declares(
 ) -> None:
     import zipfile
 
-    from verl_bundle.compile.build import torch_abi
+    from verl_bundle.compile.wheelcache import torch_abi
 
     wheel = tmp_path / "torch-2.5.1-cp310-cp310-linux_x86_64.whl"
     with zipfile.ZipFile(wheel, "w") as zf:

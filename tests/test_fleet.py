@@ -23,7 +23,7 @@ from support.toolchain import CLEARED, FakeGpu, FakeMachine
 from verl_bundle.airgap.doctor import fingerprint
 from verl_bundle.airgap.doctor.node import ifname_matches
 from verl_bundle.airgap.errors import EXIT_CODES
-from verl_bundle.cluster.fleet.report import exit_words
+from verl_bundle.cluster.fleet.standing import exit_words
 
 REPO = Path(__file__).resolve().parents[1]
 H100 = "NVIDIA H100 80GB HBM3"

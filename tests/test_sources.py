@@ -25,7 +25,8 @@ from verl_bundle.profile.sources import (
     requirement_source,
 )
 from verl_bundle.progress import Silent
-from verl_bundle.sources.sourcebuild import SourceBuilder, tree_sha256, tree_state
+from verl_bundle.sources.sourcebuild import SourceBuilder
+from verl_bundle.sources.tree import tree_sha256, tree_state
 
 
 def fork_tree(where: Path, version: str = "0.2.0.post2") -> Path:

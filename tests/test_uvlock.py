@@ -212,6 +212,20 @@ def test_the_stack_is_the_locks_own(
     assert lk.overrides == ("numpy>=1.0",)
 
 
+def test_a_mirrors_credentials_stay_out_of_the_lock(
+    stack: Stack, upstream: Upstream, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A location given with credentials (--mirror NAME=https://user:token@...) is used, and
+    the lock names it without them, as a resolved lock does."""
+    served = upstream.wheelhouse.url.replace("://", "://alice:s3cret@", 1) + "/files"
+    args = ("--profile", str(upstream.profile), "--verl", str(upstream.tree))
+    mirrors = ("--mirror", f"tinygit={upstream.bare}", "--mirror", f"verl-wheelhouse={served}")
+    path, _ = lock(stack, tmp_path, capsys, *args, *mirrors)
+    text = path.read_text()
+    assert "s3cret" not in text and "alice" not in text
+    assert read_lock(path).locations["verl-wheelhouse"] == f"{upstream.wheelhouse.url}/files"
+
+
 def test_where_the_wheelhouse_cannot_be_reached_the_sdist_is_built_on_the_server(
     stack: Stack, upstream: Upstream, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -1,25 +1,22 @@
 """`python3 -m verl_bundle.airgap COMMAND ...`: the server program, one parser for every command.
 
 This is the one entry point of the bundle's server side (install.sh, ./doctor and
-install-assets.sh are thin shells that find a Python and call `main`), the one place that
-parses options and the one place that prints a command's result and its verdict. The stage
-packages (verify/, doctor/, install/, postinstall/, explain/, assets/, launch/) take the typed
-manifest and return values; errors a user can act on are `ServerError`s (errors.py), caught
-here, printed as their message, and turned into the exit code of the one table.
-Standard library only, Python 3.8+.
+install-assets.sh are thin shells that find a Python and call `main`) and the one place that
+parses options; each command's run (its call and its rendered result and verdict) is
+commands.py's. The stage packages (verify/, doctor/, install/, postinstall/, explain/, assets/,
+launch/) take the typed manifest and return values; errors a user can act on are
+`ServerError`s (errors.py), caught here, printed as their message, and turned into the exit
+code of the one table. Standard library only, Python 3.8+.
 """
 
 from __future__ import annotations
 
 import argparse
 import errno
-import os
 import sys
 from typing import Any, Callable, NoReturn, Sequence
 
-from verl_bundle.airgap import render
-from verl_bundle.airgap.checks import of_verify
-from verl_bundle.airgap.contract.skip_phases import skip_phases
+from verl_bundle.airgap import commands, render
 from verl_bundle.airgap.errors import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -45,150 +42,7 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
 
 
-# -- the commands ---------------------------------------------------------------------------
-
-
-def _bundle(path: str, command: str) -> Any:
-    """The manifest of the bundle at `path`: a path with no manifest is a usage error (it is not
-    a bundle); a manifest that cannot be read is damage (ManifestError, exit 3)."""
-    from verl_bundle.airgap.contract.manifest import MANIFEST, find_root, load
-
-    root = find_root(path)
-    if not os.path.isfile(os.path.join(root, MANIFEST)):
-        raise UsageError(
-            f"{command}: cannot read {os.path.join(root, MANIFEST)}: not an extracted bundle "
-            "(give the directory install.sh is in)"
-        )
-    return load(root)
-
-
-EACH_FILE = (
-    "hash every file of a tarball too, when it matches its .sha256 (by default the whole file is "
-    "hashed, each byte once: its members are the bytes the build hashed against the lock)"
-)
-
-
-def _verify(args: argparse.Namespace) -> int:
-    from verl_bundle.airgap.verify import check
-
-    if not os.path.exists(args.path):
-        raise UsageError(f"verify: {args.path}: no such file or directory")
-    from verl_bundle.airgap.heartbeat import heartbeat
-
-    def say(text: str) -> None:  # progress goes to stderr: stdout is the result (--json)
-        print(text.strip(), file=sys.stderr, flush=True)
-
-    say(f"verifying {args.path} ...")
-    with heartbeat(say, "verify"):
-        found = check.check(args.path, args.allowed_signers, args.each_file)
-    lines = [f"FAILED: {p}" for p in found.problems]
-    if found.signed:
-        lines.insert(0, f"signed: {found.signed}")
-    report = found.report
-    v = of_verify(found.problems, f"OK: {report.checked} {report.what}")
-    lines.append(v.line)
-    result = {"path": report.subject, "checked": report.checked, "problems": found.problems}
-    result["signed_by"] = found.signer
-    render.show("verify", v.ok, result, "\n".join(lines), args.json, v)
-    return v.code
-
-
-def _doctor(args: argparse.Namespace) -> int:
-    from verl_bundle.airgap import doctor
-
-    root = doctor.locate(args.bundle)
-    manifest = _bundle(root, "doctor") if root is not None else None
-    if manifest is None and args.skip_phases:
-        raise UsageError("doctor: --skip-phase needs a bundle (--bundle DIR)")
-    report = doctor.run_doctor(
-        manifest, args.python, args.prefix, args.require_gpu, args.skip_phases, args.deep
-    )
-    v = report.verdict
-    render.show(
-        "doctor", v.ok, doctor.render_json(report), doctor.render_text(report), args.json, v
-    )
-    return v.code
-
-
-def _entry(args: argparse.Namespace) -> int:
-    from verl_bundle.airgap.launch.entry import examine
-
-    found = examine(args.module)
-    text = f"{'trainer' if found.trainer else 'not a trainer'}: {found.why}"
-    result = {"module": found.module, "trainer": found.trainer, "why": found.why}
-    render.show("entry", found.trainer, result, render.printable(text), args.json)
-    return EXIT_OK if found.trainer else EXIT_FAILED
-
-
-def _max_jobs(args: argparse.Namespace) -> int:
-    from verl_bundle.airgap.doctor.resources import max_jobs
-
-    if args.gib_per_job <= 0 or args.limit < 0:
-        raise UsageError("max-jobs: --gib-per-job must be above 0 and --limit at least 0")
-    render.say(str(max_jobs(args.gib_per_job, args.limit or None)))
-    return EXIT_OK
-
-
-def _postinstall(args: argparse.Namespace) -> int:
-    from verl_bundle.airgap.postinstall.run import run_checks
-
-    manifest = _bundle(args.bundle, "postinstall")
-    deep = _deep(args)
-    found = run_checks(
-        manifest,
-        args.require_gpu,
-        skip_phases(args.skip_phases, manifest.phase_names),
-        args.check_files,
-        sys.executable,
-        deep,
-        uv=args.uv,
-    )
-    v = found.verdict
-    if args.result:  # for the installer: the typed findings, which it renders and judges
-        _write_result(args.result, render.envelope("postinstall", v.ok, found.to_dict(), v))
-        return EXIT_OK
-    text = render.checks_text(found.installed + found.readiness, f"post-install: {v.line}")
-    render.show("postinstall", v.ok, found.to_dict(), text, args.json, v)
-    return v.code
-
-
-def _write_result(path: str, doc: dict[str, Any]) -> None:
-    """Write the envelope whole or not at all, in the directory given (the install's state
-    directory): a fresh hidden name, renamed over the final one (airgap/confined.py)."""
-    from verl_bundle.airgap.confined import Confined
-
-    with Confined(os.path.dirname(os.path.abspath(path))) as where:
-        where.write_atomic(os.path.basename(path), render.dumps(doc))
-
-
-def _readiness(args: argparse.Namespace) -> int:
-    from verl_bundle.airgap.postinstall.probing import run_readiness
-    from verl_bundle.airgap.postinstall.readiness import render_text
-
-    manifest = _bundle(args.bundle, "readiness")
-    deep = _deep(args)
-    chosen = skip_phases(args.skip_phases, manifest.phase_names)
-    report = run_readiness(
-        manifest, args.python, args.require_gpu, args.purpose, args.timeout, deep, chosen
-    )
-    v = report.verdict
-    render.show(
-        "readiness", v.ok, report.to_dict(), f"{render_text(report)}\n{v.line}", args.json, v
-    )
-    return v.code
-
-
-def _deep(args: argparse.Namespace) -> Any:
-    """The trainer dry run's request (--deep and its options), or None; bad input is a usage
-    error before anything runs."""
-    from verl_bundle.airgap.postinstall.dryrun import dry_run_request
-
-    given = args.model or args.data or args.override
-    if not args.deep:
-        if given:
-            raise UsageError("--model, --data and --override go with --deep (the dry run)")
-        return None
-    return dry_run_request(args.model, args.data, args.deadline, 0, args.override)
+# -- the parser -------------------------------------------------------------------------------
 
 
 def add_deep_options(p: Parser) -> None:
@@ -215,113 +69,6 @@ def add_deep_options(p: Parser) -> None:
         metavar="KEY=VALUE",
         help="with --deep: one more verl override for the dry run (repeatable)",
     )
-
-
-def _explain(args: argparse.Namespace) -> int:
-    from verl_bundle.airgap.explain import engine
-
-    try:
-        text = engine.read_log(args.log)
-    except OSError as exc:
-        raise UsageError(f"explain: {args.log}: {exc.strerror or exc}") from None
-    findings = engine.explain_text(text)
-    v = engine.verdict_of(findings)
-    json_doc = engine.result_json(findings, text)
-    render.show("explain", v.ok, json_doc, engine.render_text(findings, text), args.json, v)
-    return v.code
-
-
-def _assets(args: argparse.Namespace) -> int:
-    from verl_bundle.airgap.assets import place
-
-    if args.action == "install":
-        if not args.bundle:
-            raise UsageError("assets install: give the asset bundle directory")
-        result = place.install_assets(args.bundle, args.prefix, args.assets_dir, args.python)
-    else:
-        result = place.check_prefix(args.prefix, args.python)
-    v = result.verdict
-    text = f"{place.result_text(result)}\n{v.line}"
-    render.show(f"assets {args.action}", v.ok, place.result_json(result), text, args.json, v)
-    return v.code
-
-
-def rendezvous_of(args: argparse.Namespace) -> Any:
-    """torchrun's rendezvous flags as preflight was given them (only with --launcher torchrun)."""
-    from verl_bundle.airgap.launch.ranks import Rendezvous
-
-    given = Rendezvous(
-        args.rdzv_endpoint or "",
-        args.master_addr or "",
-        args.master_port or "",
-        args.node_rank or "",
-    )
-    if (given.endpoint or given.master_addr or given.master_port or given.node_rank) and (
-        args.launcher != "torchrun"
-    ):
-        raise UsageError(
-            "preflight: --rdzv-endpoint, --master-addr, --master-port and --node-rank are "
-            "torchrun's; give --launcher torchrun"
-        )
-    if given.endpoint and given.master_addr:
-        raise UsageError("preflight: give --rdzv-endpoint or --master-addr, as torchrun takes one")
-    if (given.master_port or given.node_rank) and not given.master_addr:
-        raise UsageError("preflight: --master-port and --node-rank go with --master-addr")
-    return given
-
-
-def _preflight(args: argparse.Namespace) -> int:
-    from verl_bundle.airgap.launch import preflight
-
-    if args.nproc_per_node is not None and args.launcher != "torchrun":
-        raise UsageError("preflight: --nproc-per-node is torchrun's; give --launcher torchrun")
-    if args.nproc_per_node is not None and args.nproc_per_node < 1:
-        raise UsageError("preflight: --nproc-per-node must be 1 or more")
-    if args.min_open_files < 0:
-        raise UsageError("preflight: --min-open-files must be 0 or more")
-    result = preflight.run_preflight(
-        args.overrides,
-        args.config,
-        os.environ,
-        args.launcher,
-        args.nproc_per_node,
-        args.min_open_files,
-        rendezvous_of(args),
-    )
-    text = render.printable(preflight.render_text(result))
-    v = result.verdict
-    render.show("preflight", v.ok, preflight.render_json(result), text, args.json, v)
-    return v.code
-
-
-def _serve(args: argparse.Namespace) -> int:
-    from verl_bundle.airgap import serve
-
-    root = os.path.abspath(args.dir)
-    server = serve.make_server(root, args.bind, args.port)
-    port = server.server_address[1]
-    everywhere = args.bind in ("", "0.0.0.0", "::")  # noqa: S104 - the nodes' addresses
-    url = f"http://{os.uname().nodename if everywhere else args.bind}:{port}/"
-    render.say(
-        f"serving {root} at {url} (threaded, backlog {serve.BACKLOG}, at most {serve.HANDLERS} "
-        f"at once, {serve.TIMEOUT:.0f} s idle timeout, HTTP Range); Ctrl-C stops"
-    )
-    for b in serve.bundles(root):
-        render.say(f"  install.sh --from {url}{b.path} --bundle-sha256 {b.pin}")
-    try:
-        server.serve_forever()
-    finally:
-        server.server_close()
-    return EXIT_OK
-
-
-def _install(args: argparse.Namespace) -> int:
-    from verl_bundle.airgap.install.main import install
-
-    return install(args)
-
-
-# -- the parser -------------------------------------------------------------------------------
 
 
 COMMANDS = (
@@ -355,13 +102,16 @@ def parser() -> Parser:
         return p
 
     p = command(
-        "install", _install, "install the bundle DIR (what its install.sh runs)", add_help=False
+        "install",
+        commands.install,
+        "install the bundle DIR (what its install.sh runs)",
+        add_help=False,
     )
     add_install_options(p)
 
     p = command(
         "verify",
-        _verify,
+        commands.verify,
         "check every file of a bundle (a directory, a tarball, or a volume set by its "
         "NAME.tar.sha256 or one of its volumes)",
     )
@@ -375,10 +125,16 @@ def parser() -> Parser:
         "tools first (ssh-keygen -Y verify of NAME.tar.sha256.sig, then sha256sum -c "
         "NAME.tar.sha256), or with the installed verl-bundle-verify",
     )
-    p.add_argument("--each-file", action="store_true", help=EACH_FILE)
+    p.add_argument(
+        "--each-file",
+        action="store_true",
+        help="hash every file of a tarball too, when it matches its .sha256 (by default the "
+        "whole file is hashed, each byte once: its members are the bytes the build hashed "
+        "against the lock)",
+    )
     p.add_argument("--json", action="store_true", help="print the versioned JSON envelope")
 
-    p = command("doctor", _doctor, "check this server against the bundle's needs")
+    p = command("doctor", commands.doctor, "check this server against the bundle's needs")
     p.add_argument("--bundle", metavar="DIR", help="the bundle (default: the one I am in)")
     p.add_argument("--python", metavar="PATH", help="the interpreter the venv will use")
     p.add_argument("--prefix", metavar="DIR", help="where the bundle will be installed")
@@ -399,7 +155,9 @@ def parser() -> Parser:
     )
     p.add_argument("--json", action="store_true", help="print the versioned JSON envelope")
 
-    p = command("postinstall", _postinstall, "check the installed environment (venv's python)")
+    p = command(
+        "postinstall", commands.postinstall, "check the installed environment (venv's python)"
+    )
     p.add_argument("--bundle", required=True, metavar="DIR", help="the extracted bundle")
     p.add_argument("--require-gpu", action="store_true", help="no GPU is not ready")
     p.add_argument("--skip-phase", action="append", default=[], metavar="NAME", dest="skip_phases")
@@ -418,7 +176,9 @@ def parser() -> Parser:
         "bundled one); default: pip's own requirement parser",
     )
 
-    p = command("readiness", _readiness, "prove the venv can start the bundle's verl trainer")
+    p = command(
+        "readiness", commands.readiness, "prove the venv can start the bundle's verl trainer"
+    )
     p.add_argument("--bundle", required=True, metavar="DIR", help="the bundle directory")
     p.add_argument("--python", default=sys.executable, help="the environment's python")
     p.add_argument("--purpose", help="e.g. ppo-fsdp-vllm (default: the bundle's)")
@@ -436,11 +196,13 @@ def parser() -> Parser:
     p.add_argument("--json", action="store_true", help="print the versioned JSON envelope")
     add_deep_options(p)
 
-    p = command("explain", _explain, "match a failed install's log to known causes and fixes")
+    p = command(
+        "explain", commands.explain, "match a failed install's log to known causes and fixes"
+    )
     p.add_argument("log", metavar="LOGFILE", help="the log to read; - reads standard input")
     p.add_argument("--json", action="store_true", help="print the versioned JSON envelope")
 
-    p = command("assets", _assets, "install an asset bundle, or check what was placed")
+    p = command("assets", commands.assets, "install an asset bundle, or check what was placed")
     p.add_argument("action", choices=("install", "check"))
     p.add_argument("bundle", nargs="?", metavar="BUNDLE_DIR")
     p.add_argument("--prefix", required=True, metavar="DIR", help="the stack's install prefix")
@@ -448,7 +210,7 @@ def parser() -> Parser:
     p.add_argument("--python", metavar="PATH", help="the environment's python")
     p.add_argument("--json", action="store_true", help="print the versioned JSON envelope")
 
-    p = command("preflight", _preflight, "check this node before ray start / torchrun")
+    p = command("preflight", commands.preflight, "check this node before ray start / torchrun")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="verl's overrides")
     p.add_argument(
         "--launcher",
@@ -489,7 +251,7 @@ def parser() -> Parser:
 
     p = command(
         "serve",
-        _serve,
+        commands.serve,
         "serve extracted bundles to the nodes (install.sh --from URL): a threaded server with "
         "a backlog of 1024 and HTTP Range; prints each bundle's --from and --bundle-sha256",
     )
@@ -504,14 +266,16 @@ def parser() -> Parser:
 
     p = command(
         "entry",
-        _entry,
+        commands.entry,
         "whether `python -m MODULE` starts verl's trainer (its Hydra config composes verl's "
         "trainer config), read without importing it; exit 0 yes, 1 no",
     )
     p.add_argument("module", metavar="MODULE")
     p.add_argument("--json", action="store_true", help="print the versioned JSON envelope")
 
-    p = command("max-jobs", _max_jobs, "the MAX_JOBS a source build should use on this machine")
+    p = command(
+        "max-jobs", commands.max_jobs, "the MAX_JOBS a source build should use on this machine"
+    )
     p.add_argument("--gib-per-job", type=float, default=9.0, metavar="F")
     p.add_argument("--limit", type=int, default=0, metavar="N", help="0 means no limit")
     return top

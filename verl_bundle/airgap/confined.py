@@ -24,7 +24,7 @@ import contextlib
 import errno
 import os
 import stat
-from typing import IO, Any, Iterator
+from typing import IO, Any, Callable, Iterator, Sequence
 
 from verl_bundle.airgap.errors import StepError
 
@@ -55,12 +55,32 @@ def open_dir(path: str, make: bool = False, mode: int = 0o755) -> int:
     """A descriptor of the directory at the real path of `path`, each component opened with
     O_NOFOLLOW from / and checked (`_check_dir`); `make`: the missing ones are created."""
     real = os.path.realpath(path)
-    fd = os.open("/", _DIR)
-    where = "/"
+    parts = [p for p in real.split("/") if p]
+    fd = _descend(os.open("/", _DIR), parts, make, mode, lambda i: "/" + "/".join(parts[: i + 1]))
     try:
-        for part in [p for p in real.split("/") if p]:
-            where = os.path.join(where, part)
-            _check_dir(fd, os.path.dirname(where))
+        _check_dir(fd, real)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _descend(
+    fd: int,
+    parts: Sequence[str],
+    make: bool,
+    mode: int,
+    where: Callable[[int], str],
+    checked: bool = True,
+) -> int:
+    """From the directory `fd` (taken over: returned or closed) down through `parts`, each
+    opened with O_NOFOLLOW from the one above, and made first where missing when `make`;
+    `checked`: a directory on the way that every user can write is refused (`_check_dir`).
+    `where(i)` is the path down to parts[i], for a refusal (`where(-1)`: `fd`'s own)."""
+    try:
+        for i, part in enumerate(parts):
+            if checked:
+                _check_dir(fd, where(i - 1))
             try:
                 nxt = os.open(part, _DIR, dir_fd=fd)
             except FileNotFoundError:
@@ -71,11 +91,10 @@ def open_dir(path: str, make: bool = False, mode: int = 0o755) -> int:
                 nxt = os.open(part, _DIR, dir_fd=fd)
             except OSError as exc:
                 if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                    raise _refuse(where, "a symbolic link or not a directory") from None
+                    raise _refuse(where(i), "a symbolic link or not a directory") from None
                 raise
             os.close(fd)
             fd = nxt
-        _check_dir(fd, real)
     except BaseException:
         os.close(fd)
         raise
@@ -141,28 +160,11 @@ class Confined:
 
     def _dir(self, parts: list[str], make: bool, mode: int = 0o755) -> int:
         """A descriptor of the directory `parts` below the root, no link followed."""
-        fd = os.dup(self.fd)
-        try:
-            for i, part in enumerate(parts):
-                try:
-                    nxt = os.open(part, _DIR, dir_fd=fd)
-                except FileNotFoundError:
-                    if not make:
-                        raise
-                    with contextlib.suppress(FileExistsError):
-                        os.mkdir(part, mode, dir_fd=fd)
-                    nxt = os.open(part, _DIR, dir_fd=fd)
-                except OSError as exc:
-                    if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                        where = self.path("/".join(parts[: i + 1]))
-                        raise _refuse(where, "a symbolic link or not a directory") from None
-                    raise
-                os.close(fd)
-                fd = nxt
-        except BaseException:
-            os.close(fd)
-            raise
-        return fd
+
+        def where(i: int) -> str:
+            return self.path("/".join(parts[: i + 1]))
+
+        return _descend(os.dup(self.fd), parts, make, mode, where, checked=False)
 
     @contextlib.contextmanager
     def _parent(self, rel: str, make: bool) -> Iterator[tuple[int, str]]:

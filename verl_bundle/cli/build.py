@@ -10,43 +10,26 @@ import typer
 
 from verl_bundle.cli import options as opt
 from verl_bundle.cli.options import (
-    CacheDir,
     Compress,
-    Cuda,
-    Extra,
-    FromLock,
-    Jobs,
     Json,
-    Mirror,
-    Platform,
-    ProfileOpt,
     StackOptions,
-    TargetPython,
-    VerlSpec,
     session_of,
     show,
+    takes_stack,
     terminal_question,
 )
 
 
+@takes_stack
 def lock_cmd(
     ctx: typer.Context,
-    cuda: Cuda = None,
-    profile: ProfileOpt = None,
-    python: TargetPython = None,
-    platform: Platform = None,
-    mirror: Mirror = None,
-    verl: VerlSpec = None,
-    from_lock: FromLock = None,
-    extra: Extra = None,
+    stack: StackOptions,
     output: Annotated[
         Path | None,
         typer.Option(
             "-o", "--output", help="Where to write the lock (default: ./pylock.<bundle>.toml)."
         ),
     ] = None,
-    cache_dir: CacheDir = None,
-    jobs: Jobs = 8,
     check: Annotated[
         bool,
         typer.Option(
@@ -67,19 +50,7 @@ def lock_cmd(
     from verl_bundle.profile.mirrors import naming_the_rest
     from verl_bundle.progress import reporter
 
-    options = StackOptions(
-        cuda,
-        profile,
-        python,
-        platform,
-        mirror,
-        cache_dir,
-        jobs,
-        verl,
-        from_lock,
-        tuple(extra or ()),
-    )
-    req = options.request(session_of(ctx))
+    req = stack.request(session_of(ctx))
     with reporter(quiet=json_out) as rep, naming_the_rest(req.profile, req.mirrors):
         if check:
             shown = render.lock_check(check_lock(req, output, rep))
@@ -88,16 +59,10 @@ def lock_cmd(
     show(ctx, shown, json_out)
 
 
+@takes_stack
 def build_cmd(
     ctx: typer.Context,
-    cuda: Cuda = None,
-    profile: ProfileOpt = None,
-    python: TargetPython = None,
-    platform: Platform = None,
-    mirror: Mirror = None,
-    verl: VerlSpec = None,
-    from_lock: FromLock = None,
-    extra: Extra = None,
+    stack: StackOptions,
     lock_file: Annotated[
         Path | None,
         typer.Option(
@@ -107,8 +72,6 @@ def build_cmd(
     output: Annotated[
         Path, typer.Option("-o", "--output", help="Directory for the tarball.")
     ] = Path("."),
-    cache_dir: CacheDir = None,
-    jobs: Jobs = 8,
     compress: Annotated[
         Compress,
         typer.Option(help="Wheels are already compressed, so the default tar is not."),
@@ -187,18 +150,6 @@ def build_cmd(
     from verl_bundle.profile.mirrors import naming_the_rest
     from verl_bundle.progress import reporter
 
-    options = StackOptions(
-        cuda,
-        profile,
-        python,
-        platform,
-        mirror,
-        cache_dir,
-        jobs,
-        verl,
-        from_lock,
-        tuple(extra or ()),
-    )
     compiling = CompileOptions(
         compile_mode.value,
         cuda_archs,
@@ -209,10 +160,10 @@ def build_cmd(
         yes,
         None if json_out else terminal_question(),
     )
-    stack = options.request(session_of(ctx))
+    chosen = stack.request(session_of(ctx))
     split = parse_size(split_size) if split_size is not None else None
     req = BuildRequest(
-        stack,
+        chosen,
         output,
         lock_file,
         compress.value,
@@ -223,7 +174,7 @@ def build_cmd(
         sign,
         release,
     )
-    with reporter(quiet=json_out) as rep, naming_the_rest(stack.profile, stack.mirrors):
+    with reporter(quiet=json_out) as rep, naming_the_rest(chosen.profile, chosen.mirrors):
         shown = render.build(build(req, rep))
     show(ctx, shown, json_out)
 

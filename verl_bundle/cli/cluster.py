@@ -125,7 +125,7 @@ def preflight_cmd(
     import argparse
     import os
 
-    from verl_bundle.airgap.cli import rendezvous_of
+    from verl_bundle.airgap.commands import rendezvous_of
     from verl_bundle.airgap.errors import UsageError as ServerUsageError
     from verl_bundle.airgap.launch import preflight
     from verl_bundle.airgap.launch.verlconfig import ConfigError

@@ -5,6 +5,8 @@ the one place a command's result is written."""
 from __future__ import annotations
 
 import enum
+import functools
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -295,7 +297,7 @@ class StackOptions:
         if self.verl is not None:
             chosen = chosen.with_verl(self.verl)
         if self.from_lock is not None:
-            from verl_bundle.resolve.uvlock import with_from_lock
+            from verl_bundle.resolve.uvproject import with_from_lock
 
             chosen = with_from_lock(chosen, self.from_lock, self.extras, self.verl is not None)
         elif self.extras:
@@ -313,6 +315,49 @@ class StackOptions:
             python_given=self.python is not None,
             verl_given=self.verl is not None or self.from_lock is not None,
         )
+
+
+# The options that name a stack and where its files come from, in the order --help lists them:
+# lock and build both take them, and typer has no group of options, so `takes_stack` puts them
+# into each command's signature in place of its `stack` parameter.
+STACK_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
+    ("cuda", Cuda, None),
+    ("profile", ProfileOpt, None),
+    ("python", TargetPython, None),
+    ("platform", Platform, None),
+    ("mirror", Mirror, None),
+    ("verl", VerlSpec, None),
+    ("from_lock", FromLock, None),
+    ("extra", Extra, None),
+    ("cache_dir", CacheDir, None),
+    ("jobs", Jobs, 8),
+)
+
+
+def takes_stack(command: Callable[..., None]) -> Callable[..., None]:
+    """`command(ctx, stack: StackOptions, ...)` as typer reads it: `stack` stands for the
+    options of STACK_OPTIONS in the signature typer sees, and they reach `command` as one
+    `StackOptions`."""
+    signature = inspect.signature(command, eval_str=True)
+    params: list[inspect.Parameter] = []
+    for param in signature.parameters.values():
+        if param.name != "stack":
+            params.append(param)
+            continue
+        kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+        params += [
+            inspect.Parameter(name, kind, default=default, annotation=annotation)
+            for name, annotation, default in STACK_OPTIONS
+        ]
+
+    @functools.wraps(command)
+    def run(**given: Any) -> None:
+        named = {name: given.pop(name) for name, _, _ in STACK_OPTIONS}
+        extras = tuple(named.pop("extra") or ())
+        command(stack=StackOptions(**named, extras=extras), **given)
+
+    setattr(run, "__signature__", signature.replace(parameters=params))  # noqa: B010 - read by typer
+    return run
 
 
 def command_group(help: str, short_help: str) -> typer.Typer:

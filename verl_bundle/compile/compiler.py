@@ -13,17 +13,12 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from verl_bundle.airgap.contract.figures import build_range
-from verl_bundle.compile.build import (
-    BuildInputs,
-    CompiledWheel,
-    CompileJob,
-    CompileOptions,
-    compile_sdist,
-    sm_list,
-)
+from verl_bundle.compile.build import BuildInputs, compile_sdist
 from verl_bundle.compile.cost import CORE_MINUTES_PER_ARCH, server_build_time
+from verl_bundle.compile.job import CompileJob, CompileOptions, sm_list
 from verl_bundle.compile.stacktoolkit import stack_toolkit
 from verl_bundle.compile.toolkit import Toolkit, ToolkitError, ToolkitRequest, find_toolkit
+from verl_bundle.compile.wheelcache import CompiledWheel
 from verl_bundle.credentials import Redactor
 from verl_bundle.profile.model import Profile, SourceBuild
 from verl_bundle.progress import Reporter

@@ -37,7 +37,7 @@ from verl_bundle.profile.sources import (
 )
 from verl_bundle.profile.target import Target
 from verl_bundle.resolve.lock import LOCAL, Lock, LockedPackage
-from verl_bundle.resolve.resolver import release_of
+from verl_bundle.resolve.uvcompile import release_of
 from verl_bundle.sources.sourcebuild import BuiltSource, SourceBuilder
 
 

@@ -1,9 +1,6 @@
-"""Upstream's own lock as the stack: verl's `uv.lock` (with the `pyproject.toml` beside it)
-read for the extras asked, one file per package chosen for the target, nothing resolved again.
-
-`uv export --frozen --offline` says which (name, version) the extras select (uv evaluates the
-lock's forks and conflicts; nothing is built or fetched); the lock's own TOML says where each
-file is and its hash. Then per package, by the lock's source:
+"""Upstream's own lock as the stack: the pins verl's `uv.lock` selects for the extras asked
+(uvproject.py), one file per package chosen for the target, nothing resolved again. The lock's
+own TOML says where each file is and its hash. Then per package, by the lock's source:
 - the default index (a registry no `[[tool.uv.index]]` names): the lock's file and hash;
 - a named index the profile substitutes (`[uv-lock] substitute`, e.g. the PyTorch cu130 index
   by the default index, whose torch 2.11.0 is the same CUDA build): the same version, less its
@@ -17,192 +14,28 @@ file is and its hash. Then per package, by the lock's source:
 
 from __future__ import annotations
 
-import sys
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote
 
-from packaging.requirements import InvalidRequirement, Requirement
+from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from verl_bundle.errors import ProfileError, ResolutionError, UsageError
+from verl_bundle.credentials import split_credentials
+from verl_bundle.errors import ProfileError, ResolutionError
 from verl_bundle.net.download import Downloader
-from verl_bundle.profile.model import DEFAULT_INDEX, DirectArtifact, Profile, UvLock
+from verl_bundle.profile.model import DEFAULT_INDEX, DirectArtifact, Profile
 from verl_bundle.profile.sources import Git
 from verl_bundle.profile.target import Target
 from verl_bundle.progress import Reporter
 from verl_bundle.resolve import resolver
-from verl_bundle.resolve.lock import LOCAL, Lock, LockedFile, now
+from verl_bundle.resolve.artifacts import apply_artifacts
+from verl_bundle.resolve.lock import LOCAL, Lock, LockedFile
+from verl_bundle.resolve.uvcompile import Candidate, filename_of, resolve
+from verl_bundle.resolve.uvproject import Pin, export, project_files, read_project, selected
 from verl_bundle.sources.sourcebuild import BuiltSource, SourceBuilder
-from verl_bundle.uvcmd import run_uv
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
-# verl's rollout engines: its trainer config has no default (`rollout.name: ???`), so a stack
-# taken from its lock must name one of these extras.
-ROLLOUTS = ("vllm", "sglang")
-
-
-@dataclass(frozen=True)
-class Pin:
-    """One package the extras select, as `uv export` writes it."""
-
-    name: str
-    version: str | None  # None for a git pin (its version is the lock's)
-    git: Git | None = None
-
-
-@dataclass(frozen=True)
-class Project:
-    """Upstream's pyproject.toml and uv.lock, read."""
-
-    pyproject: Mapping[str, Any]
-    lock: Mapping[str, Any]
-    text: Mapping[str, bytes]  # the two files as they are, for `uv export`
-
-    @property
-    def indexes(self) -> dict[str, str]:
-        """URL -> name of every `[[tool.uv.index]]` the pyproject declares."""
-        found = self.pyproject.get("tool", {}).get("uv", {}).get("index", [])
-        return {str(i["url"]).rstrip("/"): str(i["name"]) for i in found if "url" in i}
-
-    @property
-    def extras(self) -> tuple[str, ...]:
-        table = self.pyproject.get("project", {}).get("optional-dependencies", {})
-        return tuple(sorted(table))
-
-    def overrides(self, target: Target, extras: Sequence[str]) -> tuple[str, ...]:
-        """The lock's `[manifest] overrides` that apply on the target with these extras, as
-        requirements ("numpy>=2.0.0"): the versions it took on purpose over a package's own."""
-        found: list[str] = []
-        for entry in self.lock.get("manifest", {}).get("overrides", []):
-            spec = str(entry.get("specifier", ""))
-            if not spec:
-                continue  # an exclusion (a marker no machine meets), not a version
-            marker = entry.get("marker")
-            if marker:
-                parsed = Requirement(f"{entry['name']} ; {marker}").marker
-                asked = ["", *extras]
-                if parsed is not None and not any(
-                    parsed.evaluate(target.markers(e)) for e in asked
-                ):
-                    continue
-            found.append(f"{canonicalize_name(str(entry['name']))}{spec}")
-        return tuple(dict.fromkeys(found))
-
-    def record(self, name: str, version: str | None) -> Mapping[str, Any] | None:
-        for raw in self.lock.get("package", []):
-            if canonicalize_name(raw["name"]) != name:
-                continue
-            if version is None or str(raw.get("version")) == version:
-                return dict(raw)
-        return None
-
-
-def read_project(files: Mapping[str, bytes], where: str) -> Project:
-    if "uv.lock" not in files or "pyproject.toml" not in files:
-        raise UsageError(
-            f"{where}: upstream's lock needs its uv.lock and the pyproject.toml beside it; "
-            "give the directory (or checkout) that holds both"
-        )
-    try:
-        pyproject = tomllib.loads(files["pyproject.toml"].decode("utf-8"))
-        lock = tomllib.loads(files["uv.lock"].decode("utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{where}: uv.lock or pyproject.toml is not valid TOML: {exc}") from None
-    if not isinstance(lock.get("package"), list):
-        raise UsageError(f"{where}/uv.lock: not a uv lock (no [[package]] tables)")
-    return Project(pyproject, lock, dict(files))
-
-
-def project_files(directory: Path) -> dict[str, bytes]:
-    return {
-        name: (directory / name).read_bytes()
-        for name in ("pyproject.toml", "uv.lock")
-        if (directory / name).is_file()
-    }
-
-
-def export(project: Project, extras: Sequence[str], where: str, downloader: Downloader) -> str:
-    """The pins the extras select, as uv writes them (offline, from the lock alone)."""
-    missing = [
-        e for e in extras if canonicalize_name(e) not in map(canonicalize_name, project.extras)
-    ]
-    if missing:
-        raise UsageError(
-            f"{where}: extra {missing[0]!r} is not one of the project's: "
-            + ", ".join(project.extras)
-        )
-    rollouts = [r for r in ROLLOUTS if r in project.extras]
-    if rollouts and not any(canonicalize_name(e) in rollouts for e in extras):
-        raise UsageError(
-            f"{where}: verl's rollout has no default (actor_rollout_ref.rollout.name: ???): "
-            f"add {' or '.join(f'--extra {r}' for r in rollouts)} (with --extra fsdp for the "
-            "FSDP trainer)"
-        )
-    with tempfile.TemporaryDirectory(prefix="verl-bundle-uvlock-") as tmp:
-        work = Path(tmp)
-        for name, data in project.text.items():
-            (work / name).write_bytes(data)
-        args = [
-            "export",
-            "--project",
-            str(work),
-            "--offline",
-            "--frozen",
-            "--no-hashes",
-            "--format",
-            "requirements-txt",
-            "--no-emit-project",
-            "--no-annotate",
-            "--no-header",
-            "--quiet",
-        ]
-        for extra in extras:
-            args += ["--extra", extra]
-        run = run_uv(args, work, downloader.http.redact)
-    if run.returncode != 0:
-        lines = [line for line in run.stderr.splitlines() if line.strip()]
-        said = next(
-            (line for line in lines if line.startswith("error:")), lines[-1] if lines else ""
-        )
-        raise ResolutionError(
-            f"{where}: uv could not read the lock for extras {', '.join(extras)}: "
-            f"{said.removeprefix('error: ')}"
-        )
-    return run.stdout
-
-
-def selected(exported: str, target: Target) -> list[Pin]:
-    """The exported pins whose markers hold on the target."""
-    pins: list[Pin] = []
-    for line in exported.splitlines():
-        line = line.strip()
-        if not line or line.startswith(("#", "-")):
-            continue
-        try:
-            req = Requirement(line)
-        except InvalidRequirement as exc:
-            raise ResolutionError(
-                f"uv export wrote a line verl-bundle cannot read: {line!r} ({exc})"
-            ) from None
-        if req.marker is not None and not req.marker.evaluate(target.markers()):
-            continue
-        name = canonicalize_name(req.name)
-        if req.url:
-            url, _, rev = req.url.removeprefix("git+").rpartition("@")
-            pins.append(Pin(name, None, Git(url, rev)))
-            continue
-        (spec,) = list(req.specifier)
-        pins.append(Pin(name, spec.version))
-    return pins
 
 
 @dataclass(frozen=True)
@@ -228,10 +61,10 @@ def lock_from_uv(
     files = project_files(spec.path.parent) if spec.path else dict(verl.project)
     project = read_project(files, where)
     pins = selected(export(project, spec.extras, where, downloader), target)
-    chosen: dict[str, resolver.Candidate] = {}
+    chosen: dict[str, Candidate] = {}
     built: dict[str, BuiltSource] = {"verl": verl}
     wanted_from_index: dict[str, str] = {}  # name -> version, taken from the default index
-    hashless: dict[str, tuple[str, resolver.Candidate]] = {}  # name -> (index, candidate)
+    hashless: dict[str, tuple[str, Candidate]] = {}  # name -> (index, candidate)
     indexes = project.indexes
     for pin in pins:
         record = project.record(pin.name, pin.version)
@@ -290,7 +123,7 @@ def lock_from_uv(
     bootstrap = {canonicalize_name(Requirement(r).name) for r in profile.bootstrap}
     for name in bootstrap:
         chosen.setdefault(name, side[name])
-    server = resolver._server_builds(profile, chosen)
+    server = resolver.server_builds(profile, chosen)
     # A server build's build requirements join the stack (installed before it, --no-build-
     # isolation): those the lock lacks (flash-attn's `wheel`) from the default index, held to
     # the versions the lock has.
@@ -302,24 +135,8 @@ def lock_from_uv(
         more = _from_default_index(profile, target, {}, downloader, absent, held)
         for req in absent:
             chosen[_name(req)] = more[_name(req)]
-    chosen = resolver._complete(chosen, downloader)
-    packages = tuple(resolver._classify(profile, c, server) for c in chosen.values())
-    locations = {
-        name: loc.url or ""
-        for name, loc in sorted(profile.locations.items())
-        if name in {p.location for p in packages} or name == DEFAULT_INDEX
-    }
-    lock = Lock(
-        profile=profile.name,
-        profile_sha256=profile.sha256,
-        target=target,
-        cuda=profile.cuda,
-        packages=tuple(sorted(packages, key=lambda p: p.name)),
-        locations=locations,
-        exclude_newer=None,
-        created=now(),
-        overrides=project.overrides(target, spec.extras),
-    )
+    overrides = project.overrides(target, spec.extras)
+    lock = resolver.lock_of(profile, target, chosen, server, downloader, None, overrides)
     return FromLock(lock, built)
 
 
@@ -339,24 +156,18 @@ def _git_of(pin: Pin, source: Mapping[str, Any]) -> Git:
     return Git(base or (pin.git.url if pin.git else ""), commit, asked)
 
 
-def _local(made: BuiltSource) -> resolver.Candidate:
+def _local(made: BuiltSource) -> Candidate:
     w = made.wheel
-    return resolver.Candidate(
-        made.name, made.version, LockedFile(w.filename, "", w.sha256, w.size), LOCAL
-    )
-
-
-def _filename(url: str) -> str:
-    return unquote(urlsplit(url).path.rsplit("/", 1)[-1])
+    return Candidate(made.name, made.version, LockedFile(w.filename, "", w.sha256, w.size), LOCAL)
 
 
 def _from_record(
     name: str, version: str, record: Mapping[str, Any], target: Target, location: str, where: str
-) -> resolver.Candidate:
+) -> Candidate:
     """The lock's best file for the target (a wheel, else its sdist)."""
     best: tuple[int, Mapping[str, Any]] | None = None
     for wheel in record.get("wheels", []):
-        rank = target.wheel_rank(_filename(wheel["url"]))
+        rank = target.wheel_rank(filename_of(wheel["url"]))
         if rank is not None and (best is None or rank < best[0]):
             best = (rank, wheel)
     entry = best[1] if best is not None else record.get("sdist")
@@ -367,8 +178,8 @@ def _from_record(
         )
     digest = str(entry.get("hash", ""))
     sha = digest.removeprefix("sha256:") if digest.startswith("sha256:") else ""
-    file = LockedFile(_filename(entry["url"]), str(entry["url"]), sha, entry.get("size"))
-    return resolver.Candidate(name, version, file, location)
+    file = LockedFile(filename_of(entry["url"]), str(entry["url"]), sha, entry.get("size"))
+    return Candidate(name, version, file, location)
 
 
 def _name(requirement: str) -> str:
@@ -382,7 +193,7 @@ def _from_default_index(
     downloader: Downloader,
     more: Sequence[str] = (),
     held: Sequence[str] = (),
-) -> dict[str, resolver.Candidate]:
+) -> dict[str, Candidate]:
     """`name==version` for each wanted package (and `more` requirements, with `held` as
     constraints) and the profile's bootstrap, resolved on the default index alone, with the
     profile's static metadata for what cannot be built."""
@@ -396,7 +207,7 @@ def _from_default_index(
         artifacts=(),
         uv_lock=None,
     )
-    return resolver._resolve(alone, target, None, (), downloader)
+    return resolve(alone, target, None, (), downloader)
 
 
 def _hashless(
@@ -404,11 +215,11 @@ def _hashless(
     target: Target,
     name: str,
     index: str,
-    cand: resolver.Candidate,
-    fallback: resolver.Candidate | None,
+    cand: Candidate,
+    fallback: Candidate | None,
     downloader: Downloader,
     reporter: Reporter,
-) -> resolver.Candidate:
+) -> Candidate:
     """A file the lock names without a hash (verl's wheelhouse): the profile's artifacts for
     it in order, else the lock's own URL; hashed as it is downloaded. Where none is there:
     the default index's sdist for the profile's source build, else one line."""
@@ -421,14 +232,14 @@ def _hashless(
     else:
         arts = [replace(a, fallback="resolved") for a in arts]
         start = {name: fallback}
-    got = resolver._apply_artifacts(profile, target, start, downloader, reporter, arts)
+    got = apply_artifacts(profile, target, start, downloader, reporter, arts)
     return got[name]
 
 
 def _artifact_of_url(profile: Profile, name: str, index: str, url: str) -> DirectArtifact:
     """The lock's own URL as a direct artifact of the files location it lies under."""
     for loc in profile.locations.values():
-        base = (loc.url or "").rstrip("/")
+        base = split_credentials(loc.url or "")[0].rstrip("/")
         if loc.kind == "files" and base and url.startswith(base + "/"):
             path = url[len(base) + 1 :]
             return DirectArtifact(name, loc.name, path.replace("{", "{{").replace("}", "}}"))
@@ -437,32 +248,3 @@ def _artifact_of_url(profile: Profile, name: str, index: str, url: str) -> Direc
         f"{url}, which lies under no files location of the profile; add one (or "
         f"[[artifacts]] for {name})"
     )
-
-
-def with_from_lock(
-    profile: Profile, path: Path, extras: Sequence[str], verl_given: bool
-) -> Profile:
-    """The profile with upstream's lock as its stack (`--from-lock PATH --extra NAME ...`):
-    verl is the tree the lock lies in (unless --verl names another), and the lock's git
-    sources become repositories that --mirror can serve."""
-    lock_path = path / "uv.lock" if path.is_dir() else path
-    if not lock_path.is_file():
-        raise UsageError(f"--from-lock {path}: no such file (upstream's uv.lock)")
-    if not extras:
-        raise UsageError(
-            f"--from-lock {path}: give the extras to install, e.g. --extra vllm --extra fsdp"
-        )
-    try:
-        data = tomllib.loads(lock_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise UsageError(f"--from-lock {lock_path}: not a readable uv.lock ({exc})") from None
-    git = dict(profile.git)
-    for raw in data.get("package", []):
-        source = raw.get("source", {}) if isinstance(raw, dict) else {}
-        if "git" in source:
-            url = str(source["git"]).partition("#")[0].partition("?")[0]
-            git[canonicalize_name(str(raw.get("name", "")))] = url
-    substitute = profile.uv_lock.substitute if profile.uv_lock else {}
-    uv = UvLock(tuple(extras), lock_path.absolute(), substitute)
-    verl = profile.verl if verl_given else str(lock_path.absolute().parent)
-    return replace(profile, uv_lock=uv, git=git, verl=verl)

@@ -1,15 +1,11 @@
 """Wheels made on the online host from sources that are not an index's files: a source tree (a
 checkout or a fork, dirty or not), a git revision, or a wheel or sdist file given by path.
 
-A tree is copied (a git checkout's tracked and untracked, not ignored, files; otherwise
-everything but VCS and build leftovers), hashed over its paths, modes and contents, and built
-by its own build system (`uv build --wheel --no-sources`: the tree's `[tool.uv.sources]` never
-reach the network); the wheel is cached by that hash and stored in the download cache by its
-own, so that the fetch stage finds it like any other file. A git revision is read from a local
-mirror (a bare repository or a checkout, given as a path or file:// URL) without copying it, or
-fetched from any URL git takes (https, git:// from a git daemon, file://) into a cache
-repository; its tree is written out blob by blob, so that a mirror missing an object outside
-the package still builds, with a note saying what was left out.
+A tree (sources/tree.py lists and hashes it; a git revision is first written out as one by
+sources/git.py) is copied and built by its own build system (`uv build --wheel --no-sources`:
+the tree's `[tool.uv.sources]` never reach the network); the wheel is cached by the tree's hash
+and stored in the download cache by its own, so that the fetch stage finds it like any other
+file. What the wheel leaves out of the tree, or a mirror of the commit, is said in a note.
 """
 
 from __future__ import annotations
@@ -19,16 +15,12 @@ import datetime as dt
 import hashlib
 import os
 import shutil
-import stat
-import subprocess
 import tempfile
-import threading
 import zipfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from email.parser import HeaderParser
 from pathlib import Path, PurePosixPath
-from urllib.parse import unquote, urlsplit
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
@@ -39,6 +31,7 @@ from verl_bundle.errors import HostBuildError, UsageError
 from verl_bundle.net.cache import Cache
 from verl_bundle.profile.sources import Git, Release, SdistFile, SourceSpec, Tree, WheelFile
 from verl_bundle.progress import Reporter
+from verl_bundle.sources.git import GitReader
 from verl_bundle.sources.hostbuild import (
     BuiltWheel,
     build_pure_wheel,
@@ -46,15 +39,11 @@ from verl_bundle.sources.hostbuild import (
     place_normalized,
 )
 from verl_bundle.sources.hostbuild import source_date_epoch as default_epoch
+from verl_bundle.sources.tree import TreeState, copy_tree, tree_sha256, tree_state
 from verl_bundle.uvcmd import host_python, run_uv
 
-# Left out of a tree that is not a git checkout: VCS data and what builds leave behind.
-_SKIP_DIRS = {".git", ".hg", ".svn", "build", "dist", "__pycache__", ".venv", ".tox", ".eggs"}
-_GIT_TIMEOUT = 900
-PROJECT_FILES = (
-    "pyproject.toml",
-    "uv.lock",
-)  # a first fetch of a large repository over a slow link
+# The tree's own project files a stack may be read from (resolve/uvlock.py).
+PROJECT_FILES = ("pyproject.toml", "uv.lock")
 
 
 @dataclass(frozen=True)
@@ -74,14 +63,6 @@ class BuiltSource:
     @property
     def url(self) -> str:
         return self.wheel.path.as_uri()
-
-
-@dataclass(frozen=True)
-class _TreeState:
-    files: tuple[str, ...]  # POSIX paths relative to the tree
-    commit: str = ""
-    dirty: bool = False
-    epoch: int | None = None  # the commit's time, for SOURCE_DATE_EPOCH
 
 
 class SourceBuilder:
@@ -157,7 +138,7 @@ class SourceBuilder:
         self,
         name: str,
         root: Path,
-        state: _TreeState,
+        state: TreeState,
         source: mf.Source,
         absent: Sequence[str],
     ) -> BuiltSource:
@@ -186,7 +167,7 @@ class SourceBuilder:
             name, str(version), wheel, source, _requires(final), tuple(notes), project
         )
 
-    def _tools_of(self, state: _TreeState) -> str | None:
+    def _tools_of(self, state: TreeState) -> str | None:
         """The upload-date cut-off for a commit's build tools: its own time, where the default
         index gives upload times (no mirror), so that it builds again to the same wheel later."""
         if state.epoch is None or self.index_url is not None:
@@ -195,7 +176,7 @@ class SourceBuilder:
         return when.strftime("%Y-%m-%dT%H:%M:%SZ")
 
     def _build_tree(
-        self, name: str, root: Path, state: _TreeState, out: Path, cutoff: str | None
+        self, name: str, root: Path, state: TreeState, out: Path, cutoff: str | None
     ) -> Path:
         epoch = state.epoch if state.epoch is not None else default_epoch()
         with tempfile.TemporaryDirectory(
@@ -241,20 +222,15 @@ class SourceBuilder:
     def _git(self, name: str, spec: Git) -> BuiltSource:
         given = self.mirrors.get(name)
         fetch_from = given or spec.url
-        local = _local_repository(fetch_from)
-        if local is not None:
-            repo = self._open_local(name, local, fetch_from)
-            commit = self._rev_parse(name, repo, spec.rev or "HEAD", fetch_from)
-        else:
-            repo = self.cache.root / "git" / hashlib.sha256(spec.clean.encode()).hexdigest()
-            commit = self._fetch(name, repo, fetch_from, spec.rev)
-        epoch_text = self._git_out(name, repo, ["show", "-s", "--format=%ct", commit], fetch_from)
+        git = GitReader(self.cache.root, self.redact, self.reporter)
+        repo, commit = git.locate(name, fetch_from, spec.rev, spec.clean)
+        epoch = git.commit_time(name, repo, commit, fetch_from)
         with tempfile.TemporaryDirectory(
             prefix="git-tree-", dir=self.cache.root, ignore_cleanup_errors=True
         ) as tmp:
             root = Path(tmp) / "tree"
-            files, absent = self._write_tree(name, repo, commit, root, fetch_from)
-            state = _TreeState(tuple(files), commit, False, int(epoch_text.strip() or 0) or None)
+            files, absent = git.write_tree(name, repo, commit, root, fetch_from)
+            state = TreeState(tuple(files), commit, False, epoch)
             note = ""
             if absent:
                 shown = ", ".join(absent[:3]) + (
@@ -270,195 +246,8 @@ class SourceBuilder:
             made = dataclasses.replace(made, notes=(*made.notes, served))
         return made
 
-    def _open_local(self, name: str, path: Path, shown: str) -> Path:
-        if not path.exists():
-            raise UsageError(
-                f"{name}: the git mirror {redact_url(shown)} does not exist; give "
-                f"--mirror {name}=PATH, a clone of the repository (bare or not)"
-            )
-        out = self._git_out(name, path, ["rev-parse", "--absolute-git-dir"], shown, cwd=path)
-        return Path(out.strip())
 
-    def _rev_parse(self, name: str, repo: Path, rev: str, shown: str) -> str:
-        run = self._git_run(repo, ["rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"])
-        if run.returncode != 0 or not run.stdout.strip():
-            raise UsageError(
-                f"{name}: revision {rev!r} is not in {redact_url(shown)}; fetch it into the "
-                "mirror (git fetch) or give another revision"
-            )
-        return run.stdout.strip()
-
-    def _fetch(self, name: str, repo: Path, url: str, rev: str) -> str:
-        if not (repo / "HEAD").is_file():
-            repo.mkdir(parents=True, exist_ok=True)
-            self._git_out(name, repo, ["init", "--quiet", "--bare", str(repo)], url, cwd=repo)
-        self.reporter.status(f"fetching {name} {rev or 'HEAD'} from {redact_url(url)}")
-        abbreviated = len(rev) < 40 and all(c in "0123456789abcdef" for c in rev) and rev != ""
-        if not abbreviated:
-            # One commit, no history: what a build needs (a git daemon serves any commit).
-            run = self._git_run(repo, ["fetch", "--quiet", "--depth", "1", url, rev or "HEAD"])
-            if run.returncode == 0:
-                return self._rev_parse(name, repo, "FETCH_HEAD", url)
-        run = self._git_run(
-            repo,
-            [
-                "fetch",
-                "--quiet",
-                url,
-                "+refs/heads/*:refs/src/heads/*",
-                "+refs/tags/*:refs/src/tags/*",
-            ],
-        )
-        if run.returncode != 0:
-            tail = self.redact(run.stderr.strip().splitlines()[-1] if run.stderr.strip() else "")
-            raise HostBuildError(
-                f"{name}: git could not fetch {redact_url(url)}: {tail}; behind a firewall, give "
-                f"--mirror {name}=URL (a file:// path to a clone, or a git daemon's git:// URL)"
-            )
-        return self._rev_parse(name, repo, rev or "HEAD", url)
-
-    def _write_tree(
-        self, name: str, repo: Path, commit: str, root: Path, shown: str
-    ) -> tuple[list[str], list[str]]:
-        """The commit's tree written under `root` (blobs and links; submodules are not part of
-        it, as in `git archive`); returns the files written and those whose blob is missing."""
-        listing = self._git_out(name, repo, ["ls-tree", "-r", "-z", "--full-tree", commit], shown)
-        entries: list[tuple[str, str, str]] = []
-        for item in listing.split("\0"):
-            if not item:
-                continue
-            meta, _, path = item.partition("\t")
-            mode, kind, sha = meta.split()
-            if kind == "blob" and _safe_relpath(path):
-                entries.append((mode, sha, path))
-        root.mkdir(parents=True)
-        written: list[str] = []
-        absent: list[str] = []
-        proc = subprocess.Popen(
-            ["git", f"--git-dir={repo}", "cat-file", "--batch"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env=_git_env(),
-        )
-        if proc.stdin is None or proc.stdout is None:  # pragma: no cover - PIPE gives both
-            raise HostBuildError(f"{name}: could not talk to git cat-file")
-        stdin, stdout = proc.stdin, proc.stdout
-        wanted = "".join(f"{sha}\n" for _, sha, _ in entries).encode()
-
-        def feed() -> None:
-            # From a thread: git answers while it reads, and both pipes are finite.
-            try:
-                stdin.write(wanted)
-            finally:
-                stdin.close()
-
-        feeder = threading.Thread(target=feed, daemon=True)
-        feeder.start()
-        try:
-            for mode, _, path in entries:
-                header = stdout.readline().decode().split()
-                if len(header) < 3 or header[1] == "missing":
-                    absent.append(path)
-                    continue
-                data = stdout.read(int(header[2]))
-                stdout.read(1)  # the newline after each object
-                target = root / path
-                target.parent.mkdir(parents=True, exist_ok=True)
-                if mode == "120000":
-                    os.symlink(data.decode(), target)
-                else:
-                    target.write_bytes(data)
-                    target.chmod(0o755 if mode == "100755" else 0o644)
-                written.append(path)
-        finally:
-            stdout.close()
-            proc.wait()
-            feeder.join()
-        return written, absent
-
-    def _git_run(
-        self, repo: Path, args: list[str], cwd: Path | None = None
-    ) -> subprocess.CompletedProcess[str]:
-        base = ["git"] if cwd is not None else ["git", f"--git-dir={repo}"]
-        try:
-            return subprocess.run(
-                [*base, *args],
-                cwd=cwd,
-                capture_output=True,
-                text=True,
-                timeout=_GIT_TIMEOUT,
-                env=_git_env(),
-                check=False,
-            )
-        except FileNotFoundError:
-            raise HostBuildError(
-                "git is not installed on this host; install it to build from a git source"
-            ) from None
-        except subprocess.TimeoutExpired:
-            raise HostBuildError(
-                f"git {args[0]} did not finish in {_GIT_TIMEOUT} s; is the git host or the "
-                "mirror reachable?"
-            ) from None
-
-    def _git_out(
-        self, name: str, repo: Path, args: list[str], shown: str, cwd: Path | None = None
-    ) -> str:
-        run = self._git_run(repo, args, cwd)
-        if run.returncode != 0:
-            tail = self.redact(run.stderr.strip().splitlines()[-1] if run.stderr.strip() else "")
-            raise HostBuildError(
-                f"{name}: git {args[0]} on {redact_url(shown)} failed: {tail}; check that it is "
-                "a git repository with that revision"
-            )
-        return run.stdout
-
-
-# -- the tree: its files, its hash, its copy -----------------------------------------------------
-
-
-def tree_state(root: Path, redact: Redactor | None = None) -> _TreeState:
-    """The tree's files; for a git checkout, its commit and whether it differs from it."""
-    if not root.is_dir():
-        raise UsageError(f"{root}: not a directory")
-    inside = _git_plain(root, ["rev-parse", "--is-inside-work-tree"])
-    if inside is not None and inside.strip() == "true":
-        listed = _git_plain(root, ["ls-files", "-z", "-co", "--exclude-standard"]) or ""
-        files = sorted(
-            p for p in set(listed.split("\0")) if p and _is_file(root / p) and _safe_relpath(p)
-        )
-        commit = (_git_plain(root, ["rev-parse", "--verify", "--quiet", "HEAD"]) or "").strip()
-        status = _git_plain(root, ["status", "--porcelain", "--untracked-files=normal", "--", "."])
-        epoch = _git_plain(root, ["show", "-s", "--format=%ct", "HEAD"]) if commit else None
-        dirty = bool(status and status.strip()) or not commit
-        # A dirty tree is not its commit: no commit time stands for its content.
-        when = int(epoch.strip()) if epoch and epoch.strip().isdigit() and not dirty else None
-        return _TreeState(tuple(files), commit, dirty, when)
-    found: list[str] = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(
-            d for d in dirnames if d not in _SKIP_DIRS and not d.endswith(".egg-info")
-        )
-        rel = Path(dirpath).relative_to(root)
-        for f in filenames:
-            found.append((rel / f).as_posix())
-    return _TreeState(tuple(sorted(found)))
-
-
-def tree_sha256(root: Path, files: Iterable[str]) -> str:
-    """sha256 over `path NUL mode NUL sha256(content)` lines, in path order: the same files with
-    the same contents and modes give the same hash, wherever the tree lies."""
-    h = hashlib.sha256()
-    for rel in sorted(files):
-        path = root / rel
-        info = path.lstat()
-        if stat.S_ISLNK(info.st_mode):
-            mode, digest = "120000", hashlib.sha256(os.readlink(path).encode()).hexdigest()
-        else:
-            mode = "100755" if info.st_mode & 0o111 else "100644"
-            digest = sha256_file(path)
-        h.update(f"{rel}\0{mode}\0{digest}\n".encode())
-    return h.hexdigest()
+# -- the download cache -------------------------------------------------------------------------
 
 
 def _adopted(path: Path, root: Path) -> Path:
@@ -478,57 +267,6 @@ def _adopted(path: Path, root: Path) -> Path:
             pass  # another filesystem, or one without hard links: copied below
     shutil.copyfile(path, tmp)
     return Path(tmp)
-
-
-def copy_tree(root: Path, files: Iterable[str], dest: Path) -> None:
-    """The listed files (links as links) into `dest`: the build never writes into the tree."""
-    for rel in files:
-        src, out = root / rel, dest / rel
-        out.parent.mkdir(parents=True, exist_ok=True)
-        if src.is_symlink():
-            os.symlink(os.readlink(src), out)
-        else:
-            shutil.copy2(src, out)
-
-
-def _is_file(path: Path) -> bool:
-    return path.is_symlink() or path.is_file()
-
-
-def _safe_relpath(rel: str) -> bool:
-    parts = PurePosixPath(rel).parts
-    return bool(parts) and not PurePosixPath(rel).is_absolute() and ".." not in parts
-
-
-def _git_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env["GIT_TERMINAL_PROMPT"] = "0"  # never wait for a password
-    return env
-
-
-def _git_plain(cwd: Path, args: list[str]) -> str | None:
-    try:
-        run = subprocess.run(
-            ["git", *args],
-            cwd=cwd,
-            capture_output=True,
-            text=True,
-            timeout=_GIT_TIMEOUT,
-            env=_git_env(),
-            check=False,
-        )
-    except (FileNotFoundError, subprocess.TimeoutExpired):
-        return None
-    return run.stdout if run.returncode == 0 else None
-
-
-def _local_repository(url: str) -> Path | None:
-    """A mirror on this host (a path or a file:// URL): read in place, never copied."""
-    if url.startswith("file:"):
-        return Path(unquote(urlsplit(url).path))
-    if "://" not in url and (url.startswith(("/", ".", "~"))):
-        return Path(url).expanduser().absolute()
-    return None
 
 
 # -- what the wheel says about itself --------------------------------------------------------------
