@@ -94,6 +94,17 @@ RESOURCES = {
 }
 
 
+# The order modules are handed to the workers: the longest first (the Slurm group, which one
+# worker runs in turn, then the other engines, installs, bundles), so that the run does not end
+# waiting on one worker's Slurm or Ansible tests while the others are idle. A module stays whole
+# (its module fixtures are set up once) and keeps its own order.
+FIRST = ("xdist_group", "engine", "install", "bundle", "slow")
+
+
+def _rank(item: pytest.Item) -> int:
+    return next((i for i, m in enumerate(FIRST) if item.get_closest_marker(m)), len(FIRST))
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
@@ -102,6 +113,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(mark)
         if marked and item.get_closest_marker("slow") is None:
             item.add_marker("slow")
+    rank: dict[str, int] = {}  # a module's: its costliest item's class
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        rank[module] = min(_rank(item), rank.get(module, len(FIRST)))
+    items.sort(key=lambda item: rank[item.nodeid.split("::")[0]])  # stable: alike on every worker
 
 
 @pytest.fixture(scope="session", autouse=True)
