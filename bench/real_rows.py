@@ -227,8 +227,8 @@ def verify_rows(
             ),
         ),
         notes=(
-            "verify reads the tarball once and hashes every member and the whole file from "
-            "that read (two hashes, two threads)",
+            "verify reads the tarball once and, with its .sha256 beside it, hashes the whole "
+            "file alone, each byte once (its members are the bytes the build hashed)",
             "(cold cache): the tarball dropped from the page cache (posix_fadvise) before each run",
         ),
     )
