@@ -18,10 +18,13 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-# On every core (pytest-xdist); tests that share a resource (the Slurm daemons) are kept on one
-# worker by their xdist_group; the 25 slowest steps are listed at the end. CI (.ci/run) runs
-# exactly this, with REQUIRE_ALL=1: a test that would skip for a missing tool fails instead.
-PYTEST_ARGS ?= -n auto --dist loadgroup --durations=25
+# Two workers per core (pytest-xdist): about half of the suite's time is spent waiting on real
+# engines and subprocesses (Slurm jobs, Ray's start, Ansible, installs), which a second worker
+# per core fills. Tests that share a resource (the Slurm daemons) are kept on one worker by
+# their xdist_group; the 25 slowest steps are listed at the end. CI (.ci/run) runs exactly
+# this, with REQUIRE_ALL=1: a test that would skip for a missing tool fails instead.
+WORKERS ?= $(shell echo $$(( $$(nproc) * 2 )))
+PYTEST_ARGS ?= -n $(WORKERS) --dist loadgroup --durations=25
 test: $(STAMP)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 

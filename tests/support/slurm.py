@@ -1,5 +1,5 @@
-"""A real Slurm on this machine for the tests: munged, one slurmctld and two slurmd (n1, n2) on
-127.0.0.1 with distinct ports, from Debian's packages (slurm-wlm, munge; .ci/run installs them).
+"""A real Slurm on this machine for the tests: a munged of its own, one slurmctld and two slurmd
+(n1, n2) on 127.0.0.1 with distinct ports, from Debian's packages (slurm-wlm, munge; .ci/run installs them).
 Needs root (slurmd runs jobs as their users); skips with the reason when it cannot start."""
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ SlurmctldPort={ports[0]}
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
+AuthInfo=socket={root}/munge/munge.socket
 CredType=cred/munge
 MpiDefault=none
 ProctrackType=proctrack/linuxproc
@@ -83,8 +84,8 @@ def _why_not() -> str | None:
 
 @contextmanager
 def started(root: Path) -> Iterator[Slurm]:
-    """munged (if not running), slurmctld and the slurmd of NODES, stopped on exit; skips the
-    test with the reason when they cannot start."""
+    """Its own munged (a socket under `root`), slurmctld and the slurmd of NODES, stopped on
+    exit; skips the test with the reason when they cannot start."""
     why = _why_not()
     if why:
         pytest.skip(why)
@@ -94,25 +95,7 @@ def started(root: Path) -> Iterator[Slurm]:
     conf.write_text(_conf(root))
     env = {**os.environ, "SLURM_CONF": str(conf)}
     procs: list[subprocess.Popen[bytes]] = []
-    socket_dir = Path("/run/munge")
-    socket_dir.mkdir(parents=True, exist_ok=True)
-    shutil.chown(socket_dir, "munge", "munge")
-    ours: list[subprocess.Popen[bytes]] = []  # the munged this run started, stopped on exit
-    if not _munged_running():
-        # In the foreground, as this process's child: stopped and reaped on exit, never left.
-        munged = subprocess.Popen(
-            ["runuser", "-u", "munge", "--", "munged", "--foreground"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        ours.append(munged)
-        socket_file = socket_dir / "munge.socket.2"
-        until = time.monotonic() + 15
-        while not socket_file.exists() and munged.poll() is None and time.monotonic() < until:
-            time.sleep(0.1)
-        if not socket_file.exists():
-            _stop(ours)
-            pytest.skip("munged does not start (no /run/munge/munge.socket.2)")
+    ours = [_munged(root / "munge")]  # this Slurm's own munged, stopped on exit
     quiet = subprocess.DEVNULL  # the daemons log to files under root
     for argv in (["slurmctld"], *(["slurmd", "-N", n] for n in NODES)):
         cmd = [argv[0], "-D", "-f", str(conf), *argv[1:]]
@@ -164,19 +147,36 @@ def _kill_started_by(conf: Path) -> None:
                 os.kill(int(proc.name), 9)
 
 
-def _munged_running() -> bool:
-    """A live munged (a stopped one not yet reaped is a zombie, and does not count)."""
-    found = subprocess.run(["pgrep", "-x", "munged"], capture_output=True, text=True)
-    for pid in found.stdout.split():
-        with contextlib.suppress(OSError):
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-            if state != "Z":
-                return True
-    return False
+def _munged(where: Path) -> subprocess.Popen[bytes]:
+    """A munged of this Slurm's own: its key, socket, seed and log under `where` (the conf's
+    AuthInfo names the socket), run as root in the foreground as this process's child. Never
+    the machine's munged: another run's Slurm stopping or starting it cannot take this one's
+    authentication away in the middle of a job. Skips the test when it does not start."""
+    where.mkdir(mode=0o700)
+    key = where / "munge.key"
+    key.write_bytes(os.urandom(1024))
+    key.chmod(0o600)
+    socket_file = where / "munge.socket"
+    munged = subprocess.Popen(
+        [
+            *("munged", "--foreground", "--force", f"--socket={socket_file}"),
+            *(f"--key-file={key}", f"--pid-file={where / 'munged.pid'}"),
+            *(f"--log-file={where / 'munged.log'}", f"--seed-file={where / 'munged.seed'}"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    until = time.monotonic() + 15  # a readiness loop, not an assertion
+    while not socket_file.exists() and munged.poll() is None and time.monotonic() < until:
+        time.sleep(0.1)
+    if not socket_file.exists():
+        _stop([munged])
+        pytest.skip(f"munged does not start (no {socket_file})")
+    return munged
 
 
 def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
-    """Stop the munged this run started (a machine's own munged is left running)."""
+    """Stop this Slurm's munged (the machine's own, if any, is never touched)."""
     for p in procs:
         p.terminate()
         try:
