@@ -108,7 +108,12 @@ def test_tar_has_one_top_directory_and_no_unsafe_names(
     with tarfile.open(tarball) as tf:
         members = tf.getmembers()
     assert members[0].name == NAME and members[0].isdir()
-    assert [m.name for m in members[1:3]] == [f"{NAME}/SHA256SUMS", f"{NAME}/manifest.json"]
+    # The payload leads (its place is known from the lock: bundle/early.py), then the two lists.
+    names = [m.name for m in members if m.isfile()]
+    lists = names.index(f"{NAME}/SHA256SUMS")
+    assert names[lists + 1] == f"{NAME}/manifest.json"
+    assert {n.split("/")[1] for n in names[:lists]} == {"bootstrap", "wheels"}
+    assert all(n.split("/")[1] not in ("bootstrap", "wheels") for n in names[lists:])
     for m in members:
         assert unsafe_member(m, NAME) is None, m.name
         assert m.uid == 0 and m.uname == ""
@@ -301,6 +306,7 @@ def test_build_json_shape(built: tuple[Path, Path, dict[str, object]]) -> None:
             "packages",
             "downloaded",
             "cached_files",
+            "written_as_fetched",
             "host_built",
             "compiled",
             "interpreter",
@@ -318,6 +324,9 @@ def test_build_json_shape(built: tuple[Path, Path, dict[str, object]]) -> None:
     assert doc["sidecar"] == str(doc["bundle"]) + ".sha256"
     assert doc["profile"] == "cu118-legacy" and doc["lock"] == "resolved" and doc["host_built"] == 2
     assert doc["interpreter"] is None  # the profile does not ask for a bundled CPython
+    # Every wheel as locked went into the tarball as its download ended (bundle/early.py).
+    lock = read_lock(built[1] / "pylock.toml")
+    assert doc["written_as_fetched"] == sum(p.kind == "wheel" for p in lock.packages) > 0
     assert doc["compiled"] == []  # flash-attn comes as the prebuilt wheel: nothing to compile
     assert isinstance(doc["size"], int) and isinstance(doc["notes"], list)
 

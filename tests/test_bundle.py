@@ -15,6 +15,7 @@ from support.cli import Result, run
 
 from verl_bundle.airgap.contract.manifest import BuildTime
 from verl_bundle.bundle.assembly import Entry, bundle_name
+from verl_bundle.bundle.early import EarlyTar
 from verl_bundle.bundle.tarball import DamagedCacheError, DigestMemo, write_bundle
 from verl_bundle.progress import Silent
 from verl_bundle.resolve.lock import read_lock
@@ -240,3 +241,83 @@ def test_the_manifest_carries_the_hosts_build_time_figure() -> None:
     named = SourceBuild("flash-attn", ("torch",), env={"TORCH_CUDA_ARCH_LIST": "8.0;8.6;9.0"})
     assert build_time_of(named) == BuildTime(took.core_minutes_per_arch, ("8.0", "8.6", "9.0"))
     assert build_time_of(SourceBuild("apex", ("torch",))) is None
+
+
+def _early(tmp_path: Path, entries: list[Entry], folder: str = "early") -> EarlyTar:
+    """The front of `entries`' tarball (its files without data), as build makes it."""
+    front = [Entry(e.arcname, e.sha256, e.size) for e in entries if e.source is not None]
+    (tmp_path / folder).mkdir(exist_ok=True)
+    return EarlyTar("b", tmp_path / folder / "b.tar", front)
+
+
+def _payload_first(entries: list[Entry]) -> list[Entry]:
+    return [*(e for e in entries if e.source), *(e for e in entries if e.source is None)]
+
+
+@pytest.mark.parametrize("handed", ["all", "reversed", "none"])
+def test_the_front_written_as_files_arrive_gives_the_bytes_of_a_whole_write(
+    tmp_path: Path, handed: str
+) -> None:
+    """Files handed over in any order (or not at all: copied when the plan is made), fresh ones
+    copied in the kernel and cached ones hashed as they are copied: the tarball and its digest
+    are the ones written whole, and nothing but it and its .sha256 is left."""
+    entries = _payload_first(_entries(tmp_path))
+    whole = write_bundle("b", entries, tmp_path / "whole", "none", Silent(quiet=True))
+    early = _early(tmp_path, entries)
+    files = [e for e in entries if e.source is not None]
+    order = {"all": files, "reversed": files[::-1], "none": []}[handed]
+    for i, e in enumerate(order):
+        early.fetched(e.sha256, str(e.source), fresh=i % 2 == 0)
+    try:
+        front = write_bundle(
+            "b", entries, tmp_path / "early", "none", Silent(quiet=True), early=early
+        )
+    finally:
+        early.close()
+    assert front.path.read_bytes() == whole.path.read_bytes()
+    assert front.sha256 == whole.sha256 == sha256(front.path)
+    assert front.early_files == len(order)
+    assert sorted(p.name for p in (tmp_path / "early").iterdir()) == ["b.tar", "b.tar.sha256"]
+
+
+def test_a_damaged_cached_file_in_the_front_leaves_nothing_and_names_its_source(
+    tmp_path: Path,
+) -> None:
+    entries = _payload_first(_entries(tmp_path))
+    a = next(e for e in entries if e.arcname == "wheels/a.whl")
+    data = bytearray(Path(str(a.source)).read_bytes())
+    data[4 << 20] ^= 1  # past the first read
+    Path(str(a.source)).write_bytes(bytes(data))
+    early = _early(tmp_path, entries)
+    early.fetched(a.sha256, str(a.source), fresh=False)  # a cache hit: hashed as it is copied
+    try:
+        with pytest.raises(DamagedCacheError) as exc:
+            write_bundle("b", entries, tmp_path / "early", "none", Silent(quiet=True), early=early)
+    finally:
+        early.close()
+    assert [(d.entry.arcname, d.entry.source) for d in exc.value.damaged] == [
+        ("wheels/a.whl", a.source)  # its cached source: removed and fetched again
+    ]
+    assert list((tmp_path / "early").iterdir()) == []
+
+
+def test_a_plan_that_does_not_start_with_the_front_is_written_whole(tmp_path: Path) -> None:
+    """A front made for other files (a wheel the plan replaced) is dropped, and the tarball is
+    written whole, as without one; closing a front never taken removes its partial file."""
+    entries = _payload_first(_entries(tmp_path))
+    whole = write_bundle("b", entries, tmp_path / "whole", "none", Silent(quiet=True))
+    other = [Entry("wheels/other.whl", "0" * 64, 1000, source="x"), *entries]
+    early = _early(tmp_path, other)
+    try:
+        written = write_bundle(
+            "b", entries, tmp_path / "early", "none", Silent(quiet=True), early=early
+        )
+    finally:
+        early.close()
+    assert written.path.read_bytes() == whole.path.read_bytes() and written.early_files == 0
+    assert sorted(p.name for p in (tmp_path / "early").iterdir()) == ["b.tar", "b.tar.sha256"]
+    unused = _early(tmp_path, entries, "unused")
+    assert unused.path.exists()
+    unused.close()
+    unused.close()
+    assert list((tmp_path / "unused").iterdir()) == []

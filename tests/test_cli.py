@@ -418,6 +418,7 @@ def test_every_json_output_is_the_versioned_envelope(
         "size",
         "target",
         "volumes",
+        "written_as_fetched",
     ]
 
 

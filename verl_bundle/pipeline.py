@@ -18,8 +18,10 @@ from verl_bundle.bundle.assembly import (
     Damaged,
     DeltaFigures,
     DigestMemo,
+    EarlyTar,
     assemble,
     bundle_name,
+    early_tar,
 )
 from verl_bundle.bundle.plan import check_phases, driver_line
 from verl_bundle.bundle.tarball import check_output_dir
@@ -272,7 +274,7 @@ def build(request: BuildRequest, reporter: Reporter) -> BuildResult:
     if with_python is None:
         with_python = req.profile.interpreter.bundled
 
-    def fetch_all() -> Wheelhouse:
+    def fetch_all(early: EarlyTar | None = None) -> Wheelhouse:
         # The interpreter first: an archive that does not fit stops the build before the stack's
         # gigabytes are fetched.
         python = (
@@ -281,11 +283,9 @@ def build(request: BuildRequest, reporter: Reporter) -> BuildResult:
             else None
         )
         reporter.status(f"fetching {len(lock.packages)} files ...")
-        wheelhouse = fetch(lock, req.profile, downloader, reporter, request.compile)
+        told = early.fetched if early is not None else None
+        wheelhouse = fetch(lock, req.profile, downloader, reporter, request.compile, told)
         return replace(wheelhouse, interpreter=python)
-
-    wheelhouse = fetch_all()
-    reporter.status("writing the bundle ...")
 
     def refetch(damaged: Sequence[Damaged]) -> Wheelhouse:
         for d in damaged:  # only files of the cache: a damaged one is never used again
@@ -294,15 +294,24 @@ def build(request: BuildRequest, reporter: Reporter) -> BuildResult:
         return fetch_all()
 
     memo = DigestMemo(downloader.cache.root / "tarballs")  # digests of tarballs written before
-    bundle, delta = assemble(
-        req.profile,
-        lock,
-        wheelhouse,
-        request.output,
-        request.compress,
-        reporter,
-        refetch,
-        memo,
-        crossing,
-    )
+    # The tarball's files as locked are written into it as their downloads end.
+    early = early_tar(lock, request.output, request.compress, crossing, reporter)
+    try:
+        wheelhouse = fetch_all(early)
+        reporter.status("writing the bundle ...")
+        bundle, delta = assemble(
+            req.profile,
+            lock,
+            wheelhouse,
+            request.output,
+            request.compress,
+            reporter,
+            refetch,
+            memo,
+            crossing,
+            early,
+        )
+    finally:
+        if early is not None:
+            early.close()
     return BuildResult(bundle, lock, source, wheelhouse, tuple(notes), delta)

@@ -12,14 +12,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from verl_bundle.bundle.crossing.extras import Base
+from verl_bundle.bundle.early import EarlyTar
 from verl_bundle.bundle.entries import BundlePlan, Entry
-from verl_bundle.bundle.plan import bundle_name, plan
+from verl_bundle.bundle.plan import bundle_name, locked_entries, plan
 from verl_bundle.bundle.tarball import (
+    SUFFIX,
     Bundle,
     Compression,
     Damaged,
     DamagedCacheError,
     DigestMemo,
+    prepare_output,
     write_bundle,
 )
 from verl_bundle.fetch.wheelhouse import Wheelhouse
@@ -40,10 +43,12 @@ __all__ = [
     "DamagedCacheError",
     "DeltaFigures",
     "DigestMemo",
+    "EarlyTar",
     "Entry",
     "Refetch",
     "assemble",
     "bundle_name",
+    "early_tar",
     "plan",
 ]
 
@@ -87,6 +92,22 @@ def _figures(planned: BundlePlan, base: Base) -> DeltaFigures:
     )
 
 
+def early_tar(
+    lock: Lock, output: Path, compress: Compression, crossing: Crossing, reporter: Reporter
+) -> EarlyTar | None:
+    """The tarball's front, to be written while the downloads run: for a whole, uncompressed
+    tarball that is not a delta (a delta's files are known only against its base), and a lock
+    that sizes every file. None otherwise: the tarball is written after the fetch."""
+    entries = locked_entries(lock)
+    if compress != "none" or crossing.split is not None or crossing.base is not None:
+        return None
+    if not entries:
+        return None
+    prepare_output(output, reporter)
+    name = bundle_name(lock)
+    return EarlyTar(name, output / f"{name}{SUFFIX[compress]}", entries)
+
+
 def assemble(
     profile: Profile,
     lock: Lock,
@@ -97,18 +118,29 @@ def assemble(
     refetch: Refetch | None = None,
     memo: DigestMemo | None = None,
     crossing: Crossing = Crossing(),
+    early: EarlyTar | None = None,
 ) -> tuple[Bundle, DeltaFigures | None]:
-    """The bundle written, and what a delta carries (None for a full bundle)."""
+    """The bundle written, and what a delta carries (None for a full bundle). `early`: the
+    tarball's front written while the downloads ran (bundle/early.py), used by the first
+    write only."""
     c = crossing
 
-    def write(planned: BundlePlan) -> Bundle:
+    def write(planned: BundlePlan, front: EarlyTar | None = None) -> Bundle:
         return write_bundle(
-            planned.name, planned.entries, output, compress, reporter, memo, c.split, c.signer
+            planned.name,
+            planned.entries,
+            output,
+            compress,
+            reporter,
+            memo,
+            c.split,
+            c.signer,
+            front,
         )
 
     planned = plan(profile, lock, wheelhouse, c.base, c.signer, c.release)
     try:
-        bundle = write(planned)
+        bundle = write(planned, early)
     except DamagedCacheError as exc:
         if refetch is None:
             raise

@@ -28,8 +28,9 @@ class Entry:
 @dataclass(frozen=True)
 class BundlePlan:
     """What `plan` decided: the bundle's name (its top directory), its files in tar order
-    (SHA256SUMS first, then manifest.json), and the manifest written into it. A delta bundle
-    (`base` given) leaves `omitted` out of the tarball: files its base already has."""
+    (the payload, its files as locked first, then SHA256SUMS, manifest.json and what was made
+    here), and the manifest written into it. A delta bundle (`base` given) leaves `omitted`
+    out of the tarball: files its base already has."""
 
     name: str
     entries: tuple[Entry, ...]

@@ -26,7 +26,7 @@ from verl_bundle.fetch.wheelhouse import Artifact, Wheelhouse
 from verl_bundle.profile.model import Profile
 from verl_bundle.profile.model import SourceBuild as ProfileSourceBuild
 from verl_bundle.profile.target import Target
-from verl_bundle.resolve.lock import Lock, dumps, group_by_phase
+from verl_bundle.resolve.lock import Lock, LockedPackage, dumps, group_by_phase
 from verl_bundle.resources import airgap_dir, data_dir
 from verl_bundle.wheel.licenses import declared, metadata_of_wheel, of_file
 
@@ -66,6 +66,29 @@ def _folder(a: Artifact) -> str:
     if a.package.kind == "sdist" and a.compiled is None:
         return mf.SOURCES
     return mf.WHEELS
+
+
+def as_locked(pkg: LockedPackage) -> bool:
+    """A package whose file goes into the bundle as the lock names it (a wheel: never built or
+    compiled here). These come first in the tarball, in `locked_entries` order, so their place
+    is known before anything is fetched and each is written there as its download ends
+    (bundle/early.py)."""
+    return pkg.kind == "wheel"
+
+
+def locked_entries(lock: Lock) -> list[Entry]:
+    """The tarball's first files as `plan` orders them, from the lock alone: every `as_locked`
+    package's file by folder and name, with the lock's sha256 and size; [] when the lock
+    lacks a size (its place would not be known)."""
+    picked = [p for p in lock.packages if as_locked(p)]
+    if any(p.file.size is None for p in picked):
+        return []
+    folder = {p.name: mf.BOOTSTRAP if p.role == "bootstrap" else mf.WHEELS for p in picked}
+    ordered = sorted(picked, key=lambda p: (folder[p.name], p.file.filename))
+    return [
+        Entry(f"{folder[p.name]}/{p.file.filename}", p.file.sha256, p.file.size or 0)
+        for p in ordered
+    ]
 
 
 def _unpacked(a: Artifact) -> tuple[int, str]:
@@ -187,7 +210,11 @@ def plan(
     check_phases(lock, profile)
     name = bundle_name(lock)
     by_name = {a.package.name: a for a in wheelhouse.artifacts}
-    ordered = sorted(wheelhouse.artifacts, key=lambda a: (_folder(a), a.filename))
+    # The files as locked first (`locked_entries`), then those made here, each by folder and name.
+    ordered = sorted(
+        wheelhouse.artifacts,
+        key=lambda a: (not as_locked(a.package), _folder(a), a.filename),
+    )
     payload = [
         Entry(f"{_folder(a)}/{a.filename}", a.sha256, a.size, source=a.path, verified=a.verified)
         for a in ordered

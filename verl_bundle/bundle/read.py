@@ -29,6 +29,8 @@ from verl_bundle.errors import DamagedError, UsageError
 
 # The small files read, besides manifest.json.
 SMALL = (mf.SUMS, mf.SIGNATURE, mf.SIGNATURE_GPG, mf.LICENSES, mf.SBOM, mf.LOCK)
+# The folders of a bundle's files: in a tarball they come before its lists (bundle/early.py).
+PAYLOAD = (f"{mf.WHEELS}/", f"{mf.BOOTSTRAP}/", f"{mf.SOURCES}/")
 GZIP, ZSTD = b"\x1f\x8b", b"\x28\xb5\x2f\xfd"  # what a compressed tarball starts with
 
 
@@ -243,6 +245,12 @@ def open_bundle(path: Path) -> Opened:
             raise DamagedError(f"{path}: damaged tar ({short}{exc}); copy it again") from None
         raise UsageError(f"{path}: cannot read it as a bundle ({exc})") from None
     text = texts.get(mf.MANIFEST)
+    if text is None and any(m.startswith(PAYLOAD) for m in walk.members):
+        # A bundle's lists come after its files: a copy cut before them has files and no list.
+        raise DamagedError(
+            f"{path}: cut short: {len(walk.members)} members and no {mf.MANIFEST} after its "
+            "files; copy it again"
+        )
     if text is None:
         raise UsageError(f"{path}: no manifest.json in it; is it a verl-bundle bundle?")
     try:

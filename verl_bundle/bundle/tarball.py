@@ -25,6 +25,7 @@ from typing import IO, Literal
 
 from verl_bundle.airgap.verify.signature import SUFFIXES, Signer
 from verl_bundle.airgap.verify.volumes import VolumeWriter, listing, volume_name, volumes_in
+from verl_bundle.bundle.early import EarlyTar
 from verl_bundle.bundle.entries import Entry
 from verl_bundle.bundle.tarstream import (
     EXECUTABLE,
@@ -69,6 +70,7 @@ class Bundle:
     payload_bytes: int
     volumes: tuple[Volume, ...] = ()
     signature: Path | None = None
+    early_files: int = 0  # files written into the tarball as their downloads ended
 
     @property
     def sidecar(self) -> Path:
@@ -227,6 +229,13 @@ def check_output_dir(output: Path) -> None:
             return
 
 
+def prepare_output(output: Path, reporter: Reporter) -> None:
+    """The directory for the tarball, made; the partial files of killed builds removed."""
+    check_output_dir(output)
+    output.mkdir(parents=True, exist_ok=True)
+    remove_stale_partials(output, reporter)
+
+
 def write_bundle(
     name: str,
     entries: Sequence[Entry],
@@ -236,24 +245,26 @@ def write_bundle(
     memo: DigestMemo | None = None,
     split: int | None = None,
     signer: Signer | None = None,
+    early: EarlyTar | None = None,
 ) -> Bundle:
     """Write the tarball (or its volumes, `split` bytes at most each) and its .sha256 beside
     it, then the list's signature (`signer`); each appears under its final name only when
-    everything was written and every cached file matched its hash."""
-    check_output_dir(output)
-    output.mkdir(parents=True, exist_ok=True)
-    remove_stale_partials(output, reporter)
+    everything was written and every cached file matched its hash. `early`: the tarball's
+    front, written while the downloads ran (bundle/early.py), used when the plan starts
+    with it."""
+    prepare_output(output, reporter)
     final = output / f"{name}{SUFFIX[compress]}"
     sidecar = output / f"{final.name}.sha256"
     side_tmp = output / f".{sidecar.name}.partial-{os.getpid()}"
     pieces = layout(name, entries)
     try:
         if split is None:
-            digest, size = _write_whole(final, pieces, compress, reporter, memo)
+            digest, size, early_files = _write_whole(final, pieces, compress, reporter, memo, early)
             volumes: list[Volume] = []
             side_tmp.write_text(f"{digest}  {final.name}\n")
         else:
             digest, size, volumes = _write_volumes(final, pieces, compress, reporter, split)
+            early_files = 0
             side_tmp.write_text(listing(digest, [(v.path.name, v.sha256) for v in volumes]))
         os.replace(side_tmp, sidecar)
     finally:
@@ -269,6 +280,7 @@ def write_bundle(
         payload_bytes=sum(e.size for e in entries),
         volumes=tuple(volumes),
         signature=Path(signer.sign_file(str(sidecar))) if signer is not None else None,
+        early_files=early_files,
     )
 
 
@@ -278,16 +290,26 @@ def _write_whole(
     compress: Compression,
     reporter: Reporter,
     memo: DigestMemo | None,
-) -> tuple[str, int]:
+    early: EarlyTar | None = None,
+) -> tuple[str, int, int]:
     """The tarball under a hidden name, renamed to `final` once complete and checked; an
-    earlier build's volumes of the same name are removed then. (sha256, size)."""
+    earlier build's volumes of the same name are removed then. With `early`'s front taken,
+    only the rest is written after it. (sha256, size, files written while fetching)."""
     tmp = final.with_name(f".{final.name}.partial-{os.getpid()}")
+    taken = early.take(pieces) if early is not None and compress == "none" else None
+    if early is not None and taken is None:
+        early.close()
     key = recipe(pieces) if compress == "none" and memo is not None else None
     known = memo.get(key) if memo is not None and key is not None else None
     writer: HashingWriter | None = None
     try:
-        with tmp.open("wb") as raw:
-            if known is not None:  # the same bytes as before: only the cached files hashed
+        with tmp.open("r+b" if taken is not None else "wb") as raw:
+            if taken is not None:  # the front is written and hashed: the rest after it
+                raw.seek(taken.size)
+                writer = HashingWriter(raw, taken.hash, taken.size)
+                copied = taken.copied + stream(taken.rest, writer, reporter)  # type: ignore[arg-type]  # it writes
+                digest, size = writer.finish(), writer.size
+            elif known is not None:  # the same bytes as before: only the cached files hashed
                 copied = stream(pieces, raw, reporter)
                 raw.flush()
                 digest, size = known, os.fstat(raw.fileno()).st_size
@@ -309,7 +331,7 @@ def _write_whole(
         os.unlink(old)
     if memo is not None and key is not None and known is None:
         memo.put(key, digest)
-    return digest, size
+    return digest, size, taken.files if taken is not None else 0
 
 
 def _write_volumes(

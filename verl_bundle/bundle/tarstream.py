@@ -31,7 +31,7 @@ QUEUED = 8  # chunks waiting per hashing thread: memory stays at a few MiB
 MTIME = int(os.environ.get("SOURCE_DATE_EPOCH", "315619200"))  # 1980-01-02
 EXECUTABLE = {mf.INSTALL, mf.DOCTOR, "install-assets.sh"}  # the last: asset bundles
 # Bump when the layout changes: a remembered digest then no longer applies.
-LAYOUT_VERSION = b"verl-bundle tar layout 1\n"
+LAYOUT_VERSION = b"verl-bundle tar layout 2\n"  # 2: the files as locked first
 
 Piece = bytes | Entry  # bytes made here, or a cached file's content
 
@@ -108,15 +108,16 @@ class HashThread:
     large buffers, so it runs beside the copying); `cut` closes one digest and starts the
     next. A bounded queue keeps memory at a few chunks."""
 
-    def __init__(self) -> None:
+    def __init__(self, start: Any = None) -> None:
         self.digests: list[str] = []
+        self._start = start  # a sha256 that already holds what came before (bundle/early.py)
         self._queue: queue.Queue[object] = queue.Queue(maxsize=QUEUED)
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
         self._finished = False
 
     def _run(self) -> None:
-        h = hashlib.sha256()
+        h = self._start if self._start is not None else hashlib.sha256()
         while (item := self._queue.get()) is not None:
             if item is _CUT:
                 self.digests.append(h.hexdigest())
@@ -143,11 +144,11 @@ class HashThread:
 class HashingWriter(io.RawIOBase):
     """Counts and hashes (on its own thread) every byte on its way to the file."""
 
-    def __init__(self, fh: IO[bytes]) -> None:
+    def __init__(self, fh: IO[bytes], start: Any = None, size: int = 0) -> None:
         super().__init__()
         self.fh = fh
-        self.size = 0
-        self.hasher = HashThread()
+        self.size = size  # with `start`: the bytes it already hashed
+        self.hasher = HashThread(start)
 
     def writable(self) -> bool:
         return True

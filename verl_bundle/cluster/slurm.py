@@ -44,8 +44,8 @@ class Written:
 
 def bundle_id_of_tarball(tarball: Path, name: str) -> str:
     """sha256 of the bundle's SHA256SUMS (every file's hash, so the bundle's identity): the
-    first member of that name, found by its header (a built bundle has it first; the headers
-    of a plain tar are read by seeking past each member); '' when there is none."""
+    first member of that name, found by its header (it follows a built bundle's files; the
+    headers of a plain tar are read by seeking past each member); '' when there is none."""
     try:
         with tarfile.open(tarball) as tf:
             for member in tf:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,12 +71,14 @@ def fetch(
     downloader: Downloader,
     reporter: Reporter,
     compile_options: CompileOptions | None = None,
+    fetched: Callable[[str, str, bool], None] | None = None,
 ) -> Wheelhouse:
     """Fetch (or find cached) every file of `lock`; raises FetchError/LockError/HostBuildError.
 
     The largest files start first (sdists built here before them: their builds run while the
     rest download); each wheel is checked (wheelchecks.py) as soon as it is in the cache; a
-    pure sdist is built into a wheel as soon as it is."""
+    pure sdist is built into a wheel as soon as it is. `fetched(sha256, path, fresh)` is told
+    of each file as soon as it is in the cache."""
     for pkg in lock.packages:
         check_locked_name(pkg)
         if pkg.location == LOCAL and downloader.cache.lookup(pkg.file.sha256) is None:
@@ -97,6 +99,8 @@ def fetch(
     def fetch_one(want: Want) -> Cached:
         got = downloader.fetch(want)
         pkg = locked[want.package]
+        if fetched is not None:  # the tarball's writer copies it now (bundle/early.py)
+            fetched(got.sha256, str(got.path), got.fresh)
         if pkg.kind == "wheel" and want.filename.endswith(".whl"):
             structure = passed(downloader.cache, got.sha256, whole=False)
             whole = not (structure or sources.published(pkg))

@@ -77,10 +77,21 @@ def finish(
         if signer is None
         else [made_here(*signer.manifest_signature(manifest_entry.data or b""))]
     )
-    everything = [manifest_entry, *signed, *generated, *payload, *carried]
-    sums = "".join(
-        f"{e.sha256}  {e.arcname}\n" for e in sorted(everything, key=lambda e: e.arcname)
+    everything = [*payload, *carried, manifest_entry, *signed, *generated]
+    sums = made_here(
+        mf.SUMS,
+        "".join(
+            f"{e.sha256}  {e.arcname}\n" for e in sorted(everything, key=lambda e: e.arcname)
+        ).encode(),
     )
     left_out = {e.arcname for e in omitted}
-    written = [e for e in everything if e.arcname not in left_out]
-    return BundlePlan(name, (made_here(mf.SUMS, sums.encode()), *written), manifest, tuple(omitted))
+    # Tar order: the payload first (its files as locked lead: their place is known before the
+    # fetch), then the interpreter, the two lists, and what was made here.
+    entries = (
+        *(e for e in [*payload, *carried] if e.arcname not in left_out),
+        sums,
+        manifest_entry,
+        *signed,
+        *generated,
+    )
+    return BundlePlan(name, entries, manifest, tuple(omitted))

@@ -91,6 +91,7 @@ def build_json(result: BuildResult) -> dict[str, Any]:
         "packages": len(result.lock.packages),
         "downloaded": {"files": w.downloaded_files, "bytes": w.downloaded_bytes},
         "cached_files": w.cached_files,
+        "written_as_fetched": b.early_files,
         "host_built": w.host_built,
         "compiled": list(w.compiled),
         "interpreter": _interpreter(w),
@@ -130,7 +131,12 @@ def build_text(result: BuildResult) -> str:
                 if python
                 else []
             ),
-            f"bundle: {human_size(b.size)}, sha256 {b.sha256}",
+            f"bundle: {human_size(b.size)}, sha256 {b.sha256}"
+            + (
+                f"; {b.early_files} files written into it as their downloads ended"
+                if b.early_files
+                else ""
+            ),
             *crossing.build_lines(result),
             str((b.sidecar if b.volumes else b.path).resolve()),
         ]
