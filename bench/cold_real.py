@@ -30,8 +30,8 @@ from verl_bundle.resolve.lock import read_lock
 
 ROOT = Path(__file__).resolve().parents[1]
 JOBS = 8
-TARGET_CURL = 1.3
-TARGET_PIP = 0.7
+TARGET_CURL = 1.1  # issue 39
+TARGET_PIP = 0.5
 
 
 def locked_files(lock: Path) -> list[dict[str, Any]]:
@@ -77,10 +77,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def measure(
-    profile: str, python: str, runs: int, workdir: Path, before: Path | None = None
+    profile: str,
+    python: str,
+    runs: int,
+    workdir: Path,
+    before: Path | None = None,
+    hogs: bool = False,
 ) -> tuple[Report, list[list[float]]]:
     """The cold build of `profile`'s committed lock against the curls and pip download, `runs`
-    times each in ABBA order; the report and every sample. BenchError when one failed."""
+    times each in ABBA order (with `hogs`, the build and the curls again beside two CPU
+    hogs); the report and every sample. BenchError when one failed."""
     tag = "cp" + python.replace(".", "")
     lock = ROOT / "profiles" / "locks" / f"pylock.{profile}-{tag}.toml"
     files = locked_files(lock)
@@ -144,18 +150,24 @@ def measure(
                 cleanup=clean,
             )
         )
+    hogged = [harness.hogged(c) for c in contenders[:2]] if hogs else []
     try:
-        harness.interleave(contenders, runs, sys.stderr)
+        harness.interleave(contenders + hogged, runs, sys.stderr)
     finally:
         clean()
-    results = harness.measured(contenders)
+    results = harness.measured(contenders + hogged)
     comparisons = [
-        harness.ratio("ratio build/8 parallel curls", results[0], results[1], TARGET_CURL),
-        harness.ratio("ratio build/pip download", results[0], results[2], TARGET_PIP),
+        # Wall-time targets (the network sets the pace); the CPU ratio is shown beside them.
+        harness.ratio("ratio build/8 parallel curls", results[0], results[1], TARGET_CURL, False),
+        harness.ratio("ratio build/pip download", results[0], results[2], TARGET_PIP, False),
     ]
     if before is not None:
         comparisons.append(harness.ratio("ratio build/build before", results[0], results[3], None))
         comparisons.append(harness.ratio("ratio before/pip download", results[3], results[2], None))
+    if hogged:
+        a, b = results[len(contenders)], results[len(contenders) + 1]
+        label = f"ratio build/8 parallel curls, both beside {harness.HOGS} hogs"
+        comparisons.append(harness.ratio(label, a, b, None))
     total = sum(f["size"] for f in files)
     report = Report(
         bench="cold_real",

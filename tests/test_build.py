@@ -215,6 +215,7 @@ def test_cached_rebuild_downloads_nothing(
     )["result"]
     assert again["downloaded"] == {"files": 0, "bytes": 0}
     assert again["cached_files"] == again["packages"]
+    assert again["written_as_fetched"] == 0  # nothing to wait for: written after the plan
     assert again["lock"] == str(lock_path)
     assert [r for s in stack.servers() for r in s.requests] == []  # not even an index page
     # The same build as its own process imports no HTTP client: nothing is fetched.

@@ -295,7 +295,14 @@ def build(request: BuildRequest, reporter: Reporter) -> BuildResult:
 
     memo = DigestMemo(downloader.cache.root / "tarballs")  # digests of tarballs written before
     # The tarball's files as locked are written into it as their downloads end.
-    early = early_tar(lock, request.output, request.compress, crossing, reporter)
+    early = early_tar(
+        lock,
+        request.output,
+        request.compress,
+        crossing,
+        reporter,
+        lambda sha256: downloader.cache.lookup(sha256) is not None,
+    )
     try:
         wheelhouse = fetch_all(early)
         reporter.status("writing the bundle ...")

@@ -93,15 +93,22 @@ def _figures(planned: BundlePlan, base: Base) -> DeltaFigures:
 
 
 def early_tar(
-    lock: Lock, output: Path, compress: Compression, crossing: Crossing, reporter: Reporter
+    lock: Lock,
+    output: Path,
+    compress: Compression,
+    crossing: Crossing,
+    reporter: Reporter,
+    cached: Callable[[str], bool],
 ) -> EarlyTar | None:
     """The tarball's front, to be written while the downloads run: for a whole, uncompressed
-    tarball that is not a delta (a delta's files are known only against its base), and a lock
-    that sizes every file. None otherwise: the tarball is written after the fetch."""
+    tarball that is not a delta (a delta's files are known only against its base), from a
+    lock that sizes every file, when some file is not `cached` yet (with every one cached there
+    is no download to overlap: the rebuild is written after the plan, its digest remembered).
+    None otherwise: the tarball is written after the fetch."""
     entries = locked_entries(lock)
     if compress != "none" or crossing.split is not None or crossing.base is not None:
         return None
-    if not entries:
+    if not entries or all(cached(e.sha256) for e in entries):
         return None
     prepare_output(output, reporter)
     name = bundle_name(lock)
