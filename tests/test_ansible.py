@@ -73,6 +73,8 @@ def ansible(
         **clean_environ(tmp),
         "LC_ALL": "C.UTF-8",
         "ANSIBLE_LOCAL_TEMP": str(tmp / "ansible-tmp"),
+        # The hosts' module files too (else ~/.ansible/tmp: outside the test's directory).
+        "ANSIBLE_REMOTE_TEMP": str(tmp / "ansible-remote-tmp"),
         "ANSIBLE_HOME": str(tmp / "ansible-home"),
         **extra,
     }
@@ -457,6 +459,7 @@ def test_two_hosts_install_from_one_served_copy_with_no_other_network(
     assert f'verl_from_url: !unsafe "{BASE}"' in out.read_text()
     env = {**clean_environ(tmp_path), "LC_ALL": "C.UTF-8"}
     env["ANSIBLE_LOCAL_TEMP"], env["ANSIBLE_HOME"] = str(tmp_path / "a-tmp"), str(tmp_path / "a")
+    env["ANSIBLE_REMOTE_TEMP"] = str(tmp_path / "a-remote-tmp")
     hosts = inventory(tmp_path, python310())
     cmd = f"{ansible_core} -i {hosts} {out}"
     done = serving(built_bundle[1], cmd, env, tmp_path, timeout=1500)

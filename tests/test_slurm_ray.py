@@ -310,6 +310,62 @@ def test_two_ray_jobs_on_one_node_do_not_collide(
     assert not list(node_tmp.iterdir())
 
 
+FLAKY_RAY = """#!{python}
+import json, os, subprocess, sys
+state = {state!r}
+if sys.argv[1:2] == ["start"] and "--help" not in sys.argv:
+    os.makedirs(state, exist_ok=True)
+    tries = len(os.listdir(state))
+    record = {{"ports": sorted(a for a in sys.argv if "-port=" in a and not a.endswith("=0"))}}
+    if tries == 0:  # a try that timed out, leaving a process of its own behind
+        temp = next(a.split("=", 1)[1] for a in sys.argv if a.startswith("--temp-dir="))
+        left = subprocess.Popen(
+            [sys.executable, "-c", "import time; time.sleep(600)", temp + "/leftover"],
+            start_new_session=True,
+        )
+        record["leftover"] = left.pid
+        json.dump(record, open(os.path.join(state, "0.json"), "w"))
+        sys.exit("Exception: The current node timed out during startup. This could happen "
+                 "because some of the raylet failed to startup or the GCS has become overloaded.")
+    first = json.load(open(os.path.join(state, "0.json")))
+    try:
+        with open("/proc/%d/stat" % first["leftover"]) as fh:
+            record["leftover_alive"] = fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        record["leftover_alive"] = False
+    json.dump(record, open(os.path.join(state, "%d.json" % tries), "w"))
+from ray.scripts.scripts import main
+sys.exit(main())
+"""
+
+
+@pytest.mark.slow
+def test_a_ray_start_that_timed_out_is_tried_again_on_fresh_ports_without_its_leftovers(
+    slurm: Slurm, tmp_path: Path, node_tmp: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A node whose `ray start` timed out (Ray's fixed 30 s for the raylet, on a loaded node)
+    is tried again: what the failed try left running (its command line names the job's
+    temporary directory on that node) is stopped first, and the ports are asked for again;
+    the second try's Ray registers and the command runs."""
+    ray_installed()
+    state = tmp_path / "tries"
+    for node in ("n1", "n2"):
+        prefix = tmp_path / f"prefix-{node}"
+        node_venv(prefix)
+        ray = prefix / "bin" / "ray"
+        ray.write_text(FLAKY_RAY.format(python=prefix / "bin" / "python", state=str(state)))
+    out = write_ray(tmp_path, capsys, "--wait", "300", nodes=1)
+    job = submit(slurm, out, tmp_path, node_tmp, "python", "-c", "open('RAN', 'w')")
+    log = next(tmp_path.glob("verl-ray-*.out")).read_text(errors="replace")
+    assert job.returncode == 0 and (tmp_path / "RAN").exists(), log[-3000:]
+    assert len(re.findall(r"Ray timed out starting \(load [0-9. ]+\): trying again", log)) == 1
+    first, second = (json.loads((state / f"{i}.json").read_text()) for i in (0, 1))
+    assert second["leftover_alive"] is False, log[-3000:]
+    assert first["ports"] and len(first["ports"]) == len(second["ports"])
+    assert first["ports"] != second["ports"]  # asked for again, not the failed try's
+    assert not list(node_tmp.iterdir())
+
+
 @pytest.mark.slow
 def test_a_node_that_never_registers_is_named_and_the_command_never_runs(
     slurm: Slurm, tmp_path: Path, node_tmp: Path, capsys: pytest.CaptureFixture[str]
