@@ -147,7 +147,7 @@ def test_the_set_up_section_states_the_disk_each_step_needs_and_the_suites_time(
         ("install on the server", "13 GB"),
     ):
         assert step in setup and figure in setup, (step, figure)
-    assert re.search(r"`make test`[^.]*about 1,200 tests, about 13 minutes on 2\s+cores", setup)
+    assert re.search(r"`make test`[^.]*about 1,200 tests, about 12 minutes on 2\s+cores", setup)
     assert "Never `pip install verl-bundle`" in setup and "`verl-offline-bundle`" in setup
 
 
